@@ -1,0 +1,14 @@
+"""repocomp: repository-level code completion (FragRel relations + iterative RepoCoder retrieval)."""
+
+from repocomp.config import Config, load_config
+from repocomp.errors import BackendError, ConfigError, IndexCorruptError, RepocompError
+
+__all__ = ["Config", "load_config", "RepocompError", "ConfigError", "IndexCorruptError", "BackendError", "Index"]
+
+
+def __getattr__(name: str):  # lazy: importing the package must stay cheap for the CLI and the LSP server
+    if name == "Index":
+        from repocomp.index import Index
+
+        return Index
+    raise AttributeError(name)

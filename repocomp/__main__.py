@@ -1,0 +1,5 @@
+import sys
+
+from repocomp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,42 @@
+"""`repocomp` command line: each subcommand lives in its own module and registers itself here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from repocomp.errors import RepocompError
+
+# module -> registers one subcommand via `register(subparsers)`; a module not yet present is skipped.
+_SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repocomp", description="Repository-level code completion.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in _SUBCOMMANDS:
+        module = importlib.import_module(f"repocomp.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.run(args) or 0)
+    except RepocompError as exc:
+        print(f"repocomp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("repocomp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
