@@ -1,0 +1,126 @@
+"""Tokenizer and sparse term index: hand-computed Jaccard/BM25 values, rank-bm25 agreement, incremental rows."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import random
+import time
+
+import numpy as np
+import pytest
+from rank_bm25 import BM25Okapi
+
+from repocomp.term_index import TermIndex
+from repocomp.tokenize import code_tokens
+
+DOCS = [
+    "a = foo(b)",
+    "foo(b) + bar",
+    "x = 1",
+    None,
+    "return foo(x) * foo(y)",
+]
+
+
+def test_code_tokens_splits_identifiers_numbers_operators() -> None:
+    assert code_tokens("def f(x_1, y=2.5e-3): return x_1 ** 2 -> self.val[0]") == [
+        "def", "f", "(", "x_1", ",", "y", "=", "2.5e-3", ")", ":", "return", "x_1", "**", "2", "->",
+        "self", ".", "val", "[", "0", "]",
+    ]
+    assert code_tokens("a//=b != c") == ["a", "//=", "b", "!=", "c"]
+    assert code_tokens("   \n\t") == []
+
+
+def test_jaccard_hand_computed() -> None:
+    idx = TermIndex.build(DOCS)
+    s = idx.score("foo(b)", "jaccard")
+    assert s.dtype == np.float32 and s.shape == (5,)
+    # query set {foo, (, b, )} = 4
+    # doc0 {a, =, foo, (, b, )}: inter 4, union 6
+    # doc1 {foo, (, b, ), +, bar}: inter 4, union 6
+    # doc2 {x, =, 1}: 0
+    # doc4 {return, foo, (, x, ), *, y}: inter {foo, (, )} = 3, union 4 + 7 - 3 = 8
+    np.testing.assert_allclose(s, [4 / 6, 4 / 6, 0.0, 0.0, 3 / 8], rtol=1e-6)
+    # unknown query tokens still enlarge the union: {zzz, foo} vs doc4: inter 1, union 2 + 7 - 1
+    np.testing.assert_allclose(idx.score("zzz foo", "jaccard")[4], 1 / 8, rtol=1e-6)
+
+
+def test_bm25_hand_computed_one_term() -> None:
+    idx = TermIndex.build(["a b", "a c c", "d"])
+    # N=3, avgdl=2; df(c)=1: idf = ln(3 - 1 + 0.5) - ln(1 + 0.5)
+    idf = math.log(2.5) - math.log(1.5)
+    tf, dl = 2, 3
+    want = idf * tf * 2.5 / (tf + 1.5 * (1 - 0.75 + 0.75 * dl / 2))
+    np.testing.assert_allclose(idx.score("c", "bm25"), [0.0, want, 0.0], rtol=1e-6)
+
+
+def _corpus(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    words = [f"name{i}" for i in range(60)] + ["self", "return", "(", ")", "=", ".", ",", ":"]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 40))) for _ in range(n)]
+
+
+def test_bm25_equals_rank_bm25() -> None:
+    texts = _corpus(200)
+    idx = TermIndex.build(texts)
+    ref = BM25Okapi([code_tokens(t) for t in texts])
+    for q in (texts[3], texts[17] + " name1 name1 unknownword", "self . name5 ( )"):
+        ours = idx.score(q, "bm25")
+        theirs = ref.get_scores(code_tokens(q))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+        assert list(np.argsort(-ours, kind="stable")[:10]) == list(np.argsort(-theirs, kind="stable")[:10])
+
+
+def test_set_rows_equals_fresh_build() -> None:
+    texts = _corpus(300, seed=1)
+    idx = TermIndex.build(texts)
+    new = _corpus(40, seed=2)
+    ids = list(range(0, 80, 2)) + [305]  # some replaced, one new row past the end (grows, 301..304 empty)
+    new_texts: list[str | None] = list(new) + ["brand newterm ( x )"]
+    new_texts[5] = None  # cleared row
+    idx.set_rows(ids, new_texts)
+    want_texts: list[str | None] = list(texts) + [None] * 6
+    for i, t in zip(ids, new_texts):
+        want_texts[i] = t
+    fresh = TermIndex.build(want_texts)
+    assert idx.n_rows == fresh.n_rows == 306
+    for q in (texts[1], new[0], "brand newterm", "name3 = name4"):
+        for m in ("jaccard", "bm25"):
+            np.testing.assert_allclose(idx.score(q, m), fresh.score(q, m), rtol=1e-5, atol=1e-6)
+    assert idx.score("brand newterm", "jaccard")[305] > 0
+    assert idx.score(new[5] or "", "jaccard")[10] == 0.0  # row 10 was cleared
+
+
+def test_state_roundtrip_through_pickle() -> None:
+    texts = _corpus(50, seed=3) + [None]
+    idx = TermIndex.build(texts)
+    idx.set_rows([2], ["changed ( text )"])
+    back = TermIndex.from_state(pickle.loads(pickle.dumps(idx.state())))
+    assert back.n_rows == idx.n_rows and back.vocab == idx.vocab
+    for m in ("jaccard", "bm25"):
+        np.testing.assert_allclose(back.score(texts[7] or "", m), idx.score(texts[7] or "", m), rtol=1e-6)
+    assert all(isinstance(v, (np.ndarray, int, str)) for v in idx.state().values())
+
+
+def test_bad_method_raises() -> None:
+    with pytest.raises(ValueError):
+        TermIndex.build(["a"]).score("a", "tfidf")
+
+
+def test_query_and_update_are_fast_at_10k_rows() -> None:
+    # Not a benchmark (that is `repocomp bench retrieve`): a guard against falling back to Python row loops.
+    texts = _corpus(10_000, seed=4)
+    idx = TermIndex.build(texts)
+    q = "\n".join(texts[:20])
+    idx.score(q, "bm25")
+    t0 = time.perf_counter()
+    for _ in range(10):
+        idx.score(q, "jaccard")
+        idx.score(q, "bm25")
+    per_query = (time.perf_counter() - t0) / 20
+    t0 = time.perf_counter()
+    idx.set_rows(list(range(100, 150)), texts[200:250])
+    update = time.perf_counter() - t0
+    assert per_query < 0.02, per_query
+    assert update < 0.05, update
