@@ -1,0 +1,80 @@
+"""FragRel scoring (Eqs. 9-10) as sparse matrix-vector work, plus the query-side relation term.
+
+    s_env_i = sum_j w_ij * s_ind_j / sum_j w_ij        (Eq. 9, over the other fragments j; 0 without relations)
+    s_rel_i = s_ind_i + alpha * s_env_i                (Eq. 10)
+
+Fragments that are not in the memory for this request (removed, or excluded by the leak rule) are dropped from
+both sums: they must neither lend their score to their neighbours (that would leak the hole's own code through
+the relation graph) nor dilute the neighbours' averages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["FragRelScores", "fragrel_scores", "environment_scores"]
+
+
+@dataclass(frozen=True)
+class FragRelScores:
+    s_ind: np.ndarray  # float32 per fragment id (0 where not available)
+    s_env: np.ndarray
+    s_rel: np.ndarray
+
+
+def _fit(v: np.ndarray, n: int) -> np.ndarray:
+    """Pad with zeros or cut `v` to length n (W and the term index may briefly differ in size during updates)."""
+    if len(v) == n:
+        return v
+    if len(v) > n:
+        return v[:n]
+    out = np.zeros(n, v.dtype)
+    out[: len(v)] = v
+    return out
+
+
+def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarray | None = None) -> np.ndarray:
+    """Eq. 9 for every row of W: weighted mean of the available neighbours' independent scores.
+
+    One sparse product with two right-hand columns computes numerator and denominator together. The diagonal is
+    ignored even if an index stored one (Eq. 9 is over the *other* fragments).
+    """
+    n = w.shape[0]
+    s = _fit(np.asarray(s_ind, np.float32), w.shape[1])
+    avail = np.ones(w.shape[1], np.float32) if available is None else _fit(available.astype(np.float32), w.shape[1])
+    rhs = np.column_stack([s * avail, avail])
+    prod = np.asarray(w @ rhs, dtype=np.float64)
+    if w.shape[0] == w.shape[1]:
+        diag = w.diagonal().astype(np.float64)
+        if diag.any():
+            prod -= diag[:, None] * rhs[:n]
+    num, den = prod[:, 0], prod[:, 1]
+    out = np.zeros(n, np.float32)
+    np.divide(num, den, out=out, where=den > 1e-12, casting="unsafe")
+    return out
+
+
+def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
+                   available: np.ndarray | None = None, extra: np.ndarray | None = None) -> FragRelScores:
+    """s_ind, s_env and s_rel (+ `extra`, e.g. the query-side relation term) over all fragment ids.
+
+    Unavailable fragments get s_ind = s_env = s_rel = 0 and must be skipped by the caller when ranking.
+    """
+    n = len(s_ind)
+    s_ind = np.asarray(s_ind, np.float32)
+    if available is not None:
+        s_ind = np.where(_fit(available, n), s_ind, np.float32(0.0)).astype(np.float32)
+    if w is None or alpha == 0.0 or w.nnz == 0:
+        s_env = np.zeros(n, np.float32)
+    else:
+        s_env = _fit(environment_scores(w, s_ind, None if available is None else _fit(available, n)), n)
+    s_rel = s_ind + np.float32(alpha) * s_env
+    if extra is not None:
+        s_rel = s_rel + _fit(np.asarray(extra, np.float32), n)
+    if available is not None:
+        s_env = np.where(_fit(available, n), s_env, np.float32(0.0)).astype(np.float32)
+        s_rel = np.where(_fit(available, n), s_rel, np.float32(0.0)).astype(np.float32)
+    return FragRelScores(s_ind=s_ind, s_env=s_env, s_rel=s_rel.astype(np.float32))
