@@ -1,0 +1,474 @@
+"""RepoEval tasks: load RepoEval's JSONL format, and make tasks from any Python repository after its protocol.
+
+Format (one object per line): `prompt` (the in-file left context, lines [context_start_lineno, hole)) and
+`metadata` with `task_id`, `ground_truth`, `fpath_tuple` (element 0 = the repository folder, the rest its path),
+`context_start_lineno`, and `line_no` (line/API level) or `lineno` (function level). Tasks made here also carry
+`kind` and, for API tasks, `api_definitions` (a list of `{path, line_no}`, 0-indexed, path relative to the repo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Iterator
+
+from repocomp.errors import RepocompError
+
+KINDS = ("line", "api", "function")
+# the completion kind the engine post-processes a task's output for
+COMPLETION_KIND = {"line": "line", "api": "statement", "function": "function"}
+
+_SKIP_DIRS = {".git", ".hg", ".svn", ".repocomp", "__pycache__", "node_modules", ".venv", "venv", ".tox",
+              "build", "dist", ".eggs", "site-packages"}
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+@dataclass
+class Task:
+    task_id: str
+    repo: str  # folder name under --repos (fpath_tuple[0])
+    path: str  # POSIX path of the hole's file relative to the repository root
+    prompt: str
+    ground_truth: str
+    line_no: int  # 0-indexed first line of the hole
+    context_start_lineno: int = 0
+    kind: str = "line"
+    api_definitions: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)  # the task's metadata as read (extra keys kept)
+
+    def to_json(self) -> dict[str, Any]:
+        """RepoEval's format (`lineno` for function tasks, `line_no` otherwise), plus `kind`/`api_definitions`."""
+        md = {k: v for k, v in self.metadata.items() if k not in ("line_no", "lineno")}
+        md.update(task_id=self.task_id, ground_truth=self.ground_truth,
+                  fpath_tuple=[self.repo, *PurePosixPath(self.path).parts],
+                  context_start_lineno=self.context_start_lineno, kind=self.kind)
+        md["lineno" if self.kind == "function" else "line_no"] = self.line_no
+        if self.api_definitions:
+            md["api_definitions"] = self.api_definitions
+        return {"prompt": self.prompt, "metadata": md}
+
+
+def estimate_tokens(text: str) -> int:
+    """A code-aware token estimate (words and punctuation), close to BPE counts for code."""
+    return len(_TOKEN_RE.findall(text))
+
+
+# --------------------------------------------------------------------------------------------------- loading
+
+
+def _guess_kind(md: dict[str, Any], source: str) -> str:
+    kind = md.get("kind")
+    if kind in KINDS:
+        return kind
+    if "lineno" in md and "line_no" not in md:
+        return "function"
+    if md.get("api_definitions") or "api" in source.lower():
+        return "api"
+    return "line"
+
+
+def load_tasks(path: str | os.PathLike[str], kind: str | None = None) -> list[Task]:
+    """Read a RepoEval JSONL file. Task ids that occur more than once get `#<line index>` appended."""
+    path = Path(path)
+    try:
+        raw_lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise RepocompError(f"cannot read tasks file {path}: {exc.strerror}") from None
+    records: list[tuple[int, dict[str, Any]]] = []
+    for i, line in enumerate(raw_lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            md = obj["metadata"]
+            for key in ("task_id", "ground_truth", "fpath_tuple"):
+                md[key]  # noqa: B018 - presence check
+            if "line_no" not in md and "lineno" not in md:
+                raise KeyError("line_no or lineno")
+            obj["prompt"]  # noqa: B018
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise RepocompError(f"{path}:{i + 1}: not a RepoEval task ({exc}); expected prompt and metadata with "
+                                "task_id, ground_truth, fpath_tuple, line_no or lineno") from None
+        records.append((i, obj))
+    counts = Counter(obj["metadata"]["task_id"] for _, obj in records)
+    tasks = []
+    for i, obj in records:
+        md = obj["metadata"]
+        fpath = list(md["fpath_tuple"])
+        if len(fpath) < 2:
+            raise RepocompError(f"{path}:{i + 1}: fpath_tuple needs the repository folder and a file path")
+        task_id = str(md["task_id"])
+        if counts[task_id] > 1:
+            task_id = f"{task_id}#{i}"
+        line_no = int(md["line_no"] if "line_no" in md else md["lineno"])
+        tasks.append(Task(task_id=task_id, repo=str(fpath[0]), path="/".join(fpath[1:]), prompt=obj["prompt"],
+                          ground_truth=md["ground_truth"], line_no=line_no,
+                          context_start_lineno=int(md.get("context_start_lineno", 0)),
+                          kind=kind or _guess_kind(md, path.name),
+                          api_definitions=list(md.get("api_definitions") or []), metadata=dict(md)))
+    return tasks
+
+
+def write_tasks(tasks: Iterable[Task], path: str | os.PathLike[str]) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for task in tasks:
+            fh.write(json.dumps(task.to_json()) + "\n")
+            n += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------------- making
+
+
+def iter_python_files(root: Path, max_bytes: int = 1_000_000) -> Iterator[str]:
+    """POSIX paths (relative to root, sorted) of the repository's Python files."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in filenames:
+            if name.endswith(".py"):
+                full = Path(dirpath) / name
+                try:
+                    if full.stat().st_size > max_bytes:
+                        continue
+                except OSError:
+                    continue
+                found.append(full.relative_to(root).as_posix())
+    return iter(sorted(found))
+
+
+def _parser():
+    import tree_sitter_python
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_python.language()))
+
+
+def _read_lines(path: Path) -> list[str] | None:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _prompt_for(lines: list[str], hole: int, budget: int) -> tuple[str, int]:
+    """The hole's preceding lines, as many as fit `budget` estimated tokens; returns (prompt, first line)."""
+    start, used = hole, 0
+    while start > 0:
+        cost = estimate_tokens(lines[start - 1]) + 1
+        if used + cost > budget and start < hole:
+            break
+        used += cost
+        start -= 1
+    return "\n".join(lines[start:hole]), start
+
+
+def _walk(node) -> Iterator[Any]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def _text(node) -> str:
+    return node.text.decode("utf-8", "replace")
+
+
+def _non_code_rows(tree) -> set[int]:
+    """Rows that hold only a docstring or the inside of a multi-line string."""
+    rows: set[int] = set()
+    for node in _walk(tree.root_node):
+        if node.type == "string" and node.end_point.row > node.start_point.row:
+            parent = node.parent
+            first = node.start_point.row
+            if parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1:
+                rows.update(range(first, node.end_point.row + 1))  # a docstring or bare string statement
+            else:
+                rows.update(range(first + 1, node.end_point.row + 1))
+    return rows
+
+
+def _line_candidates(rel: str, lines: list[str], tree) -> Iterator[tuple[int, int, str]]:
+    skip = _non_code_rows(tree)
+    for i in range(1, len(lines)):
+        s = lines[i].strip()
+        if not s or s.startswith("#") or i in skip or not lines[i - 1].strip():
+            continue
+        yield i, i + 1, lines[i]
+
+
+def _function_candidates(rel: str, lines: list[str], tree) -> Iterator[tuple[int, int, str, str]]:
+    for node in _walk(tree.root_node):
+        if node.type != "function_definition":
+            continue
+        body = node.child_by_field_name("body")
+        if body is None or body.named_child_count == 0:
+            continue
+        stmts = [c for c in body.named_children if c.type != "comment"]
+        if not stmts:
+            continue
+        first = stmts[0]
+        if first.type == "expression_statement" and first.named_child_count == 1 \
+                and first.named_children[0].type == "string":
+            if len(stmts) < 2:
+                continue
+            first = stmts[1]
+        start, end = first.start_point.row, node.end_point.row + 1
+        if start <= node.start_point.row or lines[start].strip() == "" or \
+                first.start_point.column != len(lines[start]) - len(lines[start].lstrip()):
+            continue
+        if sum(1 for ln in lines[start:end] if ln.strip()) < 3:
+            continue
+        name = node.child_by_field_name("name")
+        yield start, end, "\n".join(lines[start:end]) + "\n", _text(name) if name is not None else ""
+
+
+# -- API tasks: a statement calling a function or class defined in another file of the repository
+
+
+@dataclass
+class _ModuleInfo:
+    path: str
+    defs: dict[str, int] = field(default_factory=dict)  # top-level name -> 0-indexed line of `def`/`class`
+    # local name -> ("module", full dotted name), ("dotted", head of `import a.b`) or ("from", module, name)
+    bindings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class _RepoModules:
+    """Top-level definitions and import bindings of every Python file, with RepoEval-style name resolution."""
+
+    def __init__(self, files: dict[str, tuple[list[str], Any]]):
+        self.by_full: dict[str, _ModuleInfo] = {}
+        suffix_owners: dict[str, set[str]] = {}
+        self.infos: dict[str, _ModuleInfo] = {}
+        for rel in files:
+            full = self.full_name(rel)
+            info = _ModuleInfo(rel)
+            self.infos[rel] = info
+            self.by_full[full] = info
+            parts = full.split(".")
+            for k in range(len(parts)):
+                suffix_owners.setdefault(".".join(parts[k:]), set()).add(full)
+        # an absolute import names a module by a suffix of its path (src layouts, packages below the root)
+        self.by_suffix = {s: next(iter(o)) for s, o in suffix_owners.items() if len(o) == 1}
+        methods: dict[str, list[tuple[str, int]]] = {}
+        for rel, (_, tree) in files.items():
+            self._scan(self.infos[rel], tree)
+            for node in _walk(tree.root_node):
+                if node.type == "class_definition":
+                    body = node.child_by_field_name("body")
+                    for item in body.named_children if body is not None else ():
+                        fn = item.child_by_field_name("definition") if item.type == "decorated_definition" else item
+                        if fn is not None and fn.type == "function_definition":
+                            name = _text(fn.child_by_field_name("name"))
+                            methods.setdefault(name, []).append((rel, fn.start_point.row))
+        # `obj.method()` with an untyped `obj`: resolved by name when exactly one class of the repo defines it
+        self.unique_methods = {name: locs[0] for name, locs in methods.items()
+                               if len(locs) == 1 and not name.startswith("__")}
+
+    @staticmethod
+    def full_name(rel: str) -> str:
+        parts = list(PurePosixPath(rel).with_suffix("").parts)
+        if parts and parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        return ".".join(parts)
+
+    def module(self, dotted: str) -> str | None:
+        if dotted in self.by_full:
+            return dotted
+        return self.by_suffix.get(dotted)
+
+    def _scan(self, info: _ModuleInfo, tree) -> None:
+        is_pkg = info.path.endswith("__init__.py")
+        package = self.full_name(info.path).split(".")
+        if not is_pkg:
+            package = package[:-1]
+        for node in tree.root_node.named_children:
+            target = node
+            if node.type == "decorated_definition":
+                target = node.child_by_field_name("definition") or node
+            if target.type in ("function_definition", "class_definition"):
+                name = target.child_by_field_name("name")
+                if name is not None:
+                    info.defs[_text(name)] = target.start_point.row
+            elif node.type == "import_statement":
+                for item in node.named_children:
+                    if item.type == "dotted_name":  # `import a.b.c` binds `a`; `a.b.c.f()` names a.b.c
+                        head = _text(item).split(".")[0]
+                        info.bindings.setdefault(head, ("dotted", head))
+                    elif item.type == "aliased_import":
+                        dotted = _text(item.child_by_field_name("name"))
+                        alias = _text(item.child_by_field_name("alias"))
+                        mod = self.module(dotted)
+                        if mod:
+                            info.bindings[alias] = ("module", mod)
+            elif node.type == "import_from_statement":
+                mod_node = node.child_by_field_name("module_name")
+                if mod_node is None:
+                    continue
+                mod_text = _text(mod_node)
+                if mod_node.type == "relative_import":
+                    dots = len(mod_text) - len(mod_text.lstrip("."))
+                    rest = mod_text[dots:]
+                    base = package[: len(package) - (dots - 1)] if dots - 1 <= len(package) else []
+                    full = ".".join([*base, *([rest] if rest else [])])
+                    mod = full if full in self.by_full else None
+                else:
+                    mod = self.module(mod_text)
+                if mod is None:
+                    continue
+                for item in node.children_by_field_name("name"):
+                    if item.type == "aliased_import":
+                        name = _text(item.child_by_field_name("name"))
+                        alias = _text(item.child_by_field_name("alias"))
+                    else:
+                        name = alias = _text(item)
+                    sub = f"{mod}.{name}"
+                    if sub in self.by_full:
+                        info.bindings[alias] = ("module", sub)
+                    else:
+                        info.bindings[alias] = ("from", mod, name)
+
+    def resolve_in(self, module: str, name: str, depth: int = 0) -> tuple[str, int] | None:
+        """Where `module.name` is defined (file, 0-indexed line), following re-exports a few hops."""
+        info = self.by_full.get(module)
+        if info is None or depth > 4:
+            return None
+        if name in info.defs:
+            return info.path, info.defs[name]
+        binding = info.bindings.get(name)
+        if binding and binding[0] == "from":
+            return self.resolve_in(binding[1], binding[2], depth + 1)
+        return None
+
+    def resolve_call(self, info: _ModuleInfo, func) -> tuple[str, int] | None:
+        if func.type == "identifier":
+            binding = info.bindings.get(_text(func))
+            if binding and binding[0] == "from":
+                return self.resolve_in(binding[1], binding[2])
+            return None
+        if func.type == "attribute":
+            parts = []
+            node = func
+            while node is not None and node.type == "attribute":
+                parts.append(_text(node.child_by_field_name("attribute")))
+                node = node.child_by_field_name("object")
+            if node is None or node.type != "identifier":
+                return None
+            parts.append(_text(node))
+            parts.reverse()  # head, ..., attribute name
+            name, chain = parts[-1], parts[:-1]
+            binding = info.bindings.get(chain[0])
+            if binding and binding[0] != "from":
+                module = self.module(".".join([binding[1], *chain[1:]]))
+                return self.resolve_in(module, name) if module else None
+            return self.unique_methods.get(name)
+        return None
+
+
+_SIMPLE_STATEMENTS = {"expression_statement", "return_statement", "assert_statement", "raise_statement",
+                      "delete_statement"}
+_COMPOUND_HEADERS = {"if_statement", "elif_clause", "for_statement", "while_statement", "with_statement"}
+
+
+def _api_candidates(rel: str, lines: list[str], tree, modules: _RepoModules, max_lines: int
+                    ) -> Iterator[tuple[int, int, str, list[dict[str, Any]]]]:
+    info = modules.infos[rel]
+    found: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for node in _walk(tree.root_node):
+        if node.type != "call":
+            continue
+        target = modules.resolve_call(info, node.child_by_field_name("function"))
+        if target is None or target[0] == rel:
+            continue
+        stmt = node.parent
+        while stmt is not None and stmt.type not in _SIMPLE_STATEMENTS and stmt.type not in _COMPOUND_HEADERS \
+                and not stmt.type.endswith("definition") and stmt.type not in ("block", "module"):
+            stmt = stmt.parent
+        if stmt is None:
+            continue
+        if stmt.type in _SIMPLE_STATEMENTS:
+            start, end = stmt.start_point.row, stmt.end_point.row + 1
+        elif stmt.type in _COMPOUND_HEADERS:  # a call in the header of `if`/`for`/`with`...: the header lines
+            body = stmt.child_by_field_name("body") or stmt.child_by_field_name("consequence")
+            if body is None or body.start_point.row <= stmt.start_point.row \
+                    or node.start_point.row >= body.start_point.row:
+                continue
+            start, end = stmt.start_point.row, body.start_point.row
+        else:
+            continue
+        if end - start > max_lines or start == 0:
+            continue
+        if stmt.start_point.column != len(lines[start]) - len(lines[start].lstrip()):
+            continue  # the statement does not begin its line
+        defs = found.setdefault((start, end), [])
+        entry = {"path": target[0], "line_no": target[1]}
+        if entry not in defs:
+            defs.append(entry)
+    for (start, end), defs in sorted(found.items()):
+        yield start, end, "\n".join(lines[start:end]), defs
+
+
+def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int = 0, *,
+               prompt_tokens: int = 2000, max_api_lines: int = 5) -> list[Task]:
+    """Up to `n` tasks of `kind` from the repository at `repo`, chosen at random with `seed` (deterministic).
+
+    line: a code line (not blank, not a comment, not inside a docstring) whose previous line is not blank;
+    api: a statement calling a function or class defined in another file of the repository (`api_definitions`
+    lists the definitions); function: a function body (after its docstring) of at least 3 non-blank lines.
+    Tasks with the same stripped ground truth are kept once. The prompt is the file's preceding lines, as many
+    as fit `prompt_tokens` estimated tokens.
+    """
+    if kind not in KINDS:
+        raise RepocompError(f"unknown task kind {kind!r}; use one of {', '.join(KINDS)}")
+    root = Path(repo)
+    if not root.is_dir():
+        raise RepocompError(f"repository {root} is not a directory")
+    parser = _parser()
+    files: dict[str, tuple[list[str], Any]] = {}
+    for rel in iter_python_files(root):
+        lines = _read_lines(root / rel)
+        if lines is None:
+            continue
+        files[rel] = (lines, parser.parse("\n".join(lines).encode("utf-8")))
+    modules = _RepoModules(files) if kind == "api" else None
+    candidates: list[tuple[str, int, int, str, dict[str, Any]]] = []
+    for rel, (lines, tree) in files.items():
+        if kind == "line":
+            for s, e, gt in _line_candidates(rel, lines, tree):
+                candidates.append((rel, s, e, gt, {}))
+        elif kind == "function":
+            for s, e, gt, name in _function_candidates(rel, lines, tree):
+                candidates.append((rel, s, e, gt, {"function_name": name}))
+        else:
+            for s, e, gt, defs in _api_candidates(rel, lines, tree, modules, max_api_lines):
+                candidates.append((rel, s, e, gt, {"api_definitions": defs}))
+    rng = random.Random(seed)
+    rng.shuffle(candidates)
+    seen: set[tuple[str, ...]] = set()
+    chosen = []
+    for cand in candidates:
+        key = tuple(ln.strip() for ln in cand[3].splitlines() if ln.strip())
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(cand)
+        if len(chosen) >= n:
+            break
+    name = root.resolve().name
+    tasks = []
+    for k, (rel, s, e, gt, extra) in enumerate(chosen):
+        lines = files[rel][0]
+        prompt, start = _prompt_for(lines, s, prompt_tokens)
+        defs = extra.pop("api_definitions", [])
+        md = {"seed": seed, **extra}
+        tasks.append(Task(task_id=f"{name}/{kind}/{k}", repo=name, path=rel, prompt=prompt, ground_truth=gt,
+                          line_no=s, context_start_lineno=start, kind=kind, api_definitions=defs, metadata=md))
+    return tasks
