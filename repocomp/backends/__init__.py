@@ -1,0 +1,142 @@
+"""LLM backends behind one small interface.
+
+- `vllm`: a vLLM server (or several) over its OpenAI-compatible `/v1/completions` HTTP API, streaming.
+- `transformers`: in-process generation with a local causal LM (torch and transformers imported lazily).
+- `extractive`: no model: the continuation found in the best retrieved fragment.
+
+`make_backend(config)` builds the configured one; with `fallback = "extractive"` a failing primary is answered
+by the extractive backend instead, and `Generation.backend` says which one answered (`Generation.error` why the
+primary did not). Every failure a user can cause surfaces as `repocomp.errors.BackendError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from repocomp.config import BackendConfig
+from repocomp.errors import BackendError
+
+__all__ = [
+    "Backend",
+    "FallbackBackend",
+    "Generation",
+    "GenerationRequest",
+    "StreamingBackend",
+    "apply_stops",
+    "make_backend",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str  # the full prompt sent to a model (retrieved blocks + in-file context, or FIM-formatted)
+    prefix: str  # buffer text before the cursor
+    suffix: str  # buffer text after the cursor
+    candidates: tuple[str, ...]  # retrieved block texts best-first (the code after the matched window when known)
+    max_new_tokens: int
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    backend: str  # the backend that answered ("vllm", "transformers", "extractive")
+    error: str = ""  # when a fallback answered: why the configured backend failed
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    async def agenerate(self, request: GenerationRequest) -> Generation: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class StreamingBackend(Backend, Protocol):
+    def astream(self, request: GenerationRequest) -> AsyncIterator[str]: ...
+
+
+def apply_stops(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    """Cut `text` before the earliest stop sequence; returns (text, whether a stop was found)."""
+    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class FallbackBackend:
+    """Answers with `primary`; on a BackendError, with `fallback`, saying so in the Generation."""
+
+    def __init__(self, primary: Backend, fallback: Backend) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.name = primary.name
+
+    async def agenerate(self, request: GenerationRequest) -> Generation:
+        try:
+            return await self.primary.agenerate(request)
+        except BackendError as exc:
+            log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
+            gen = await self.fallback.agenerate(request)
+            return Generation(text=gen.text, backend=gen.backend, error=f"{self.primary.name}: {exc}")
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
+        """Streams from the primary when it can stream; falls back only if it fails before yielding text."""
+        stream = getattr(self.primary, "astream", None)
+        if stream is None:
+            yield (await self.agenerate(request)).text
+            return
+        started = False
+        try:
+            async for piece in stream(request):
+                started = True
+                yield piece
+        except BackendError as exc:
+            if started:
+                raise  # half a completion plus another backend's guess would be nonsense
+            log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
+            yield (await self.fallback.agenerate(request)).text
+
+    async def aclose(self) -> None:
+        try:
+            await self.primary.aclose()
+        finally:
+            await self.fallback.aclose()
+
+
+def make_backend(config: BackendConfig) -> Backend:
+    """The configured backend, wrapped with the extractive fallback when `config.fallback == "extractive"`.
+
+    Building never touches the network or loads weights: failures show up on the first request, where the
+    fallback can catch them.
+    """
+    from repocomp.backends.extractive import ExtractiveBackend
+
+    if config.name == "extractive":
+        return ExtractiveBackend()
+    primary: Backend
+    try:
+        if config.name == "vllm":
+            from repocomp.backends.vllm import VLLMBackend
+
+            primary = VLLMBackend.from_config(config)
+        elif config.name == "transformers":
+            from repocomp.backends.hf import TransformersBackend
+
+            primary = TransformersBackend.from_config(config)
+        else:
+            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm or transformers")
+    except BackendError:
+        if config.fallback != "extractive":
+            raise
+        log.warning("backend %s unusable; using extractive", config.name, exc_info=True)
+        return ExtractiveBackend()
+    if config.fallback == "extractive":
+        return FallbackBackend(primary, ExtractiveBackend())
+    return primary

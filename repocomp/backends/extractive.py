@@ -1,0 +1,125 @@
+"""The model-free backend: copy the continuation out of the best retrieved fragment.
+
+Rules, in order (candidates are tried best-first; the first that yields text wins):
+1. The cursor line has text before the cursor (stripped: `cur`): find a candidate line whose stripped text starts
+   with `cur` and is longer; propose the rest of that line and the lines after it. Failing that, a candidate line
+   that contains `cur` anywhere with text after it.
+2. Otherwise (or when rule 1 finds nothing): find the previous non-blank line of the buffer in a candidate (same
+   stripped text) and propose the lines after it, re-indented to the buffer's indentation. When the cursor line
+   already has text, the proposal must start with it, and only the rest is proposed.
+3. Nothing matches: empty text.
+
+The proposal is capped at about `max_new_tokens` code tokens and cut at the first stop sequence; callers cut it
+to the completion kind with `repocomp.postprocess`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+
+from repocomp.backends import Generation, GenerationRequest, apply_stops
+
+log = logging.getLogger(__name__)
+
+_TOKEN = re.compile(r"\w+|[^\w\s]|\n")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _cap_tokens(text: str, max_tokens: int) -> str:
+    """Cut `text` after `max_tokens` code tokens (words, punctuation, newlines)."""
+    for i, m in enumerate(_TOKEN.finditer(text)):
+        if i == max_tokens:
+            return text[: m.start()].rstrip(" \t")
+    return text
+
+
+def _after_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
+    for aligned in (True, False):  # line-start matches beat matches anywhere in a line
+        for cand in candidates:
+            lines = cand.split("\n")
+            for i, line in enumerate(lines):
+                stripped = line.strip()
+                if aligned:
+                    if not stripped.startswith(cur) or len(stripped) == len(cur):
+                        continue
+                    rest = line.lstrip()[len(cur) :]
+                else:
+                    pos = line.find(cur)
+                    if pos < 0 or not line[pos + len(cur) :].strip():
+                        continue
+                    rest = line[pos + len(cur) :]
+                return "\n".join([rest.rstrip(), *lines[i + 1 :]])
+    return None
+
+
+def _after_previous_line(prev: str, prev_indent: int, typed: str, candidates: tuple[str, ...]) -> str | None:
+    """Lines after the candidate line equal to `prev`, re-indented to the buffer; `typed` = cursor line so far."""
+    key = prev.strip()
+    for cand in candidates:
+        lines = cand.split("\n")
+        for i, line in enumerate(lines[:-1]):
+            if line.strip() != key:
+                continue
+            following = lines[i + 1 :]
+            while following and not following[0].strip():
+                following = following[1:]
+            if not following:
+                continue
+            shift = prev_indent - _indent(line)  # move the candidate's block to the buffer's indentation
+            out = []
+            for fl in following:
+                if fl.strip():
+                    out.append(" " * max(0, _indent(fl) + shift) + fl.lstrip(" \t"))
+                else:
+                    out.append("")
+            first = out[0]
+            if typed.strip():
+                if not first.strip().startswith(typed.strip()) or first.strip() == typed.strip():
+                    continue
+                out[0] = first.lstrip()[len(typed.strip()) :]
+            else:
+                # Whitespace already typed on the cursor line is not proposed again.
+                out[0] = first[min(len(typed), _indent(first)) :]
+            return "\n".join(out)
+    return None
+
+
+def extract_continuation(prefix: str, candidates: tuple[str, ...]) -> str:
+    """The extractive proposal for the cursor at the end of `prefix` (see the module docstring)."""
+    head, _, typed = prefix.rpartition("\n")
+    cur = typed.strip()
+    if cur:
+        found = _after_line_prefix(cur, candidates)
+        if found is not None:
+            return found
+    prev = next((ln for ln in reversed(head.split("\n")) if ln.strip()), "")
+    if prev:
+        found = _after_previous_line(prev, _indent(prev), typed, candidates)
+        if found is not None:
+            return found
+    return ""
+
+
+class ExtractiveBackend:
+    """No model at all; always available, so it is the default and the fallback."""
+
+    name = "extractive"
+
+    async def agenerate(self, request: GenerationRequest) -> Generation:
+        text = extract_continuation(request.prefix, request.candidates)
+        text = _cap_tokens(text, request.max_new_tokens)
+        text, _ = apply_stops(text, request.stop)
+        log.debug("extractive proposal: %r", text[:80])
+        return Generation(text=text, backend=self.name)
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
+        """One piece: the whole proposal (there is nothing to wait for)."""
+        yield (await self.agenerate(request)).text
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,125 @@
+"""In-process generation with a local causal LM through `transformers` (CPU or GPU).
+
+torch and transformers are imported on first use, so `repocomp` works without them (`pip install 'repocomp[hf]'`).
+The model is loaded once, off the event loop; generation runs in a worker thread and checks a flag after every
+token, so cancelling `agenerate` stops the thread's work too, not just the await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from repocomp.backends import Generation, GenerationRequest, apply_stops
+from repocomp.config import BackendConfig
+from repocomp.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+
+class TransformersBackend:
+    name = "transformers"
+
+    def __init__(self, model: str, device: str = "cpu") -> None:
+        self.model_name = model
+        self.device = device
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._load_lock = asyncio.Lock()
+        self._gen_lock = threading.Lock()  # one generate() at a time: a model is not safe to share across threads
+
+    @classmethod
+    def from_config(cls, config: BackendConfig) -> "TransformersBackend":
+        return cls(model=config.model, device=config.device)
+
+    async def _ensure_loaded(self) -> None:
+        async with self._load_lock:
+            if self._model is None:
+                self._model, self._tokenizer = await asyncio.to_thread(self._load)
+
+    def _load(self) -> tuple[Any, Any]:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise BackendError(
+                f"the transformers backend needs torch and transformers ({exc.name} is missing): "
+                "pip install 'repocomp[hf]', or use backend 'vllm' or 'extractive'"
+            ) from None
+        local = Path(self.model_name).expanduser()
+        source = str(local) if local.exists() else self.model_name
+        try:
+            # local_files_only: never reach for the network from a completion request; a hub id must be cached.
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32
+                                                         if self.device == "cpu" else "auto")
+            model.to(self.device)
+            model.eval()
+        except (OSError, ValueError) as exc:
+            raise BackendError(
+                f"transformers: cannot load model {self.model_name!r} on {self.device}: {exc}. "
+                "Point [backend] model at a local model directory (or a model already in the Hugging Face cache)."
+            ) from None
+        except RuntimeError as exc:  # e.g. an unavailable device
+            raise BackendError(f"transformers: cannot use device {self.device!r}: {exc}") from None
+        log.info("loaded %s on %s", self.model_name, self.device)
+        return model, tokenizer
+
+    def _generate(self, request: GenerationRequest, cancelled: threading.Event) -> tuple[str, int]:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        tok, model = self._tokenizer, self._model
+        enc = tok(request.prompt, return_tensors="pt", add_special_tokens=False)
+        input_ids = enc["input_ids"].to(self.device)
+        n_in = input_ids.shape[1]
+        stops = tuple(s for s in request.stop if s)
+
+        class _Stop(StoppingCriteria):
+            def __call__(self, ids: Any, scores: Any, **kwargs: Any) -> bool:
+                if cancelled.is_set():
+                    return True
+                if not stops:
+                    return False
+                text = tok.decode(ids[0, n_in:], skip_special_tokens=True)
+                return any(s in text for s in stops)
+
+        sampling = request.temperature > 0
+        kwargs: dict[str, Any] = {"do_sample": sampling}
+        if sampling:
+            kwargs["temperature"] = request.temperature
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        with self._gen_lock, torch.no_grad():
+            out = model.generate(
+                input_ids,
+                attention_mask=enc["attention_mask"].to(self.device),
+                max_new_tokens=request.max_new_tokens,
+                stopping_criteria=StoppingCriteriaList([_Stop()]),
+                pad_token_id=pad,
+                **kwargs,
+            )
+        new = out[0, n_in:]
+        return tok.decode(new, skip_special_tokens=True), int(new.shape[0])
+
+    async def agenerate(self, request: GenerationRequest) -> Generation:
+        await self._ensure_loaded()
+        cancelled = threading.Event()
+        try:
+            text, n = await asyncio.to_thread(self._generate, request, cancelled)
+        except asyncio.CancelledError:
+            cancelled.set()  # the thread stops at its next token
+            raise
+        except BackendError:
+            raise
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(f"transformers: generation failed: {exc}") from None
+        text, _ = apply_stops(text, request.stop)
+        log.debug("transformers generated %d tokens", n)
+        return Generation(text=text, backend=self.name)
+
+    async def aclose(self) -> None:
+        self._model = None
+        self._tokenizer = None

@@ -1,0 +1,311 @@
+"""vLLM (or any OpenAI-compatible server) over HTTP: `/v1/completions`, streamed as server-sent events.
+
+- One `httpx.AsyncClient`, any number of endpoints; each request goes to the endpoint with the fewest requests in
+  flight (ties: round robin), endpoints that just refused a connection are tried last for a few seconds.
+- Timeouts everywhere: `connect_timeout_s` to connect, and `timeout_s` as the total deadline of a request
+  (retries included), which also bounds every read while streaming.
+- Retries with exponential backoff on connection failures and 5xx answers, but only before any text arrived.
+- Cancellation: cancelling `agenerate` (or leaving an `astream` loop) closes the HTTP response, so the server
+  sees the client go away and aborts the request, freeing its batch slot.
+- Every httpx failure is translated here into `BackendError` saying which endpoint did what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from repocomp.backends import Generation, GenerationRequest
+from repocomp.config import BackendConfig
+from repocomp.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+DOWN_COOLDOWN_S = 5.0  # an endpoint that refused a connection goes to the back of the queue this long
+
+
+@dataclass
+class _Endpoint:
+    url: str  # base URL without a trailing /v1
+    in_flight: int = 0
+    down_until: float = 0.0
+
+
+class _Retryable(Exception):
+    """Internal: this attempt failed in a way another attempt (or endpoint) may not."""
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(
+        self,
+        endpoints: tuple[str, ...] | list[str],
+        model: str = "",
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 3.0,
+        retries: int = 2,
+        backoff_s: float = 0.1,
+        stream: bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not endpoints:
+            raise BackendError("vllm backend: no endpoints configured (set [backend] endpoints)")
+        self.endpoints = [_Endpoint(_base_url(u)) for u in endpoints]
+        self.model = model  # "" = ask the server (`/v1/models`) on first use
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.stream = stream  # agenerate streams too: a disconnect is noticed sooner, and reads stay bounded
+        self._rr = 0
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            # The server is local or in the cluster: an HTTP(S)_PROXY meant for the internet must not capture it.
+            trust_env=False,
+            transport=transport,
+        )
+
+    @classmethod
+    def from_config(cls, config: BackendConfig) -> "VLLMBackend":
+        return cls(
+            endpoints=config.endpoints,
+            model=config.model,
+            timeout_s=config.timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            retries=config.retries,
+        )
+
+    # ---- endpoint choice -------------------------------------------------------------------------------
+
+    def _order(self) -> list[_Endpoint]:
+        """Endpoints in the order to try: healthy first, fewest in flight first, ties round robin."""
+        now = time.monotonic()
+        n = len(self.endpoints)
+        start = self._rr % n
+        self._rr += 1
+        rotated = self.endpoints[start:] + self.endpoints[:start]
+        return sorted(rotated, key=lambda e: (e.down_until > now, e.in_flight))  # sort is stable
+
+    # ---- public API -------------------------------------------------------------------------------------
+
+    async def agenerate(self, request: GenerationRequest) -> Generation:
+        if not self.stream:
+            text = await self._complete_once(request)
+            return Generation(text=text, backend=self.name)
+        pieces: list[str] = []
+        # aclosing: a cancelled or failed collection closes the stream (and so the HTTP response) right here.
+        async with contextlib.aclosing(self.astream(request)) as stream:
+            async for piece in stream:
+                pieces.append(piece)
+        return Generation(text="".join(pieces), backend=self.name)
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
+        """The completion's text pieces as the server produces them."""
+        deadline = time.monotonic() + self.timeout_s
+        payload = await self._payload(request, deadline, stream=True)
+        last_error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await self._sleep_backoff(attempt, deadline)
+            for ep in self._order():
+                started = False
+                try:
+                    # aclosing: when our consumer stops early, the inner stream (and its response) closes now,
+                    # not whenever the garbage collector gets to it.
+                    async with contextlib.aclosing(self._stream_from(ep, payload, deadline)) as pieces:
+                        async for piece in pieces:
+                            started = True
+                            yield piece
+                    return
+                except _Retryable as exc:
+                    if started:  # text already went out: another endpoint would start over
+                        raise BackendError(f"vllm: {exc}") from None
+                    last_error = str(exc)
+                    log.info("vllm attempt %d at %s failed: %s", attempt + 1, ep.url, exc)
+        raise BackendError(f"vllm: no endpoint answered after {self.retries + 1} round(s): {last_error}")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def list_models(self, deadline: float | None = None) -> list[str]:
+        """Model names served by the first endpoint that answers `/v1/models`."""
+        deadline = deadline if deadline is not None else time.monotonic() + self.timeout_s
+        errors = []
+        for ep in self._order():
+            try:
+                async with asyncio.timeout_at(_loop_deadline(deadline)):
+                    resp = await self._client.get(f"{ep.url}/v1/models")
+                resp.raise_for_status()
+                return [m["id"] for m in resp.json()["data"]]
+            except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+                errors.append(f"{ep.url}: {type(exc).__name__}: {exc}")
+        raise BackendError("vllm: cannot list models: " + "; ".join(errors))
+
+    # ---- internals --------------------------------------------------------------------------------------
+
+    async def _payload(self, request: GenerationRequest, deadline: float, stream: bool) -> dict[str, Any]:
+        if not self.model:
+            models = await self.list_models(deadline)
+            if not models:
+                raise BackendError("vllm: the server serves no model")
+            self.model = models[0]
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": request.prompt,
+            "max_tokens": request.max_new_tokens,
+            "temperature": request.temperature,
+            "stream": stream,
+        }
+        if request.stop:
+            payload["stop"] = list(request.stop)
+        return payload
+
+    async def _sleep_backoff(self, attempt: int, deadline: float) -> None:
+        delay = self.backoff_s * (2 ** (attempt - 1))
+        if time.monotonic() + delay >= deadline:
+            raise BackendError(f"vllm: no endpoint answered within {self.timeout_s:g}s")
+        await asyncio.sleep(delay)
+
+    async def _send(self, ep: _Endpoint, payload: dict[str, Any], deadline: float, stream: bool) -> httpx.Response:
+        """POST the request; returns a response with a 2xx status (body not read when streaming)."""
+        url = f"{ep.url}/v1/completions"
+        try:
+            async with asyncio.timeout_at(_loop_deadline(deadline)):
+                resp = await self._client.send(self._client.build_request("POST", url, json=payload), stream=stream)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            ep.down_until = time.monotonic() + DOWN_COOLDOWN_S
+            raise _Retryable(f"{ep.url} unreachable ({type(exc).__name__}: {exc or 'no detail'})") from None
+        except (TimeoutError, httpx.TimeoutException):
+            raise BackendError(f"vllm: {ep.url} did not answer within {self.timeout_s:g}s") from None
+        except httpx.HTTPError as exc:
+            raise _Retryable(f"{ep.url}: {type(exc).__name__}: {exc}") from None
+        if resp.status_code >= 400:
+            try:
+                async with asyncio.timeout_at(_loop_deadline(deadline)):
+                    body = (await resp.aread()).decode("utf-8", "replace")
+            except (TimeoutError, httpx.HTTPError):
+                body = ""
+            finally:
+                await resp.aclose()
+            msg = f"{ep.url} answered HTTP {resp.status_code}: {_error_message(body)}"
+            if resp.status_code >= 500:
+                raise _Retryable(msg)
+            raise BackendError(f"vllm: {msg}")  # 4xx: the request itself is wrong; retrying will not help
+        return resp
+
+    async def _complete_once(self, request: GenerationRequest) -> str:
+        deadline = time.monotonic() + self.timeout_s
+        payload = await self._payload(request, deadline, stream=False)
+        last_error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await self._sleep_backoff(attempt, deadline)
+            for ep in self._order():
+                ep.in_flight += 1
+                try:
+                    resp = await self._send(ep, payload, deadline, stream=False)
+                    try:
+                        return str(resp.json()["choices"][0]["text"])
+                    except (ValueError, KeyError, IndexError, TypeError):
+                        raise BackendError(f"vllm: {ep.url} answered a malformed completion: {resp.text[:200]!r}")
+                except _Retryable as exc:
+                    last_error = str(exc)
+                    log.info("vllm attempt %d at %s failed: %s", attempt + 1, ep.url, exc)
+                finally:
+                    ep.in_flight -= 1
+        raise BackendError(f"vllm: no endpoint answered after {self.retries + 1} round(s): {last_error}")
+
+    async def _stream_from(self, ep: _Endpoint, payload: dict[str, Any], deadline: float) -> AsyncIterator[str]:
+        ep.in_flight += 1
+        try:
+            resp = await self._send(ep, payload, deadline, stream=True)
+            try:
+                lines = resp.aiter_lines()
+                done = False
+                while not done:
+                    try:
+                        # The deadline wraps each read only, never a `yield`: the consumer's time is its own.
+                        async with asyncio.timeout_at(_loop_deadline(deadline)):
+                            line = await anext(lines)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        raise BackendError(f"vllm: {ep.url} stalled: no completion within {self.timeout_s:g}s")
+                    except httpx.TimeoutException:
+                        raise BackendError(f"vllm: {ep.url} stalled: read timed out after {self.timeout_s:g}s")
+                    except httpx.HTTPError as exc:
+                        raise _Retryable(f"{ep.url} broke the stream: {type(exc).__name__}: {exc}") from None
+                    piece, done = _parse_sse_line(line, ep.url)
+                    if piece:
+                        yield piece
+                if not done:
+                    raise BackendError(f"vllm: {ep.url} ended the stream without [DONE] (truncated answer)")
+            finally:
+                # Closing an unfinished streamed response drops the connection: vLLM aborts the request.
+                await resp.aclose()
+        finally:
+            ep.in_flight -= 1
+
+
+def _parse_sse_line(line: str, url: str) -> tuple[str, bool]:
+    """(text piece, stream finished) for one line of an OpenAI-style completion event stream."""
+    line = line.strip()
+    if not line or line.startswith(":"):
+        return "", False  # blank separator or SSE comment (keep-alive)
+    if line.startswith(("event:", "id:", "retry:")):
+        return "", False
+    if not line.startswith("data:"):
+        raise BackendError(f"vllm: malformed stream from {url}: expected 'data:' lines, got {line[:120]!r}")
+    data = line[len("data:") :].strip()
+    if data == "[DONE]":
+        return "", True
+    try:
+        event = json.loads(data)
+    except ValueError:
+        raise BackendError(f"vllm: malformed stream from {url}: not JSON: {data[:120]!r}") from None
+    if not isinstance(event, dict):
+        raise BackendError(f"vllm: malformed stream from {url}: unexpected event {data[:120]!r}")
+    if "error" in event:
+        raise BackendError(f"vllm: {url} reported an error mid-stream: {_error_message(json.dumps(event))}")
+    try:
+        choice = event["choices"][0]
+        text = choice.get("text") or ""
+        if not isinstance(text, str):
+            raise TypeError
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise BackendError(f"vllm: malformed stream from {url}: event without choices[0].text: {data[:120]!r}") from None
+    return text, False
+
+
+def _error_message(body: str) -> str:
+    """The server's own words from an OpenAI-style error body, else the body's start."""
+    try:
+        obj = json.loads(body)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])[:300]
+        if isinstance(obj, dict) and "message" in obj:
+            return str(obj["message"])[:300]
+    except ValueError:
+        pass
+    return body.strip()[:300] or "(empty body)"
+
+
+def _loop_deadline(deadline: float) -> float:
+    """Convert a time.monotonic() deadline to the running loop's clock (asyncio.timeout_at wants the latter)."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (deadline - time.monotonic())

@@ -1,0 +1,127 @@
+"""Shared pytest fixtures. Each group sits in its own clearly named section; append yours in a new section."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- backends: tiny model + real CPU vLLM server ------------------------------------------------------------
+
+VLLM_STARTUP_TIMEOUT_S = 300.0
+
+
+class VLLMServer(str):
+    """The server's base URL (a str, e.g. "http://127.0.0.1:PORT"), plus where its output goes and what it serves."""
+
+    log_path: Path
+    model: str
+    process: subprocess.Popen[bytes]
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """A tiny random-weight Llama built locally (cached in .cache/, rebuilt when its inputs change)."""
+    try:
+        from tiny_model import build_tiny_model  # tests/ is on sys.path under pytest's default import mode
+    except ImportError:
+        from tests.tiny_model import build_tiny_model
+
+    return build_tiny_model(REPO_ROOT / ".cache" / "tiny-llama")
+
+
+def vllm_python() -> Path | None:
+    """The vLLM virtualenv's interpreter: $REPOCOMP_VLLM_PYTHON, then .venv-vllm/, then /work/vllm-venv/."""
+    env = os.environ.get("REPOCOMP_VLLM_PYTHON")
+    candidates = [Path(env)] if env else [REPO_ROOT / ".venv-vllm" / "bin" / "python", Path("/work/vllm-venv/bin/python")]
+    return next((p for p in candidates if p.is_file() and os.access(p, os.X_OK)), None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM the server's whole process group (it forks engine workers), SIGKILL if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    """A real vLLM OpenAI-compatible server on loopback serving the tiny model; yields its base URL."""
+    python = vllm_python()
+    if python is None:
+        pytest.fail(
+            "no vLLM virtualenv found (looked at $REPOCOMP_VLLM_PYTHON, .venv-vllm/bin/python, "
+            "/work/vllm-venv/bin/python): run `bash .ci/setup` (or `bash .ci/setup_vllm.sh`) first",
+            pytrace=False,
+        )
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = dict(os.environ)
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE="1",  # GiB of KV cache; the default is far more than a test machine spares
+        VLLM_LOGGING_LEVEL="DEBUG",  # abort messages are logged at debug level
+        PYTHONUNBUFFERED="1",
+        VLLM_NO_USAGE_STATS="1",
+        VLLM_DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
+    cmd = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",  # the `vllm` script fails under vllm-cpu
+        "--model", str(tiny_model_dir),
+        "--dtype", "float32",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--max-model-len", "2048",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log_fh:
+        proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + VLLM_STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-4000:]
+                pytest.fail(f"vLLM server exited with {proc.returncode} during startup; log tail:\n{tail}", pytrace=False)
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=2.0, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-4000:]
+                pytest.fail(f"vLLM server not ready after {VLLM_STARTUP_TIMEOUT_S:g}s; log tail:\n{tail}", pytrace=False)
+            time.sleep(0.5)
+        server = VLLMServer(url)
+        server.log_path = log_path
+        server.model = str(tiny_model_dir)
+        server.process = proc
+        yield server
+    finally:
+        _stop_process_group(proc)
