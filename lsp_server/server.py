@@ -1,0 +1,533 @@
+"""The repocomp language server (pygls 2.x): inline completion and a completion fallback, repository-wide.
+
+Handlers are thin: fetch the document, call `RepocompServer.complete` (one engine entry point), convert with
+`lsp_server.convert`. `complete` owns the request policy:
+
+- at most one generation per document: a newer request for a document cancels the older one's task (which
+  closes the in-flight backend stream) and waits for it to finish before generating; `$/cancelRequest`
+  cancels the handler's task and with it the generation;
+- until a folder's index is ready, completions use in-file context only (`Completer(None, ...)`);
+- any failure (unknown URI, bad position, binary/huge document, non-file URI, backend down or slow, engine
+  error) answers an empty result and shows at most one `window/showMessage` warning per failure kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from lsp_server import convert
+from lsp_server.options import Options, apply_options, parse_options
+from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
+from repocomp.config import Config, load_config
+from repocomp.errors import BackendError, RepocompError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SERVER_NAME = "repocomp"
+STATS_METHOD = "repocomp/stats"  # custom request: timings, RSS and index state (used by `repocomp bench lsp`)
+
+
+class DocumentJobs:
+    """At most one generation per document; a newer request supersedes (cancels) the older one."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._latest: dict[str, int] = {}
+
+    async def run(self, key: str, make: Callable[[], Awaitable[T]]) -> tuple[bool, T | None]:
+        """(True, result) when this request ran to the end, (False, None) when a newer one superseded it.
+
+        Cancelling the caller's task (`$/cancelRequest`) cancels the generation and propagates.
+        """
+        ticket = self._latest.get(key, 0) + 1
+        self._latest[key] = ticket
+        previous = self._tasks.get(key)
+        if previous is not None and not previous.done():
+            previous.cancel()
+            await asyncio.wait([previous])  # its backend stream is closed before ours opens
+        if self._latest.get(key) != ticket:
+            return False, None  # superseded while waiting
+        task = asyncio.ensure_future(make())
+        self._tasks[key] = task
+        try:
+            return True, await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and current is not None and not current.cancelling():
+                return False, None  # superseded by a newer request
+            raise
+        finally:
+            if self._tasks.get(key) is task:
+                del self._tasks[key]
+
+    def cancel(self, key: str) -> None:
+        task = self._tasks.get(key)
+        if task is not None:
+            task.cancel()
+
+    async def cancel_all(self) -> None:
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2)
+
+
+@dataclasses.dataclass
+class RequestStats:
+    """Server-side timings of recent completion requests, for `repocomp/stats`."""
+
+    completed_ms: deque[float] = dataclasses.field(default_factory=lambda: deque(maxlen=2000))
+    superseded: int = 0
+    cancelled: int = 0
+    failed: int = 0
+
+
+class RepocompServer(LanguageServer):
+    """Server state: options, per-folder indexes, engines (completers and backends), in-flight jobs."""
+
+    def __init__(self, *, build_index: bool = True, watch_files: bool | None = None) -> None:
+        super().__init__(SERVER_NAME, _version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.options = Options()
+        self.build_index = build_index
+        self.watch_override = watch_files
+        self.indexes: WorkspaceIndexes | None = None
+        self.jobs = DocumentJobs()
+        self.stats = RequestStats()
+        self._base_configs: dict[Path, Config] = {}
+        self._configs: dict[Path | None, Config] = {}
+        self._backends: dict[Any, Any] = {}
+        self._completers: dict[tuple[Path | None, bool], Any] = {}
+        self._warned: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._progress_tokens: dict[Path, str] = {}
+        self._progress_last: dict[Path, float] = {}
+
+    # ----- messages -----
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """One window/showMessage warning per failure kind; every occurrence goes to the log."""
+        logger.warning("%s: %s", kind, message)
+        if kind in self._warned:
+            return
+        self._warned.add(kind)
+        self.call_on_loop(self.window_show_message,
+                          types.ShowMessageParams(type=types.MessageType.Warning, message=f"repocomp: {message}"))
+
+    def call_on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` on the event loop thread (the protocol writer is not thread-safe)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
+
+    # ----- configuration -----
+
+    def set_options(self, data: Any) -> None:
+        self.options, errors = parse_options(data)
+        for message in errors:
+            self.warn_once(f"option:{message}", message)
+        self._configs.clear()
+        self._completers.clear()
+
+    def config_for(self, root: Path | None) -> Config:
+        """The folder's own config (repocomp.toml / pyproject.toml) with the client's options applied."""
+        key = root
+        config = self._configs.get(key)
+        if config is None:
+            base = self._base_configs.get(key) if key is not None else Config()
+            config, errors = apply_options(base or Config(), self.options)
+            for message in errors:
+                self.warn_once(f"option:{message}", message)
+            self._configs[key] = config
+        return config
+
+    def base_config(self, root: Path) -> Config:
+        try:
+            config = load_config(root)
+        except RepocompError as exc:
+            self.warn_once("config", f"{exc}; using defaults")
+            config = Config()
+        self._base_configs[root.resolve()] = config
+        return config
+
+    # ----- engine -----
+
+    def backend_for(self, config: Config) -> Any:
+        backend = self._backends.get(config.backend)
+        if backend is None:
+            from repocomp.backends import make_backend
+
+            backend = make_backend(config.backend)
+            self._backends[config.backend] = backend
+        return backend
+
+    def completer_for(self, folder: FolderIndex | None, index: Any) -> Any:
+        """A Completer for the folder: repository-wide once its index is ready, in-file until then."""
+        key = (folder.root if folder is not None else None, index is not None)
+        completer = self._completers.get(key)
+        if completer is None:
+            from repocomp.pipeline import Completer
+
+            config = self.config_for(key[0])
+            completer = Completer(index, config, self.backend_for(config))
+            self._completers[key] = completer
+        return completer
+
+    async def close_engines(self) -> None:
+        await self.jobs.cancel_all()
+        backends, self._backends = list(self._backends.values()), {}
+        self._completers.clear()
+        for backend in backends:
+            try:
+                await backend.aclose()
+            except Exception:  # pragma: no cover - closing is best effort
+                logger.debug("closing backend failed", exc_info=True)
+
+    async def complete(self, uri: str, position: types.Position) -> tuple[str, str]:
+        """(completion text, line text at the cursor) for an LSP position; ("", line) on any failure."""
+        started = time.perf_counter()
+        if not self.options.enable:
+            return "", ""
+        try:
+            document = self.workspace.text_documents.get(uri)
+            if document is None:
+                raise convert.ConversionError("uri", f"{uri} is not open in the editor; nothing to complete")
+            cursor = convert.to_cursor(uri, document.source, position, self.position_encoding(),
+                                       self.options.server.max_document_bytes)
+        except convert.ConversionError as exc:
+            self.warn_once(exc.kind, str(exc))
+            return "", ""
+        lines = cursor.text.split("\n")
+        line_text = lines[cursor.line]
+        folder = self.indexes.folder_for(cursor.path) if self.indexes is not None else None
+        timeout_s = self.options.server.request_timeout_ms / 1000
+
+        async def generate() -> Any:
+            async with _maybe_reading(folder) as index:
+                rel = folder.relative(cursor.path) if folder is not None and index is not None else None
+                completer = self.completer_for(folder, index if rel is not None else None)
+                path = rel if rel is not None else cursor.path.name
+                mode = "repocoder" if index is not None and rel is not None else "infile"
+                return await asyncio.wait_for(
+                    completer.acomplete(path, cursor.text, cursor.line, cursor.col, mode=mode), timeout_s)
+
+        try:
+            finished, result = await self.jobs.run(uri, generate)
+        except asyncio.CancelledError:
+            self.stats.cancelled += 1
+            raise
+        except (asyncio.TimeoutError, TimeoutError):
+            self.stats.failed += 1
+            self.warn_once("backend-slow", f"no completion within {timeout_s:g} s; the backend is slow or stuck")
+            return "", line_text
+        except BackendError as exc:
+            self.stats.failed += 1
+            self.warn_once("backend", f"backend failed: {exc}")
+            return "", line_text
+        except RepocompError as exc:
+            self.stats.failed += 1
+            self.warn_once("engine", str(exc))
+            return "", line_text
+        except Exception as exc:  # never crash the server on one request
+            self.stats.failed += 1
+            logger.exception("completion at %s:%d:%d failed", uri, position.line, position.character)
+            self.warn_once("internal", f"internal error: {type(exc).__name__}: {exc} (see the log)")
+            return "", line_text
+        if not finished:
+            self.stats.superseded += 1
+            return "", line_text
+        configured = self.config_for(folder.root if folder is not None else None).backend.name
+        if getattr(result, "backend", configured) not in (configured, "") and configured != "extractive":
+            self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
+        self.stats.completed_ms.append((time.perf_counter() - started) * 1000)
+        return result.text, line_text
+
+    def position_encoding(self) -> str:
+        return convert.normalize_encoding(self.workspace.position_encoding)
+
+    # ----- indexing -----
+
+    def start_indexing(self) -> None:
+        """Register every workspace folder, start their builds and the file watcher (never blocks)."""
+        self._loop = asyncio.get_running_loop()
+        debounce = self.options.server.debounce_ms / 1000
+        self.indexes = WorkspaceIndexes(on_progress=self._on_index_progress, on_state=self._on_index_state,
+                                        debounce_s=debounce)
+        for root in self.folder_roots():
+            self.add_folder(root)
+
+    def add_folder(self, root: Path) -> None:
+        assert self.indexes is not None
+        root = root.resolve()
+        if not root.is_dir():
+            self.warn_once("folder", f"workspace folder {root} does not exist; completing in-file only there")
+            return
+        self.base_config(root)
+        self._configs.pop(root, None)
+        folder = self.indexes.add_folder(root, self.config_for(root))
+        if self.build_index:
+            self._begin_progress(folder)
+            self.indexes.start(folder)
+        watch = self.options.server.watch_files if self.watch_override is None else self.watch_override
+        if watch:
+            self.indexes.watch([folder])
+
+    def folder_roots(self) -> list[Path]:
+        roots: list[Path] = []
+        for folder in self.workspace.folders.values():
+            try:
+                roots.append(convert.uri_to_path(folder.uri))
+            except convert.ConversionError as exc:
+                self.warn_once("scheme", str(exc))
+        if not roots and self.workspace.root_uri:
+            try:
+                roots.append(convert.uri_to_path(self.workspace.root_uri))
+            except convert.ConversionError as exc:
+                self.warn_once("scheme", str(exc))
+        return roots
+
+    def _begin_progress(self, folder: FolderIndex) -> None:
+        token = f"repocomp-index-{folder.root}"
+        self._progress_tokens[folder.root] = token
+        title = f"repocomp: indexing {folder.root.name}"
+        caps = self.client_capabilities.window
+        if caps is not None and caps.work_done_progress:
+            async def begin() -> None:
+                try:
+                    await self.work_done_progress.create_async(token)
+                except Exception:  # the client refused: report nothing, index anyway
+                    logger.debug("work done progress refused", exc_info=True)
+                    self._progress_tokens.pop(folder.root, None)
+                    return
+                self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, percentage=0,
+                                                                                 cancellable=False))
+            asyncio.ensure_future(begin())
+        else:
+            self._progress_tokens.pop(folder.root, None)
+
+    def _on_index_progress(self, folder: FolderIndex, done: int, total: int, phase: str) -> None:
+        now = time.monotonic()  # called from the build thread; throttle to a few reports a second
+        if now - self._progress_last.get(folder.root, 0.0) < 0.2 and done < total:
+            return
+        self._progress_last[folder.root] = now
+        token = self._progress_tokens.get(folder.root)
+        if token is None or token not in self.work_done_progress.tokens:
+            return
+        pct = int(100 * done / total) if total > 0 else None
+        report = types.WorkDoneProgressReport(message=f"{phase} {done}/{total}", percentage=pct)
+        self.call_on_loop(self.work_done_progress.report, token, report)
+
+    def _on_index_state(self, folder: FolderIndex) -> None:
+        def done() -> None:
+            self._completers.pop((folder.root, True), None)
+            token = self._progress_tokens.pop(folder.root, None)
+            if folder.state == "ready":
+                message = "index ready"
+                self.window_log_message(types.LogMessageParams(type=types.MessageType.Info,
+                                                               message=f"repocomp: index of {folder.root} ready"))
+            else:
+                message = f"indexing failed: {folder.error}"
+                self.warn_once("index", f"indexing {folder.root} failed ({folder.error}); completing in-file only")
+            if token is not None and token in self.work_done_progress.tokens:
+                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+
+        self.call_on_loop(done)
+
+    async def register_file_watchers(self) -> None:
+        caps = self.client_capabilities.workspace
+        watched = caps.did_change_watched_files if caps is not None else None
+        if watched is None or not watched.dynamic_registration:
+            return
+        registration = types.Registration(
+            id="repocomp-watched-files",
+            method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+            register_options=types.DidChangeWatchedFilesRegistrationOptions(
+                watchers=[types.FileSystemWatcher(glob_pattern="**/*")]),
+        )
+        try:
+            await self.client_register_capability_async(types.RegistrationParams(registrations=[registration]))
+        except Exception:
+            logger.info("client refused the file watcher registration; relying on the server's own watcher")
+
+    def stats_payload(self) -> dict[str, Any]:
+        folders = {}
+        if self.indexes is not None:
+            folders = {str(f.root): {"state": f.state, "version": f.version, "error": f.error}
+                       for f in self.indexes.folders.values()}
+        return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
+                "cancelled": self.stats.cancelled, "failed": self.stats.failed, "rss_bytes": rss_bytes(),
+                "folders": folders}
+
+    async def shutdown_all(self) -> None:
+        await self.close_engines()
+        if self.indexes is not None:
+            indexes, self.indexes = self.indexes, None
+            await asyncio.get_running_loop().run_in_executor(None, indexes.close)
+
+
+class _NoFolder:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _maybe_reading(folder: FolderIndex | None) -> Any:
+    return folder.reading() if folder is not None else _NoFolder()
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{os.getpid()}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("repocomp")
+    except Exception:  # pragma: no cover - running from a source tree without metadata
+        return "0"
+
+
+def _path_of(uri: str) -> Path | None:
+    try:
+        return convert.uri_to_path(uri)
+    except convert.ConversionError:
+        return None
+
+
+def create_server(*, build_index: bool = True, watch_files: bool | None = None) -> RepocompServer:
+    """A fresh server with every feature registered (no global state: tests and the bench make their own)."""
+    server = RepocompServer(build_index=build_index, watch_files=watch_files)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: RepocompServer, params: types.InitializeParams) -> None:
+        ls.set_options(params.initialization_options)
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: RepocompServer, params: types.InitializedParams) -> None:
+        ls.start_indexing()
+        await ls.register_file_watchers()
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: RepocompServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+        text, _ = await ls.complete(params.text_document.uri, params.position)
+        return convert.to_inline_completion_list(text, params.position)
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " ", "\n"]))
+    async def completion(ls: RepocompServer, params: types.CompletionParams) -> types.CompletionList:
+        text, line_text = await ls.complete(params.text_document.uri, params.position)
+        return convert.to_completion_list(text, line_text, params.position, ls.position_encoding())
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=True))
+    def did_save(ls: RepocompServer, params: types.DidSaveTextDocumentParams) -> None:
+        path = _path_of(params.text_document.uri)
+        if path is None or ls.indexes is None:
+            return
+        document = ls.workspace.text_documents.get(params.text_document.uri)
+        text = params.text if params.text is not None else (document.source if document is not None else None)
+        ls.indexes.file_changed(path, text)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: RepocompServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.jobs.cancel(params.text_document.uri)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: RepocompServer, params: types.DidChangeWatchedFilesParams) -> None:
+        if ls.indexes is None:
+            return
+        for change in params.changes:
+            path = _path_of(change.uri)
+            if path is None:
+                continue
+            if change.type == types.FileChangeType.Deleted:
+                ls.indexes.file_deleted(path)
+            else:
+                ls.indexes.file_changed(path)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: RepocompServer, params: types.DidChangeConfigurationParams) -> None:
+        settings = params.settings
+        if settings is None:
+            caps = ls.client_capabilities.workspace
+            if caps is not None and caps.configuration:
+                result = await ls.workspace_configuration_async(
+                    types.ConfigurationParams(items=[types.ConfigurationItem(section="repocomp")]))
+                settings = result[0] if result else None
+        await ls.close_engines()
+        ls._warned.clear()
+        ls.set_options(settings)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_folders(ls: RepocompServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+        if ls.indexes is None:
+            return
+        for removed in params.event.removed:
+            path = _path_of(removed.uri)
+            if path is not None:
+                ls.indexes.remove_folder(path)
+        for added in params.event.added:
+            path = _path_of(added.uri)
+            if path is not None:
+                ls.add_folder(path)
+
+    @server.feature(types.SHUTDOWN)
+    async def shutdown(ls: RepocompServer, params: None) -> None:
+        await ls.shutdown_all()
+
+    @server.feature(STATS_METHOD)
+    def stats(ls: RepocompServer, params: Any) -> dict[str, Any]:
+        return ls.stats_payload()
+
+    return server
+
+
+class LspLogHandler(logging.Handler):
+    """Forwards log records to the client as window/logMessage (thread-safe; never recursive)."""
+
+    _LEVELS = ((logging.ERROR, types.MessageType.Error), (logging.WARNING, types.MessageType.Warning),
+               (logging.INFO, types.MessageType.Info))
+
+    def __init__(self, server: RepocompServer, level: int = logging.INFO) -> None:
+        super().__init__(level)
+        self.server = server
+        self._emitting = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._emitting or self.server._loop is None:
+            return
+        self._emitting = True
+        try:
+            kind = next((t for lvl, t in self._LEVELS if record.levelno >= lvl), types.MessageType.Log)
+            params = types.LogMessageParams(type=kind, message=self.format(record))
+            self.server.call_on_loop(self.server.window_log_message, params)
+        except Exception:  # pragma: no cover - logging must never raise
+            self.handleError(record)
+        finally:
+            self._emitting = False
