@@ -185,12 +185,12 @@ def _non_code_rows(tree) -> set[int]:
     """Rows that hold only a docstring or the inside of a multi-line string."""
     rows: set[int] = set()
     for node in _walk(tree.root_node):
-        if node.type == "string" and node.end_point.row > node.start_point.row:
+        if node.type == "string":
             parent = node.parent
             first = node.start_point.row
             if parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1:
                 rows.update(range(first, node.end_point.row + 1))  # a docstring or bare string statement
-            else:
+            elif node.end_point.row > first:
                 rows.update(range(first + 1, node.end_point.row + 1))
     return rows
 

@@ -1,0 +1,119 @@
+"""`repocomp eval`: batch RepoEval evaluation, plus the `make-tasks` and `report` sub-verbs.
+
+    repocomp eval TASKS.jsonl --repos DIR [--mode M] [--no-fragrel] [--backend B] [--out R.jsonl] ...
+    repocomp eval make-tasks REPO --kind line|api|function [--n N] [--seed S] --out FILE
+    repocomp eval report RESULTS.jsonl... [--png FILE]
+
+`eval` takes everything after it verbatim and picks the sub-verb from its first word, so the plain form
+(`repocomp eval TASKS.jsonl ...`) and the sub-verbs share one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from repocomp.errors import RepocompError
+
+_VERBS = ("make-tasks", "report")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    # prefix_chars that no argument uses: every word after `eval` (options too) lands in `eval_argv`
+    parser = subparsers.add_parser(
+        "eval", add_help=False, prefix_chars="\x00",
+        help="batch RepoEval evaluation (sub-verbs: make-tasks, report); `repocomp eval -h` for details")
+    parser.add_argument("eval_argv", nargs="*")
+    parser.set_defaults(run=run)
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="repocomp eval", description="Evaluate completion on RepoEval-format tasks, without leakage.",
+        epilog="Other verbs: `repocomp eval make-tasks -h`, `repocomp eval report -h`.")
+    p.add_argument("tasks", type=Path, help="RepoEval JSONL tasks file")
+    p.add_argument("--repos", type=Path, required=True, help="folder holding the repositories (fpath_tuple[0])")
+    p.add_argument("--mode", default="repocoder", choices=("infile", "vanilla", "repocoder", "oracle"))
+    p.add_argument("--no-fragrel", action="store_true", help="turn FragRel off (alpha = 0)")
+    p.add_argument("--query-relations", type=float, metavar="W", help="weight of query-side relations")
+    p.add_argument("--backend", default="none", choices=("none", "extractive", "vllm", "transformers"),
+                   help="none = retrieval only (prediction empty, EM/ES null)")
+    p.add_argument("--kind", choices=("line", "api", "function"),
+                   help="task kind when the file does not say (default: guessed)")
+    p.add_argument("--out", type=Path, help="results JSONL (appended; a rerun skips tasks already there)")
+    p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the summary here")
+    p.add_argument("--workers", type=int, default=1, help="files evaluated concurrently (for vLLM)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
+    p.add_argument("--config", type=Path, metavar="FILE", help="repocomp TOML config (default: built-in)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def make_tasks_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="repocomp eval make-tasks",
+                                description="Make RepoEval-style tasks from a Python repository.")
+    p.add_argument("repo", type=Path)
+    p.add_argument("--kind", required=True, choices=("line", "api", "function"))
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompt-tokens", type=int, default=2000, help="in-file prompt budget (estimated tokens)")
+    p.add_argument("--out", type=Path, required=True)
+    return p
+
+
+def report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="repocomp eval report", description="Markdown tables and a chart of results.")
+    p.add_argument("results", type=Path, nargs="+")
+    p.add_argument("--png", type=Path, help="write a bar chart here")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = list(args.eval_argv)
+    if argv and argv[0] == "make-tasks":
+        return _make_tasks(make_tasks_parser().parse_args(argv[1:]))
+    if argv and argv[0] == "report":
+        return _report(report_parser().parse_args(argv[1:]))
+    return _evaluate(run_parser().parse_args(argv))
+
+
+def _evaluate(a: argparse.Namespace) -> int:
+    from repocomp.config import Config, load_config
+    from repocomp.eval.runner import EvalOptions, run_eval
+    from repocomp.eval.tasks import load_tasks
+
+    tasks = load_tasks(a.tasks, kind=a.kind)
+    if a.limit is not None:
+        tasks = tasks[: a.limit]
+    config = load_config(config_file=a.config) if a.config else Config()
+    options = EvalOptions(mode=a.mode, fragrel=not a.no_fragrel, query_relations=a.query_relations,
+                          backend=a.backend, workers=a.workers)
+    summary = run_eval(tasks, a.repos, options, config, out=a.out, summary_json=a.summary_json,
+                       progress=not a.no_progress and sys.stderr.isatty())
+    print(json.dumps({k: v for k, v in summary.items() if k != "per_repo"}))
+    return 0
+
+
+def _make_tasks(a: argparse.Namespace) -> int:
+    from repocomp.eval.tasks import make_tasks, write_tasks
+
+    if a.n <= 0:
+        raise RepocompError("--n must be > 0")
+    n = write_tasks(make_tasks(a.repo, a.kind, a.n, a.seed, prompt_tokens=a.prompt_tokens), a.out)
+    print(f"{n} {a.kind} tasks written to {a.out}")
+    return 0
+
+
+def _report(a: argparse.Namespace) -> int:
+    from repocomp.eval.report import bar_chart, collect, markdown
+
+    summaries = collect(a.results)
+    if not summaries:
+        raise RepocompError("no results in the given files")
+    print(markdown(summaries), end="")
+    if a.png:
+        bar_chart(summaries, a.png)
+        print(f"chart written to {a.png}", file=sys.stderr)
+    return 0

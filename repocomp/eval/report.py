@@ -1,0 +1,85 @@
+"""Reports over results files: markdown tables (run x repository per metric) and a bar chart (matplotlib Agg)."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from repocomp.errors import RepocompError
+from repocomp.eval.runner import read_results, summarize
+
+METRICS = (("em", "EM"), ("es", "ES"), ("gt_line_recall", "gt_line_recall"), ("def_hit", "def_hit"))
+
+
+def run_label(record: dict[str, Any]) -> str:
+    """`<kind> <mode>[+FragRel] [<backend>]`, e.g. `api repocoder+FragRel [none]`."""
+    fragrel = "+FragRel" if record.get("fragrel") and record.get("mode") != "infile" else ""
+    kind = record.get("kind") or "?"
+    return f"{kind} {record.get('mode')}{fragrel} [{record.get('backend', '?')}]"
+
+
+def collect(paths: list[str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
+    """Summary per run label over all given results files (a label's records may span several files)."""
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for path in paths:
+        records = read_results(path)
+        if not records and not Path(path).exists():
+            raise RepocompError(f"results file {path} not found")
+        for r in records:
+            runs[run_label(r)].append(r)
+    return {label: summarize(records) for label, records in runs.items()}
+
+
+def _fmt(value: float | None, pct: bool = True) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.2f}" if pct else f"{value:.3f}"
+
+
+def markdown(summaries: dict[str, dict[str, Any]]) -> str:
+    """One table per metric that has values: rows = runs, columns = repositories and their mean (in %)."""
+    repos = sorted({repo for s in summaries.values() for repo in s["per_repo"]})
+    out = []
+    for key, title in METRICS:
+        if all(s[key] is None for s in summaries.values()):
+            continue
+        out.append(f"**{title}** (%, mean over repositories in the last column)\n")
+        out.append("| run | " + " | ".join(repos) + " | mean |")
+        out.append("|---|" + "---:|" * (len(repos) + 1))
+        for label in sorted(summaries):
+            s = summaries[label]
+            cells = [_fmt(s["per_repo"][r][key]) if r in s["per_repo"] else "" for r in repos]
+            out.append(f"| {label} | " + " | ".join(cells) + f" | {_fmt(s[key])} |")
+        out.append("")
+    tasks = ", ".join(f"{label}: {s['tasks']}" for label, s in sorted(summaries.items()))
+    out.append(f"Tasks per run: {tasks}.")
+    return "\n".join(out) + "\n"
+
+
+def bar_chart(summaries: dict[str, dict[str, Any]], png: str | os.PathLike[str]) -> None:
+    """Grouped bars: one panel per metric with values, one bar per run (mean over repositories)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [(k, t) for k, t in METRICS if any(s[k] is not None for s in summaries.values())]
+    labels = sorted(summaries)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(max(4.0, 0.45 * len(labels) + 2) * len(metrics), 4.8),
+                             squeeze=False)
+    for ax, (key, title) in zip(axes[0], metrics):
+        values = [100 * (summaries[lb][key] or 0.0) for lb in labels]
+        colors = [f"C{i % 10}" for i in range(len(labels))]
+        ax.bar(range(len(labels)), values, color=colors)
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+        ax.set_title(title)
+        ax.set_ylabel("%")
+        ax.set_ylim(0, 100)
+        for i, v in enumerate(values):
+            ax.text(i, v + 1, f"{v:.1f}", ha="center", fontsize=6)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,348 @@
+"""The batch run: every task completed by the engine as if its file were being typed, scored, written as JSONL.
+
+No leakage: before a task, the hole's file is replaced in the index (term index, graph, relations) by its lines
+before the hole, with the index's incremental `update_file`; after the last task of that file it is restored from
+disk. Other files are as on disk. With `workers > 1` several files are evaluated at once, each held at its own
+hole: a file being evaluated by another worker is then seen truncated at that worker's hole (less context, never
+more), so no task can see a ground truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from repocomp.config import Config
+from repocomp.errors import RepocompError
+from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
+from repocomp.eval.tasks import COMPLETION_KIND, Task
+
+log = logging.getLogger(__name__)
+
+MODES = ("infile", "vanilla", "repocoder", "oracle")
+BACKENDS = ("none", "extractive", "vllm", "transformers")
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    mode: str = "repocoder"
+    fragrel: bool = True
+    query_relations: float | None = None  # None = the config's value
+    backend: str = "none"
+    workers: int = 1
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise RepocompError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if self.backend not in BACKENDS:
+            raise RepocompError(f"unknown backend {self.backend!r}; use one of {', '.join(BACKENDS)}")
+        if self.workers < 1:
+            raise RepocompError("--workers must be >= 1")
+
+
+def eval_config(config: Config, options: EvalOptions) -> Config:
+    """The engine configuration of one run: vanilla = one round, FragRel off = alpha 0."""
+    if options.mode == "vanilla":
+        config = config.replace("retrieval", iterations=1)
+    if not options.fragrel:
+        config = config.replace("retrieval", alpha=0.0)
+    if options.query_relations is not None:
+        config = config.replace("retrieval", query_relations=float(options.query_relations))
+    if options.backend != "none":
+        config = config.replace("backend", name=options.backend)
+    return config
+
+
+# ------------------------------------------------------------------------------------------- per-task pieces
+
+
+def task_buffer(task: Task, disk_lines: list[str] | None) -> tuple[str, int]:
+    """The hole's file as typed up to the hole, and the hole's line in it.
+
+    The task's prompt is the in-file context [context_start_lineno, hole); the lines above it come from disk.
+    """
+    prompt = task.prompt[:-1] if task.prompt.endswith("\n") else task.prompt
+    prompt_lines = prompt.split("\n") if prompt else []
+    start = task.context_start_lineno
+    above = list(disk_lines[:start]) if disk_lines is not None else [""] * start
+    above += [""] * (start - len(above))
+    lines = above + prompt_lines
+    text = "\n".join(lines) + "\n" if lines else ""
+    return text, len(lines)
+
+
+def first_gt_line(ground_truth: str) -> str | None:
+    lines = clean_lines(ground_truth)
+    return lines[0] if lines else None
+
+
+def gt_line_hit(ground_truth: str, blocks: Iterable[Any]) -> bool:
+    """Does the stripped first ground-truth line occur, as a stripped line, in a fragment of the prompt?"""
+    first = first_gt_line(ground_truth)
+    if first is None:
+        return False
+    return any(first == line.strip() for b in blocks for line in b.text.splitlines())
+
+
+def def_hit(definitions: list[dict[str, Any]], blocks: Iterable[Any]) -> bool | None:
+    """Does a fragment of the prompt cover one of the definition lines? None when the task names none."""
+    if not definitions:
+        return None
+    blocks = list(blocks)
+    return any(b.path == d["path"] and b.start_line <= int(d["line_no"]) < b.end_line
+               for d in definitions for b in blocks)
+
+
+def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: dict[str, float]) -> dict[str, Any]:
+    scored = options.backend != "none"
+    prediction = result.text if scored else ""
+    return {
+        "task_id": task.task_id,
+        "repo": task.repo,
+        "path": task.path,
+        "kind": task.kind,
+        "mode": options.mode,
+        "fragrel": options.fragrel,
+        "backend": options.backend,
+        "prediction": prediction,
+        "em": float(exact_match(prediction, task.ground_truth)) if scored else None,
+        "es": edit_similarity(prediction, task.ground_truth) if scored else None,
+        "context": [{"path": b.path, "start_line": b.start_line, "end_line": b.end_line,
+                     "s_ind": float(b.s_ind), "s_env": float(b.s_env), "s_rel": float(b.s_rel)}
+                    for b in result.context],
+        "prompt_tokens": int(result.prompt_tokens),
+        "timings_ms": {**{k: round(float(v), 3) for k, v in result.timings_ms.items()}, **extra_timings},
+        "gt_line_hit": gt_line_hit(task.ground_truth, result.context),
+        "def_hit": def_hit(task.api_definitions, result.context),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- results io
+
+
+def read_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Records of a results file; a torn last line (an interrupted run) is dropped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("%s:%d: unreadable record skipped (interrupted run?)", path, i + 1)
+    return records
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Averages per repository, then the mean over repositories (RepoCoder's reporting)."""
+    by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_repo[r["repo"]].append(r)
+    per_repo = {}
+    for repo in sorted(by_repo):
+        rs = by_repo[repo]
+        per_repo[repo] = {
+            "tasks": len(rs),
+            "em": _mean([r["em"] for r in rs if r.get("em") is not None]),
+            "es": _mean([r["es"] for r in rs if r.get("es") is not None]),
+            "gt_line_recall": _mean([float(r["gt_line_hit"]) for r in rs]),
+            "def_hit": _mean([float(r["def_hit"]) for r in rs if r.get("def_hit") is not None]),
+        }
+    summary: dict[str, Any] = {"tasks": len(records)}
+    for key in ("em", "es", "gt_line_recall", "def_hit"):
+        summary[key] = _mean([v[key] for v in per_repo.values() if v[key] is not None])
+    summary["per_repo"] = per_repo
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------- the run
+
+
+class RepoEvaluator:
+    """Runs the tasks of one repository against one index and completer, without leakage."""
+
+    def __init__(self, index: Any, completer: Any, options: EvalOptions):
+        self.index = index
+        self.completer = completer
+        self.options = options
+
+    async def run(self, tasks: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
+        groups: dict[str, list[Task]] = defaultdict(list)
+        for task in tasks:
+            groups[task.path].append(task)
+        queue: asyncio.Queue[tuple[str, list[Task]]] = asyncio.Queue()
+        for path in sorted(groups, key=lambda p: -len(groups[p])):  # big files first: better balance
+            queue.put_nowait((path, sorted(groups[path], key=lambda t: (t.line_no, t.task_id))))
+
+        async def worker() -> None:
+            while not queue.empty():
+                path, group = queue.get_nowait()
+                await self._run_file(path, group, on_record)
+
+        await asyncio.gather(*(worker() for _ in range(min(self.options.workers, len(groups)) or 1)))
+
+    async def _run_file(self, path: str, group: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
+        disk = _read_disk_lines(Path(self.index.root) / path)
+        current: str | None = None
+        try:
+            for task in group:
+                t0 = time.perf_counter()
+                text, line = task_buffer(task, disk)
+                if text != current:
+                    self.index.update_file(path, text=text)  # the index sees the file only up to the hole
+                    current = text
+                t1 = time.perf_counter()
+                result = await self.completer.acomplete(
+                    path, text, line, 0, mode=self.options.mode, fragrel=self.options.fragrel,
+                    oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
+                    kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno)
+                t2 = time.perf_counter()
+                on_record(make_record(task, result, self.options,
+                                      {"no_leak_update": round((t1 - t0) * 1e3, 3),
+                                       "task_total": round((t2 - t0) * 1e3, 3)}))
+        finally:
+            self.index.update_file(path)  # back to the file on disk
+
+
+def _read_disk_lines(path: Path) -> list[str] | None:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _writable_index_config(root: Path, config: Config) -> Config:
+    """Index inside the repository when it is writable, else in ~/.cache/repocomp/index/<repo>."""
+    index_dir = Path(config.index.dir)
+    if index_dir.is_absolute() or os.access(root, os.W_OK):
+        return config
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "repocomp" / "index" / root.name
+    return config.replace("index", dir=str(cache))
+
+
+def open_engine(root: Path, config: Config, options: EvalOptions) -> tuple[Any, Any]:
+    """The index of one repository (built or loaded) and a completer with the run's backend."""
+    from repocomp.index import Index
+    from repocomp.pipeline import Completer
+
+    config = _writable_index_config(root, config)
+    index = Index.open(root, config)
+    backend = None
+    if options.backend != "none":
+        from repocomp.backends import make_backend
+
+        backend = make_backend(config.backend)
+    return index, Completer(index, config, backend=backend)
+
+
+def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: EvalOptions, config: Config, *,
+             out: str | os.PathLike[str] | None = None, summary_json: str | os.PathLike[str] | None = None,
+             progress: bool = True,
+             engine_factory: Callable[[Path, Config, EvalOptions], tuple[Any, Any]] | None = None,
+             ) -> dict[str, Any]:
+    """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
+    options.validate()
+    config = eval_config(config, options)
+    repos_dir = Path(repos_dir)
+    engine_factory = engine_factory or open_engine
+    existing = read_results(out) if out else []
+    for r in existing:
+        if (r.get("mode"), r.get("fragrel"), r.get("backend")) != (options.mode, options.fragrel, options.backend):
+            raise RepocompError(
+                f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
+                f"backend={r.get('backend')}); give this run its own --out")
+    if out and existing:
+        _rewrite_clean(Path(out), existing)
+    done = {r["task_id"] for r in existing}
+    todo = [t for t in tasks if t.task_id not in done]
+    wanted = {t.task_id for t in tasks}
+    records = [r for r in existing if r["task_id"] in wanted]
+
+    by_repo: dict[str, list[Task]] = defaultdict(list)
+    for t in todo:
+        by_repo[t.repo].append(t)
+    for repo in by_repo:
+        if not (repos_dir / repo).is_dir():
+            raise RepocompError(f"repository folder {repos_dir / repo} not found; --repos must hold the folders "
+                                "named by fpath_tuple[0]")
+
+    out_fh = open(out, "a", encoding="utf-8") if out else None
+    bar = _Progress(len(tasks), len(tasks) - len(todo), enabled=progress)
+
+    def on_record(record: dict[str, Any]) -> None:
+        records.append(record)
+        if out_fh is not None:
+            out_fh.write(json.dumps(record) + "\n")
+            out_fh.flush()
+        bar.advance()
+
+    try:
+        with bar:
+            for repo in sorted(by_repo):
+                index, completer = engine_factory(repos_dir / repo, config, options)
+                try:
+                    asyncio.run(RepoEvaluator(index, completer, options).run(by_repo[repo], on_record))
+                finally:
+                    close = getattr(index, "close", None)
+                    if callable(close):
+                        close()
+    finally:
+        if out_fh is not None:
+            out_fh.close()
+    summary = summarize(records)
+    if summary_json:
+        Path(summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def _rewrite_clean(path: Path, records: list[dict[str, Any]]) -> None:
+    raw = path.read_text(encoding="utf-8")
+    if raw and not raw.endswith("\n") or len(records) != sum(1 for ln in raw.splitlines() if ln.strip()):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        tmp.replace(path)
+
+
+class _Progress:
+    """A rich progress bar with ETA, or nothing."""
+
+    def __init__(self, total: int, completed: int, enabled: bool):
+        self.enabled = enabled
+        if enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            self._progress = Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                      TextColumn("ETA"), TimeRemainingColumn())
+            self._task = self._progress.add_task("eval", total=total, completed=completed)
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._progress.stop()
+
+    def advance(self) -> None:
+        if self.enabled:
+            self._progress.advance(self._task)
+
+
+__all__ = ["EvalOptions", "MODES", "BACKENDS", "run_eval", "summarize", "read_results", "make_record",
+           "task_buffer", "gt_line_hit", "def_hit", "RepoEvaluator", "eval_config"]

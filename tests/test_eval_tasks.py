@@ -1,0 +1,109 @@
+"""RepoEval format loading (both line-number keys) and the task maker."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repocomp.errors import RepocompError
+from repocomp.eval.tasks import load_tasks, make_tasks, write_tasks
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "eval_repo"
+
+
+def _write(path: Path, objs: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return path
+
+
+def test_load_line_level_format(tmp_path):
+    f = _write(tmp_path / "line.jsonl", [
+        {"prompt": "import os\n", "metadata": {"task_id": "shop/0", "ground_truth": "x = 1",
+                                               "fpath_tuple": ["eval_repo", "shop", "cart.py"],
+                                               "context_start_lineno": 3, "line_no": 12}}])
+    (task,) = load_tasks(f)
+    assert (task.task_id, task.repo, task.path, task.line_no, task.context_start_lineno, task.kind) == \
+        ("shop/0", "eval_repo", "shop/cart.py", 12, 3, "line")
+
+
+def test_load_function_level_format_with_colliding_ids(tmp_path):
+    md = {"task_id": "owner--repo/idx", "ground_truth": "    return 1\n", "fpath_tuple": ["r", "a.py"],
+          "context_start_lineno": 0, "lineno": 4, "function_name": "f"}
+    f = _write(tmp_path / "function.jsonl", [{"prompt": "def f():", "metadata": dict(md)},
+                                             {"prompt": "def g():", "metadata": dict(md, lineno=9)},
+                                             {"prompt": "x", "metadata": dict(md, task_id="unique")}])
+    tasks = load_tasks(f)
+    assert [t.task_id for t in tasks] == ["owner--repo/idx#0", "owner--repo/idx#1", "unique"]
+    assert [t.line_no for t in tasks] == [4, 9, 4]
+    assert all(t.kind == "function" for t in tasks)
+    assert tasks[0].metadata["function_name"] == "f"
+
+
+def test_load_rejects_a_non_repoeval_line(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"prompt": "x", "metadata": {"task_id": "a"}}\n')
+    with pytest.raises(RepocompError, match="bad.jsonl:1"):
+        load_tasks(f)
+
+
+def test_made_tasks_round_trip_through_the_file_format(tmp_path):
+    tasks = make_tasks(FIXTURE, "api", n=4, seed=0)
+    assert write_tasks(tasks, tmp_path / "api.jsonl") == len(tasks) == 4
+    loaded = load_tasks(tmp_path / "api.jsonl")
+    assert [(t.task_id, t.path, t.line_no, t.ground_truth, t.api_definitions, t.kind) for t in loaded] == \
+        [(t.task_id, t.path, t.line_no, t.ground_truth, t.api_definitions, t.kind) for t in tasks]
+
+
+@pytest.mark.parametrize("kind", ["line", "api", "function"])
+def test_make_tasks_is_deterministic_with_a_seed(kind):
+    a = [t.to_json() for t in make_tasks(FIXTURE, kind, n=6, seed=3)]
+    b = [t.to_json() for t in make_tasks(FIXTURE, kind, n=6, seed=3)]
+    c = [t.to_json() for t in make_tasks(FIXTURE, kind, n=6, seed=4)]
+    assert a == b and len(a) == 6
+    assert a != c
+
+
+@pytest.mark.parametrize("kind", ["line", "api", "function"])
+def test_made_tasks_match_the_files(kind):
+    for task in make_tasks(FIXTURE, kind, n=50, seed=0):
+        lines = (FIXTURE / task.path).read_text().splitlines()
+        assert task.prompt == "\n".join(lines[task.context_start_lineno:task.line_no])
+        gt_lines = task.ground_truth.rstrip("\n").split("\n")
+        assert lines[task.line_no:task.line_no + len(gt_lines)] == gt_lines
+
+
+def test_line_tasks_follow_a_non_blank_line_and_are_unique():
+    tasks = make_tasks(FIXTURE, "line", n=1000, seed=0)
+    stripped = [t.ground_truth.strip() for t in tasks]
+    assert len(stripped) == len(set(stripped)) > 20
+    for t in tasks:
+        lines = (FIXTURE / t.path).read_text().splitlines()
+        assert lines[t.line_no - 1].strip() and not stripped[0].startswith("#")
+        assert '"""' not in t.ground_truth  # no docstring lines
+
+
+def test_api_tasks_name_definitions_in_other_files():
+    tasks = {(t.path, t.ground_truth.strip()): t.api_definitions for t in make_tasks(FIXTURE, "api", n=100)}
+    # `from shop.pricing import ... compute_discount` in cart.py
+    assert tasks[("shop/cart.py", "discounted = compute_discount(subtotal, discount_rate)")] == \
+        [{"path": "shop/pricing.py", "line_no": 5}]
+    # relative import `from .cart import Cart` in report.py; a class call points at the class line
+    assert tasks[("shop/report.py", "cart = Cart(table)")] == [{"path": "shop/cart.py", "line_no": 5}]
+    for (path, _), defs in tasks.items():
+        assert defs and all(d["path"] != path for d in defs)
+
+
+def test_function_tasks_start_after_the_docstring_and_have_three_lines():
+    tasks = make_tasks(FIXTURE, "function", n=100)
+    by_name = {t.metadata["function_name"]: t for t in tasks}
+    cd = by_name["compute_discount"]
+    assert cd.ground_truth.startswith("    if rate < 0 or rate > 1:\n") and cd.ground_truth.endswith("\n")
+    assert "apply_tax" not in by_name  # two-line body
+    assert all(sum(1 for ln in t.ground_truth.splitlines() if ln.strip()) >= 3 for t in tasks)
+
+
+def test_make_tasks_rejects_unknown_kind_and_missing_repo(tmp_path):
+    with pytest.raises(RepocompError):
+        make_tasks(FIXTURE, "block")
+    with pytest.raises(RepocompError):
+        make_tasks(tmp_path / "nope", "line")
