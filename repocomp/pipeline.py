@@ -1,0 +1,270 @@
+"""The engine's one entry point: (file, buffer, cursor) -> completion, used by the CLI, the LSP server and eval.
+
+Modes:
+- "infile": no retrieval; the prompt is the in-file context only.
+- "vanilla": one retrieve-then-generate round.
+- "repocoder": `config.retrieval.iterations` rounds. Round 1 queries with the last `window` (20) lines before
+  the cursor (never before `context_start_line`); round r+1 with the last `stride` (10) lines plus the first 10
+  non-blank lines of round r's draft.
+- "oracle": one round queried with the ground-truth window (`oracle_text`), as RepoCoder's upper bound.
+
+First-round blocks (vanilla/repocoder) show the `stride` lines that follow the matched window, as RepoCoder
+does: with a query made only of code before the hole, the code after a matching window is what the hole most
+likely continues with. Later rounds (and oracle) query with text that already covers the hole, so the matched
+window itself is shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from repocomp.config import Config
+from repocomp.errors import RepocompError
+from repocomp.prompt import BlockSource, Prompt, TokenCounter, build_prompt, make_token_counter
+from repocomp.retrieval import Hit, Retriever
+
+if TYPE_CHECKING:
+    from repocomp.backends import Backend
+    from repocomp.index import Index
+
+__all__ = ["CompletionResult", "Completer", "ContextBlock", "RoundTrace", "MODES"]
+
+log = logging.getLogger(__name__)
+
+MODES = ("infile", "vanilla", "repocoder", "oracle")
+_DRAFT_LINES = 10  # RepoCoder: first 10 non-blank lines of the previous draft join the next query
+
+
+@dataclass
+class ContextBlock:
+    fragment_id: int
+    path: str
+    start_line: int  # 0-based, lines shown (after the first-round shift)
+    end_line: int  # exclusive
+    s_ind: float
+    s_env: float
+    s_rel: float
+    text: str
+    relations: list[str] = field(default_factory=list)  # edge types (filled only when explain=True)
+
+
+@dataclass
+class RoundTrace:
+    query: str
+    draft: str
+    blocks: list[ContextBlock]  # retrieved, best-first (the ones that made it into the prompt are in context)
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    backend: str
+    context: list[ContextBlock]  # the final prompt's blocks, in prompt order (best last)
+    prompt: str
+    prompt_tokens: int
+    rounds: list[RoundTrace]
+    timings_ms: dict[str, float]
+    error: str = ""  # why the configured backend did not answer, when a fallback did
+
+
+def _split_lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def _normalize_path(path: str) -> str:
+    p = PurePosixPath(path.replace("\\", "/"))
+    if p.is_absolute() or ".." in p.parts or str(p) in ("", "."):
+        raise RepocompError(f"path {path!r} must be relative to the repository root and inside it")
+    return str(p)
+
+
+def draft_query_lines(draft: str, n: int = _DRAFT_LINES) -> list[str]:
+    return [line for line in draft.split("\n") if line.strip()][:n]
+
+
+def next_query(before: list[str], partial: str, draft: str, stride: int) -> str:
+    """RepoCoder's round r+1 query: the last `stride` lines before the cursor + the first 10 non-blank draft lines.
+
+    A draft continuing a partly typed line is read as that line completed (the partial line counts as a line).
+    """
+    if partial:
+        first, _, rest = draft.partition("\n")
+        lines = (before + [partial + first])[-stride:]
+        return "\n".join(lines + draft_query_lines(rest, _DRAFT_LINES - (1 if first.strip() else 0)))
+    return "\n".join(before[-stride:] + draft_query_lines(draft))
+
+
+class Completer:
+    """Completes code at a cursor with an index (or none) and a backend (or none: retrieval only, text "")."""
+
+    def __init__(self, index: "Index | None", config: Config, backend: "Backend | None" = None) -> None:
+        self.index = index
+        self.config = config
+        self.backend = backend
+        self.retriever = Retriever(index, config) if index is not None else None
+        self._count: TokenCounter | None = None
+
+    @property
+    def count_tokens(self) -> TokenCounter:
+        if self._count is None:  # loading a real tokenizer takes a moment: only when first needed
+            self._count = make_token_counter(self.config.prompt)
+        return self._count
+
+    # -- helpers --------------------------------------------------------------------------------------------
+
+    def _sync_buffer(self, path: str, text: str) -> None:
+        """Make the index hold the live buffer for `path` (incremental; the query and leak rule use it)."""
+        assert self.index is not None
+        held = self.index.file_lines(path)
+        # Compare texts, not line lists: indexers split lines differently around a final newline.
+        if held is None or "\n".join(held).rstrip("\n") != text.rstrip("\n"):
+            self.index.update_file(path, text=text)
+            if self.retriever is not None:
+                self.retriever.invalidate()
+
+    def _block(self, hit: Hit, shift: int, hole_path: str, prompt_start: int) -> ContextBlock:
+        """The lines shown for a hit; first-round blocks move `shift` lines down to show what follows."""
+        assert self.index is not None
+        loc = hit.location
+        start, end = loc.start_line, loc.end_line
+        text = None
+        if shift > 0:
+            lines = self.index.file_lines(loc.path)
+            if lines is not None:
+                limit = len(lines)
+                if loc.path == hole_path:
+                    limit = min(limit, max(prompt_start, end))  # never show the hole's file past the prompt start
+                new_end = min(end + shift, limit)
+                new_start = max(0, new_end - (end - start))
+                start, end = new_start, new_end
+                text = "\n".join(lines[start:end])
+        if text is None:
+            frag = self.index.fragments[hit.fragment_id]
+            text = frag.text if frag is not None else ""
+        return ContextBlock(hit.fragment_id, loc.path, start, end, hit.s_ind, hit.s_env, hit.s_rel, text)
+
+    def _explain(self, blocks: list[ContextBlock], anchor: int | None) -> None:
+        assert self.index is not None
+        for b in blocks:
+            target = anchor if anchor is not None else (blocks[0].fragment_id if blocks else None)
+            if target is None or target == b.fragment_id:
+                continue
+            try:
+                b.relations = list(self.index.relation_edge_types(b.fragment_id, target))
+            except Exception:  # explanation is best-effort; never fail a completion over it
+                log.debug("relation_edge_types(%d, %d) failed", b.fragment_id, target, exc_info=True)
+
+    # -- entry points ---------------------------------------------------------------------------------------
+
+    def complete(self, path: str, text: str, line: int, col: int, **kwargs: object) -> CompletionResult:
+        """Synchronous `acomplete` (for callers without an event loop)."""
+        return asyncio.run(self.acomplete(path, text, line, col, **kwargs))  # type: ignore[arg-type]
+
+    async def acomplete(self, path: str, text: str, line: int, col: int, *, mode: str = "repocoder",
+                        fragrel: bool | None = None, oracle_text: str | None = None, kind: str = "auto",
+                        context_start_line: int = 0, explain: bool = False) -> CompletionResult:
+        """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col)."""
+        if mode not in MODES:
+            raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        if mode == "oracle" and oracle_text is None:
+            raise RepocompError("mode 'oracle' needs oracle_text (the ground-truth window)")
+        path = _normalize_path(path)
+        lines = _split_lines(text)
+        if not 0 <= line < len(lines):
+            raise RepocompError(f"line {line + 1} is outside {path} ({len(lines)} lines)")
+        if not 0 <= col <= len(lines[line]):
+            raise RepocompError(f"column {col + 1} is outside line {line + 1} of {path} ({len(lines[line])} chars)")
+        if not 0 <= context_start_line <= line:
+            raise RepocompError(f"context_start_line {context_start_line} must be in 0..{line}")
+
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        if self.index is not None and mode != "infile":
+            self._sync_buffer(path, text)
+        timings["sync"] = (time.perf_counter() - t0) * 1e3
+
+        before = lines[context_start_line:line]
+        partial = lines[line][:col]
+        prefix = "\n".join(before + [partial])
+        suffix = "\n".join([lines[line][col:]] + lines[line + 1:])
+        prefix_lines = before + ([partial] if partial else [])  # lines before the cursor, query material
+
+        rc, fc = self.config.retrieval, self.config.fragments
+        alpha = rc.alpha if fragrel is None or fragrel else 0.0
+        if fragrel and alpha == 0.0:
+            alpha = 0.5  # the paper's value when FragRel is asked for but switched off in the config
+        rounds_n = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": rc.iterations}[mode]
+        anchor = None
+        if explain and self.retriever is not None:
+            anchor = self.retriever.table().covering(path, max(0, line - 1) if col == 0 else line)
+
+        rounds: list[RoundTrace] = []
+        draft = ""
+        prompt: Prompt | None = None
+        backend_name, error = "none", ""
+        for r in range(1, rounds_n + 1):
+            if mode == "infile" or self.retriever is None:
+                query, blocks = "", []
+            else:
+                if mode == "oracle":
+                    query = oracle_text or ""
+                elif r == 1:
+                    query = "\n".join(prefix_lines[-fc.window:])
+                else:
+                    query = next_query(before, partial, draft, fc.stride)
+                t = time.perf_counter()
+                res = self.retriever.retrieve(query, path=path, prompt_start_line=context_start_line,
+                                              cursor_line=line, alpha=alpha)
+                shift = fc.stride if (r == 1 and mode in ("vanilla", "repocoder")) else 0
+                blocks = [self._block(h, shift, path, context_start_line) for h in res.hits]
+                timings[f"retrieve_{r}"] = (time.perf_counter() - t) * 1e3
+            t = time.perf_counter()
+            sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
+            prompt = build_prompt(sources, prefix, suffix, self.config.prompt, self.count_tokens)
+            timings[f"prompt_{r}"] = (time.perf_counter() - t) * 1e3
+            if explain:
+                self._explain(blocks, anchor)
+            t = time.perf_counter()
+            draft, backend_name, error = await self._generate(prompt, prefix, suffix, blocks)
+            timings[f"generate_{r}"] = (time.perf_counter() - t) * 1e3
+            rounds.append(RoundTrace(query=query, draft=draft, blocks=blocks))
+
+        assert prompt is not None
+        final = draft
+        if self.backend is not None and final:
+            from repocomp.postprocess import postprocess
+
+            final = postprocess(final, kind, prefix, suffix)
+        by_id = {b.fragment_id: b for b in rounds[-1].blocks}
+        context = [by_id[pb.source.fragment_id] for pb in prompt.blocks if pb.source.fragment_id in by_id]
+        timings["total"] = (time.perf_counter() - t0) * 1e3
+        return CompletionResult(text=final, backend=backend_name, context=context, prompt=prompt.text,
+                                prompt_tokens=prompt.tokens, rounds=rounds, timings_ms=timings, error=error)
+
+    def _source(self, block: ContextBlock, fragment: object) -> BlockSource:
+        locs = getattr(fragment, "locations", None) or []
+        # The path shown first is the one whose lines are shown; other places the same window occurs follow.
+        others = sorted({loc.path for loc in locs} - {block.path})
+        return BlockSource(block.fragment_id, (block.path, *others), block.start_line, block.end_line, block.text)
+
+    async def _generate(self, prompt: Prompt, prefix: str, suffix: str,
+                        blocks: list[ContextBlock]) -> tuple[str, str, str]:
+        if self.backend is None:
+            return "", "none", ""
+        from repocomp.backends import GenerationRequest
+
+        bc = self.config.backend
+        request = GenerationRequest(prompt=prompt.text, prefix=prefix, suffix=suffix,
+                                    candidates=tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
+                                    temperature=bc.temperature)
+        gen = await self.backend.agenerate(request)
+        return gen.text, gen.backend, getattr(gen, "error", "")
+
+    async def aclose(self) -> None:
+        if self.backend is not None:
+            await self.backend.aclose()

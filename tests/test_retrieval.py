@@ -1,0 +1,201 @@
+"""Retriever: ranking by s_rel, leak rule, removed fragments, query-side relations (on a small stand-in index)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from repocomp.config import Config
+from repocomp.fragments import Fragment, Location, window_spans, window_text
+from repocomp.retrieval import LocationTable, Retriever
+from repocomp.term_index import TermIndex
+
+
+class FakeIndex:
+    """The slice of `repocomp.index.Index` the engine uses, over in-memory files (windows as RepoCoder's)."""
+
+    def __init__(self, files: dict[str, str], config: Config | None = None,
+                 relations: dict[tuple[int, int], float] | None = None) -> None:
+        self.root = Path("/nonexistent-repo")
+        self.config = config or Config()
+        self.files = {p: t.split("\n") for p, t in files.items()}
+        self.fragments: list[Fragment | None] = []
+        self._by_text: dict[str, int] = {}
+        for path in sorted(self.files):
+            self._add_windows(path)
+        self.term_index = TermIndex.build([f.text if f else None for f in self.fragments])
+        self._rel_pairs = relations or {}
+        self._rebuild_w()
+        self.region_calls: list[tuple[str, int, int]] = []
+        self.region_values: np.ndarray | None = None
+        self.updates: list[str] = []
+
+    def _add_windows(self, path: str) -> None:
+        lines = self.files[path]
+        fc = self.config.fragments
+        for s, e in window_spans(len(lines), fc.window, fc.stride):
+            text = window_text(lines, s, e)
+            fid = self._by_text.get(text)
+            if fid is None or self.fragments[fid] is None:
+                fid = len(self.fragments)
+                self._by_text[text] = fid
+                self.fragments.append(Fragment(fid, text, []))
+            frag = self.fragments[fid]
+            assert frag is not None
+            frag.locations.append(Location(path, s, e))
+
+    def _rebuild_w(self) -> None:
+        n = len(self.fragments)
+        w = sp.lil_matrix((n, n), dtype=np.float32)
+        for (i, j), v in self._rel_pairs.items():
+            w[i, j] = v
+        self.relations = w.tocsr()
+
+    def file_lines(self, path: str) -> list[str] | None:
+        return self.files.get(path)
+
+    def alive_mask(self) -> np.ndarray:
+        return np.array([f is not None for f in self.fragments], bool)
+
+    def remove_fragment(self, fid: int) -> None:
+        self.fragments[fid] = None
+        self.term_index.set_rows([fid], [None])
+
+    def update_file(self, path: str, text: str | None = None) -> None:
+        self.updates.append(path)
+        for f in self.fragments:  # drop this file's locations; fragments left without any are removed
+            if f is not None:
+                f.locations = [loc for loc in f.locations if loc.path != path]
+        gone = [f.id for f in self.fragments if f is not None and not f.locations]
+        for fid in gone:
+            self.fragments[fid] = None
+        self.files[path] = (text or "").split("\n")
+        n_before = len(self.fragments)
+        self._add_windows(path)
+        new = list(range(n_before, len(self.fragments)))
+        self.term_index.set_rows(gone + new, [None] * len(gone) + [self.fragments[i].text for i in new])  # type: ignore[union-attr]
+        self._rebuild_w()
+
+    def region_relation(self, path: str, start_line: int, end_line: int) -> np.ndarray:
+        self.region_calls.append((path, start_line, end_line))
+        if self.region_values is None:
+            return np.zeros(len(self.fragments), np.float32)
+        return self.region_values
+
+    def relation_edge_types(self, i: int, j: int) -> list[str]:
+        return ["call"] if (i, j) in self._rel_pairs or (j, i) in self._rel_pairs else []
+
+
+def small_config(window: int = 4, stride: int = 2, **retrieval: object) -> Config:
+    cfg = Config().replace("fragments", window=window, stride=stride)
+    return cfg.replace("retrieval", **retrieval) if retrieval else cfg
+
+
+def _lines(prefix: str, n: int) -> str:
+    return "\n".join(f"{prefix}_{i} = compute_{prefix}({i})" for i in range(n))
+
+
+def test_location_table_leak_rule() -> None:
+    frags = [
+        Fragment(0, "a", [Location("hole.py", 0, 4)]),  # wholly above prompt start 4: allowed
+        Fragment(1, "b", [Location("hole.py", 2, 6)]),  # reaches past 4: excluded
+        Fragment(2, "c", [Location("hole.py", 4, 8), Location("other.py", 0, 4)]),  # also elsewhere: allowed
+        Fragment(3, "d", [Location("other.py", 4, 8)]),
+        None,
+        Fragment(5, "e", [Location("hole.py", 6, 10), Location("hole.py", 10, 14)]),  # all past: excluded
+    ]
+    t = LocationTable(frags)
+    assert t.leaked("hole.py", 4).tolist() == [1, 5]
+    assert t.leaked("hole.py", 0).tolist() == [0, 1, 5]
+    assert t.leaked("nothere.py", 0).tolist() == []
+    assert t.covering("hole.py", 7) == 5 or t.covering("hole.py", 7) == 2
+    assert t.covering("hole.py", 3) == 1
+
+
+def test_retrieve_ranks_by_jaccard_and_applies_leak_rule() -> None:
+    files = {
+        "a.py": _lines("alpha", 8),
+        "b.py": _lines("beta", 8),
+        "hole.py": _lines("alpha", 4) + "\n" + _lines("gamma", 4),
+    }
+    idx = FakeIndex(files, small_config(window=4, stride=2, alpha=0.0))
+    r = Retriever(idx)
+    query = _lines("alpha", 4)
+    # hole.py windows: [0,4) (same text as a.py [0,4): shared fragment), [2,6), [4,8)
+    res = r.retrieve(query, path="hole.py", prompt_start_line=0, top_k=3)
+    ids = [h.fragment_id for h in res.hits]
+    frag_a0 = next(f.id for f in idx.fragments if f and Location("a.py", 0, 4) in f.locations)
+    assert ids[0] == frag_a0
+    assert res.hits[0].s_ind == 1.0
+    assert res.hits[0].location == Location("a.py", 0, 4)  # the hole-file location is not the one shown
+    for h in res.hits:
+        assert not all(loc.path == "hole.py" for loc in h.locations)
+    excluded = {f.id for f in idx.fragments if f and all(loc.path == "hole.py" for loc in f.locations)}
+    assert set(res.excluded.tolist()) == excluded and excluded
+    # the same request without a hole path may return the hole-file-only windows
+    res2 = r.retrieve(query, top_k=20)
+    assert excluded <= {h.fragment_id for h in res2.hits}
+
+
+def test_windows_wholly_above_prompt_start_are_allowed() -> None:
+    files = {"hole.py": _lines("delta", 12)}
+    idx = FakeIndex(files, small_config(window=4, stride=2))
+    r = Retriever(idx)
+    res = r.retrieve(_lines("delta", 4), path="hole.py", prompt_start_line=6, top_k=20)
+    shown = sorted((h.location.start_line, h.location.end_line) for h in res.hits)
+    assert shown == [(0, 4), (2, 6)]  # [4,8) and later reach past line 6
+
+
+def test_removed_fragments_never_returned() -> None:
+    idx = FakeIndex({"a.py": _lines("alpha", 8)}, small_config())
+    r = Retriever(idx)
+    top = r.retrieve(_lines("alpha", 4), top_k=1).hits[0].fragment_id
+    idx.remove_fragment(top)
+    assert top not in [h.fragment_id for h in r.retrieve(_lines("alpha", 4), top_k=10).hits]
+
+
+def test_fragrel_lifts_related_fragment() -> None:
+    files = {"a.py": "import torch\nx = torch.zeros(3)", "b.py": "def helper(y):\n    return y + 1",
+             "c.py": "z = torch.ones(2)\nprint(z)"}
+    cfg = small_config(window=2, stride=2, alpha=0.5)
+    idx = FakeIndex(files, cfg)
+    ids = {f.locations[0].path: f.id for f in idx.fragments if f}
+    # b is unrelated textually, but strongly related to a (e.g. a calls it)
+    idx._rel_pairs = {(ids["b.py"], ids["a.py"]): 1.0, (ids["a.py"], ids["b.py"]): 1.0}
+    idx._rebuild_w()
+    r = Retriever(idx)
+    q = "x = torch.zeros(3)"
+    plain = r.retrieve(q, alpha=0.0, top_k=3)
+    rel = r.retrieve(q, alpha=0.5, top_k=3)
+    s = {h.fragment_id: h for h in rel.hits}
+    hb = s[ids["b.py"]]
+    ha = s[ids["a.py"]]
+    # Jaccard by hand: query set {x, =, torch, ., zeros, (, 3, )} (8)
+    # a: + {import} -> 8/9; c: {z,=,torch,.,ones,(,2,),print} -> 5/12; b: {def,helper,(,y,),:,return,+,1} -> 2/15
+    np.testing.assert_allclose([ha.s_ind, s[ids["c.py"]].s_ind, hb.s_ind], [8 / 9, 5 / 12, 2 / 15], rtol=1e-6)
+    np.testing.assert_allclose(hb.s_env, 8 / 9, rtol=1e-6)  # its only neighbour is a
+    np.testing.assert_allclose(hb.s_rel, 2 / 15 + 0.5 * 8 / 9, rtol=1e-6)
+    np.testing.assert_allclose(ha.s_rel, 8 / 9 + 0.5 * 2 / 15, rtol=1e-6)
+    assert [h.fragment_id for h in plain.hits] == [ids["a.py"], ids["c.py"], ids["b.py"]]
+    assert [h.fragment_id for h in rel.hits] == [ids["a.py"], ids["b.py"], ids["c.py"]]  # b lifted by FragRel
+
+
+def test_query_relations_add_weighted_region_relation() -> None:
+    files = {"a.py": _lines("alpha", 4), "b.py": _lines("beta", 4), "hole.py": _lines("gamma", 30)}
+    idx = FakeIndex(files, small_config(window=4, stride=2, alpha=0.0))
+    n = len(idx.fragments)
+    boost = np.zeros(n, np.float32)
+    b_id = next(f.id for f in idx.fragments if f and f.locations[0].path == "b.py")
+    boost[b_id] = 0.8
+    idx.region_values = boost
+    r = Retriever(idx)
+    q = _lines("alpha", 4)
+    off = {h.fragment_id: h.s_rel for h in r.retrieve(q, path="hole.py", cursor_line=25, query_relations=0.0).hits}
+    assert idx.region_calls == []  # off: the graph is not consulted
+    on = {h.fragment_id: h.s_rel for h in r.retrieve(q, path="hole.py", cursor_line=25, query_relations=0.5).hits}
+    assert idx.region_calls == [("hole.py", 21, 25)]  # [cursor - window, cursor): nothing from the cursor on
+    np.testing.assert_allclose(on[b_id], off.get(b_id, 0.0) + 0.4, rtol=1e-6)
+    r.retrieve(q, path="hole.py", cursor_line=2, query_relations=0.5)
+    assert idx.region_calls[-1] == ("hole.py", 0, 2)
