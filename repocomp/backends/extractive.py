@@ -24,6 +24,7 @@ from repocomp.backends import Generation, GenerationRequest, apply_stops
 log = logging.getLogger(__name__)
 
 _TOKEN = re.compile(r"\w+|[^\w\s]|\n")
+MIN_KEY_CHARS = 4  # shorter line tails match almost anywhere and propose noise
 
 
 def _indent(line: str) -> int:
@@ -38,7 +39,28 @@ def _cap_tokens(text: str, max_tokens: int) -> str:
     return text
 
 
+def _keys(cur: str) -> list[str]:
+    """`cur`, then its shorter tails starting at a token (`total = f(` -> `= f(`, `f(`), longest first."""
+    keys = [cur]
+    for m in _TOKEN.finditer(cur):
+        tail = cur[m.start() :].strip()
+        if m.start() and len(tail) >= MIN_KEY_CHARS and re.search(r"\w", tail) and tail not in keys:
+            keys.append(tail)
+    return keys
+
+
 def _after_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
+    found = _match_line_prefix(cur, candidates)
+    if found is None:
+        # The exact line is nowhere: its tail may be (`total = compute(` vs `result = compute(`).
+        for key in _keys(cur)[1:]:
+            found = _match_line_prefix(key, candidates)
+            if found is not None:
+                break
+    return found
+
+
+def _match_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
     for aligned in (True, False):  # line-start matches beat matches anywhere in a line
         for cand in candidates:
             lines = cand.split("\n")
@@ -53,7 +75,7 @@ def _after_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
                     if pos < 0 or not line[pos + len(cur) :].strip():
                         continue
                     rest = line[pos + len(cur) :]
-                return "\n".join([rest.rstrip(), *lines[i + 1 :]])
+                return "\n".join([rest.rstrip(), *lines[i + 1 :]]).rstrip()
     return None
 
 
@@ -85,7 +107,7 @@ def _after_previous_line(prev: str, prev_indent: int, typed: str, candidates: tu
             else:
                 # Whitespace already typed on the cursor line is not proposed again.
                 out[0] = first[min(len(typed), _indent(first)) :]
-            return "\n".join(out)
+            return "\n".join(out).rstrip()
     return None
 
 

@@ -1,0 +1,111 @@
+"""Post-processing of raw continuations per completion kind, and suffix de-duplication."""
+
+from __future__ import annotations
+
+import pytest
+
+from repocomp.postprocess import choose_kind, open_brackets, postprocess
+
+
+def test_line_cuts_at_end_of_line() -> None:
+    assert postprocess("foo(a, b)\nx = 2\n", "line", "y = ", "") == "foo(a, b)"
+
+
+def test_line_skips_leading_blank_lines_only_on_an_empty_cursor_line() -> None:
+    assert postprocess("\n\n    return x\nmore", "line", "def f(x):\n", "") == "    return x"
+    assert postprocess("\n    return x", "line", "y = foo()", "") == ""
+
+
+def test_statement_balances_brackets_across_lines() -> None:
+    raw = "call(a,\n     b)\nnext_line()\n"
+    assert postprocess(raw, "statement", "x = ", "") == "call(a,\n     b)"
+
+
+def test_statement_counts_brackets_open_in_the_line_prefix() -> None:
+    raw = "a,\n    b)\nz = 1"
+    assert postprocess(raw, "statement", "x = f(", "") == "a,\n    b)"
+    assert postprocess("1, 2]\nz", "statement", "x = [", "") == "1, 2]"
+
+
+def test_statement_ignores_brackets_in_strings_and_comments() -> None:
+    raw = "'(' + s  # ( not code\nz = 1"
+    assert postprocess(raw, "statement", "x = ", "") == "'(' + s  # ( not code"
+    raw = '"""doc (\n"""\nz = 1'
+    assert postprocess(raw, "statement", "x = ", "") == '"""doc (\n"""'
+
+
+def test_statement_backslash_continuation() -> None:
+    assert postprocess("a + \\\n    b\nc", "statement", "x = ", "") == "a + \\\n    b"
+
+
+def test_open_brackets() -> None:
+    assert open_brackets("x = foo(a, [1, ") == 2
+    assert open_brackets("x = ')' + (") == 1
+    assert open_brackets("x) = (") == 0  # never negative
+
+
+PREFIX_BODY = "import os\n\ndef walk(root):\n    "
+
+
+def test_function_ends_at_dedent_to_the_def() -> None:
+    raw = "out = []\n    for p in os.listdir(root):\n        out.append(p)\n\n    return out\n\ndef other():\n    pass\n"
+    assert postprocess(raw, "function", PREFIX_BODY, "") == (
+        "out = []\n    for p in os.listdir(root):\n        out.append(p)\n\n    return out"
+    )
+
+
+def test_function_written_from_its_def_line() -> None:
+    raw = "def f(x):\n    y = x + 1\n    return y\nprint(f(1))\n"
+    assert postprocess(raw, "function", "import os\n", "") == "def f(x):\n    y = x + 1\n    return y"
+
+
+def test_function_in_a_method() -> None:
+    prefix = "class A:\n    def m(self):\n        "
+    raw = "x = 1\n        return x\n    def n(self):\n        pass"
+    assert postprocess(raw, "function", prefix, "") == "x = 1\n        return x"
+
+
+def test_function_without_def_ends_at_the_block() -> None:
+    raw = "a = 1\n    b = 2\nc = 3"
+    assert postprocess(raw, "function", "if x:\n    ", "") == "a = 1\n    b = 2"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "text", "kind"),
+    [
+        ("x = foo(a, ", "", "statement"),
+        ("x = foo(a)", "", "line"),
+        ("def f(x):\n    ", "", "function"),
+        ("x = 1\n", "def g():\n    pass", "function"),
+        ("x = 1\n", "y = 2", "statement"),
+        ("", "", "statement"),
+    ],
+)
+def test_auto_kind(prefix: str, text: str, kind: str) -> None:
+    assert choose_kind(prefix, text) == kind
+
+
+def test_auto_uses_the_chosen_kind() -> None:
+    assert postprocess("a, b)\nz", "auto", "x = f(", "") == "a, b)"
+    assert postprocess("bar\nz", "auto", "x = foo.", "") == "bar"
+
+
+def test_suffix_on_the_same_line_is_not_repeated() -> None:
+    # The editor auto-closed the bracket: the completion must not close it again.
+    assert postprocess("a, b)\nnext", "line", "x = f(", ")\nrest()") == "a, b"
+    assert postprocess("a, b):\n", "line", "if f(", "):") == "a, b"
+
+
+def test_completion_running_into_the_following_code_is_cut() -> None:
+    raw = "total = 0\n    for x in xs:\n        total += x\n    return total\n"
+    suffix = "\n    return total\n"
+    assert postprocess(raw, "function", "def s(xs):\n    ", suffix) == "total = 0\n    for x in xs:\n        total += x"
+
+
+def test_unrelated_suffix_leaves_the_text_alone() -> None:
+    assert postprocess("foo(1)", "line", "x = ", "\ny = 2") == "foo(1)"
+
+
+def test_unknown_kind() -> None:
+    with pytest.raises(ValueError, match="unknown completion kind"):
+        postprocess("x", "paragraph", "", "")
