@@ -1,0 +1,163 @@
+"""The batch runner: no leakage (planted token, real engine), resume, summary numbers, per-hole index states."""
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from repocomp.config import Config
+from repocomp.errors import RepocompError
+from repocomp.eval.runner import EvalOptions, read_results, run_eval, summarize, task_buffer
+from repocomp.eval.tasks import Task, load_tasks, make_tasks, write_tasks
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "eval_repo"
+
+
+# ------------------------------------------------------------------ a scripted engine: exact, checkable numbers
+
+
+@dataclass
+class Block:
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    s_ind: float = 0.5
+    s_env: float = 0.25
+    s_rel: float = 0.625
+
+
+@dataclass
+class Result:
+    text: str
+    context: list
+    prompt: str = ""
+    prompt_tokens: int = 7
+    timings_ms: dict = field(default_factory=lambda: {"retrieve": 1.0})
+
+
+class FakeIndex:
+    def __init__(self, root: Path):
+        self.root = root
+        self.state: dict[str, str | None] = {}
+        self.calls: list[tuple[str, str | None]] = []
+
+    def update_file(self, path, text=None):
+        self.calls.append((path, text))
+        self.state[path] = text
+
+
+class FakeCompleter:
+    """Answers by (path, hole line) from a script; records what it was asked and the index state then."""
+
+    def __init__(self, index: FakeIndex, script: dict):
+        self.index, self.script, self.asked = index, script, []
+
+    async def acomplete(self, path, text, line, col, **kw):
+        self.asked.append((path, line, text, dict(self.index.state), kw))
+        prediction, blocks = self.script.get((path, line), ("", []))
+        return Result(text=prediction, context=blocks)
+
+
+def _repos(tmp_path: Path) -> Path:
+    for repo in ("r1", "r2"):
+        (tmp_path / "repos" / repo).mkdir(parents=True)
+        (tmp_path / "repos" / repo / "a.py").write_text("".join(f"line{i} = {i}\n" for i in range(30)))
+    return tmp_path / "repos"
+
+
+def _task(tid, repo, line, gt, defs=()):
+    return Task(task_id=tid, repo=repo, path="a.py", prompt="\n".join(f"line{i} = {i}" for i in range(line)),
+                ground_truth=gt, line_no=line, kind="api" if defs else "line", api_definitions=list(defs))
+
+
+SCRIPT = {
+    ("r1", 5): ("line5 = 5", [Block("b.py", 0, 3, "x\n  line5 = 5\n")]),     # EM 1, ES 1, gt hit
+    ("r1", 9): ("", [Block("b.py", 0, 3, "nothing")]),                       # EM 0, ES 0, miss
+    ("r2", 7): ("abxd", [Block("b.py", 0, 10, "abcd")]),                     # EM 0, ES .75, hit, def hit
+}
+TASKS = [_task("t1", "r1", 5, "line5 = 5"), _task("t2", "r1", 9, "line9 = 9"),
+         _task("t3", "r2", 7, "abcd", defs=[{"path": "b.py", "line_no": 3}])]
+
+
+def _factory(engines):
+    def factory(root, config, options):
+        index = FakeIndex(root)
+        script = {(p, ln): v for (repo, ln), v in SCRIPT.items() if repo == root.name for p in ["a.py"]}
+        completer = FakeCompleter(index, script)
+        engines[root.name] = (index, completer)
+        return index, completer
+    return factory
+
+
+def test_summary_numbers_per_repository_then_over_repositories(tmp_path):
+    engines = {}
+    summary = run_eval(TASKS, _repos(tmp_path), EvalOptions(mode="vanilla", backend="extractive"), Config(),
+                       out=tmp_path / "out.jsonl", summary_json=tmp_path / "s.json", progress=False,
+                       engine_factory=_factory(engines))
+    assert summary["per_repo"]["r1"] == {"tasks": 2, "em": 0.5, "es": 0.5, "gt_line_recall": 0.5, "def_hit": None}
+    assert summary["per_repo"]["r2"] == {"tasks": 1, "em": 0.0, "es": 0.75, "gt_line_recall": 1.0, "def_hit": 1.0}
+    assert summary["tasks"] == 3
+    assert summary["em"] == pytest.approx(0.25) and summary["es"] == pytest.approx(0.625)
+    assert summary["gt_line_recall"] == pytest.approx(0.75) and summary["def_hit"] == 1.0
+    assert json.loads((tmp_path / "s.json").read_text()) == summary
+    recs = {r["task_id"]: r for r in read_results(tmp_path / "out.jsonl")}
+    assert recs["t3"]["context"] == [{"path": "b.py", "start_line": 0, "end_line": 10, "s_ind": 0.5,
+                                      "s_env": 0.25, "s_rel": 0.625}]
+    assert recs["t3"]["mode"] == "vanilla" and recs["t3"]["fragrel"] is True and recs["t3"]["prompt_tokens"] == 7
+    assert recs["t1"]["prediction"] == "line5 = 5" and recs["t1"]["em"] == 1.0
+    assert {"retrieve", "no_leak_update", "task_total"} <= set(recs["t1"]["timings_ms"])
+
+
+def test_backend_none_reports_null_em_es(tmp_path):
+    summary = run_eval(TASKS, _repos(tmp_path), EvalOptions(backend="none"), Config(), progress=False,
+                       engine_factory=_factory({}))
+    assert summary["em"] is None and summary["es"] is None
+    assert summary["per_repo"]["r1"]["em"] is None
+    assert summary["gt_line_recall"] == pytest.approx(0.75)
+
+
+def test_each_task_sees_its_file_only_up_to_the_hole_and_the_file_is_restored(tmp_path):
+    engines = {}
+    run_eval(TASKS, _repos(tmp_path), EvalOptions(), Config(), progress=False, engine_factory=_factory(engines))
+    index, completer = engines["r1"]
+    asked = {line: (text, state) for _, line, text, state, _ in completer.asked}
+    for line in (5, 9):
+        text, state = asked[line]
+        assert text == "".join(f"line{i} = {i}\n" for i in range(line))  # the buffer ends at the hole
+        assert state["a.py"] == text  # ... and so does the indexed file at that moment
+    assert index.calls[-1] == ("a.py", None)  # restored from disk after the file's last task
+    kw = completer.asked[0][4]
+    assert kw["mode"] == "repocoder" and kw["fragrel"] is True and kw["kind"] == "line"
+
+
+def test_resume_skips_done_tasks_and_survives_a_torn_line(tmp_path):
+    repos, out = _repos(tmp_path), tmp_path / "out.jsonl"
+    engines = {}
+    run_eval(TASKS[:2], repos, EvalOptions(), Config(), out=out, progress=False, engine_factory=_factory(engines))
+    assert len(read_results(out)) == 2
+    with out.open("a") as fh:
+        fh.write('{"task_id": "t9", "rep')  # an interrupted write
+    engines.clear()
+    summary = run_eval(TASKS, repos, EvalOptions(), Config(), out=out, progress=False,
+                       engine_factory=_factory(engines))
+    assert list(engines) == ["r2"]  # r1 had nothing left to do
+    assert [a[1] for a in engines["r2"][1].asked] == [7]
+    assert [r["task_id"] for r in read_results(out)] == ["t1", "t2", "t3"]
+    assert summary["tasks"] == 3
+    with pytest.raises(RepocompError, match="another run"):
+        run_eval(TASKS, repos, EvalOptions(mode="oracle"), Config(), out=out, progress=False,
+                 engine_factory=_factory({}))
+
+
+def test_task_buffer_uses_the_prompt_below_the_lines_above_it():
+    t = Task("x", "r", "a.py", prompt="c\nd", ground_truth="e", line_no=4, context_start_lineno=2)
+    assert task_buffer(t, ["a", "b", "c", "d", "e"]) == ("a\nb\nc\nd\n", 4)
+    assert task_buffer(t, None) == ("\n\nc\nd\n", 4)
+
+
+def test_summarize_of_nothing():
+    assert summarize([]) == {"tasks": 0, "em": None, "es": None, "gt_line_recall": None, "def_hit": None,
+                             "per_repo": {}}
