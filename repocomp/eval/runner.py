@@ -203,7 +203,7 @@ class RepoEvaluator:
                 t0 = time.perf_counter()
                 text, line = task_buffer(task, disk)
                 if text != current:
-                    self.index.update_file(path, text=text)  # the index sees the file only up to the hole
+                    self._update(path, text)  # the index sees the file only up to the hole
                     current = text
                 t1 = time.perf_counter()
                 result = await self.completer.acomplete(
@@ -215,7 +215,13 @@ class RepoEvaluator:
                                       {"no_leak_update": round((t1 - t0) * 1e3, 3),
                                        "task_total": round((t2 - t0) * 1e3, 3)}))
         finally:
-            self.index.update_file(path)  # back to the file on disk
+            self._update(path, None)  # back to the file on disk
+
+    def _update(self, path: str, text: str | None) -> None:
+        self.index.update_file(path, text=text)
+        retriever = getattr(self.completer, "retriever", None)
+        if retriever is not None and hasattr(retriever, "invalidate"):
+            retriever.invalidate()  # cached fragment locations are stale now
 
 
 def _read_disk_lines(path: Path) -> list[str] | None:
