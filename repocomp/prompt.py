@@ -38,6 +38,7 @@ __all__ = [
     "estimate_tokens",
     "format_fim",
     "make_token_counter",
+    "render_block",
     "HEADER",
     "SEPARATOR",
 ]
@@ -166,7 +167,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     context_tokens = count(context) + suffix_tokens
     budget = config.max_tokens - context_tokens
     chosen: list[PromptBlock] = []
-    used = count(HEADER)
+    used = count(HEADER) + count("\n")
     for src in sources:
         if len(chosen) >= config.max_blocks:
             break
@@ -180,5 +181,5 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     ordered = tuple(reversed(chosen))  # best block last, nearest the code
     head = HEADER + "".join(b.rendered for b in ordered) + "\n" if ordered else ""
     text = format_fim(config.fim, head + context, suffix_kept)
-    tokens = (used if ordered else 0) + context_tokens
+    tokens = (used if ordered else 0) + context_tokens  # "\n": the blank line before the code
     return Prompt(text=text, blocks=ordered, context=context, suffix=suffix_kept, tokens=tokens)

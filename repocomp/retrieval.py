@@ -119,8 +119,9 @@ class Retriever:
         # Cheap fingerprint of the fragment set: an index `generation` counter when it has one, else sizes.
         return (id(frags), len(frags), int(alive.sum()), getattr(self.index, "generation", None))
 
-    def table(self, alive: np.ndarray | None = None) -> LocationTable:
-        alive = self.index.alive_mask() if alive is None else alive
+    def table(self) -> LocationTable:
+        """Fallback for indexes without per-file window lists: all locations as arrays, rebuilt on change."""
+        alive = self.index.alive_mask()
         key = self._key(alive)
         if self._table is None or key != self._table_key:
             t0 = time.perf_counter()
@@ -128,6 +129,37 @@ class Retriever:
             self._table_key = key
             log.debug("location table rebuilt in %.1f ms", (time.perf_counter() - t0) * 1e3)
         return self._table
+
+    def _file_fragment_ids(self, path: str) -> list[int] | None:
+        """Fragment ids of `path`'s windows when the index keeps per-file window lists (cheap), else None."""
+        files = getattr(self.index, "files", None)
+        if not isinstance(files, dict):
+            return None
+        entry = files.get(path)
+        return list(getattr(entry, "windows", ())) if entry is not None else []
+
+    def leaked(self, path: str, prompt_start_line: int) -> np.ndarray:
+        """Fragment ids excluded by the leak rule for a hole in `path` whose prompt starts at `prompt_start_line`."""
+        ids = self._file_fragment_ids(path)
+        if ids is None:
+            return self.table().leaked(path, prompt_start_line)
+        frags = self.index.fragments
+        out = [i for i in set(ids) if (f := frags[i]) is not None and f.locations
+               and all(loc.path == path and loc.end_line > prompt_start_line for loc in f.locations)]
+        return np.asarray(sorted(out), np.int64)
+
+    def covering(self, path: str, line: int) -> int | None:
+        """The fragment whose window in `path` covers `line` and starts latest (the cursor's own fragment)."""
+        ids = self._file_fragment_ids(path)
+        if ids is None:
+            return self.table().covering(path, line)
+        best: tuple[int, int] | None = None
+        for i in set(ids):
+            f = self.index.fragments[i]
+            for loc in (f.locations if f is not None else ()):
+                if loc.path == path and loc.start_line <= line < loc.end_line and (best is None or loc.start_line > best[0]):
+                    best = (loc.start_line, i)
+        return None if best is None else best[1]
 
     def retrieve(self, query: str, *, path: str | None = None, prompt_start_line: int = 0,
                  cursor_line: int | None = None, top_k: int | None = None, alpha: float | None = None,
@@ -144,14 +176,15 @@ class Retriever:
         t1 = time.perf_counter()
         timings["similarity"] = (t1 - t0) * 1e3
 
-        alive = np.asarray(self.index.alive_mask(), bool)
-        n = max(len(s_ind), len(alive))
+        # Removed fragments have empty term rows (and no relations): the term index's row mask stands in for
+        # index.alive_mask(), which walks every fragment object; hits are re-checked against fragments below.
+        n = max(len(s_ind), len(self.index.fragments))
         available = np.zeros(n, bool)
-        available[: len(alive)] = alive
-        table = self.table(alive)
+        nonempty = self.index.term_index.nonempty()
+        available[: len(nonempty)] = nonempty
         excluded = np.zeros(0, np.int64)
         if path is not None:
-            excluded = table.leaked(path, prompt_start_line)
+            excluded = self.leaked(path, prompt_start_line)
             available[excluded[excluded < n]] = False
         extra = None
         if w_query > 0.0 and path is not None and cursor_line is not None:

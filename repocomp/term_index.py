@@ -104,6 +104,10 @@ class TermIndex:
     def n_rows(self) -> int:
         return len(self._terms)
 
+    def nonempty(self) -> np.ndarray:
+        """Bool per row: the row holds at least one token (removed rows never do)."""
+        return self._row_set > 0
+
     def _encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         vocab = self.vocab
         ids = [vocab.setdefault(tok, len(vocab)) for tok in code_tokens(text)]

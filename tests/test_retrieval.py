@@ -20,10 +20,10 @@ class FakeIndex:
                  relations: dict[tuple[int, int], float] | None = None) -> None:
         self.root = Path("/nonexistent-repo")
         self.config = config or Config()
-        self.files = {p: t.split("\n") for p, t in files.items()}
+        self._files = {p: t.split("\n") for p, t in files.items()}
         self.fragments: list[Fragment | None] = []
         self._by_text: dict[str, int] = {}
-        for path in sorted(self.files):
+        for path in sorted(self._files):
             self._add_windows(path)
         self.term_index = TermIndex.build([f.text if f else None for f in self.fragments])
         self._rel_pairs = relations or {}
@@ -33,7 +33,7 @@ class FakeIndex:
         self.updates: list[str] = []
 
     def _add_windows(self, path: str) -> None:
-        lines = self.files[path]
+        lines = self._files[path]
         fc = self.config.fragments
         for s, e in window_spans(len(lines), fc.window, fc.stride):
             text = window_text(lines, s, e)
@@ -54,7 +54,7 @@ class FakeIndex:
         self.relations = w.tocsr()
 
     def file_lines(self, path: str) -> list[str] | None:
-        return self.files.get(path)
+        return self._files.get(path)
 
     def alive_mask(self) -> np.ndarray:
         return np.array([f is not None for f in self.fragments], bool)
@@ -71,7 +71,7 @@ class FakeIndex:
         gone = [f.id for f in self.fragments if f is not None and not f.locations]
         for fid in gone:
             self.fragments[fid] = None
-        self.files[path] = (text or "").split("\n")
+        self._files[path] = (text or "").split("\n")
         n_before = len(self.fragments)
         self._add_windows(path)
         new = list(range(n_before, len(self.fragments)))

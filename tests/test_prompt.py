@@ -1,0 +1,98 @@
+"""Prompt layout (exact text), token budget, block skipping, max_blocks and FIM formats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repocomp.config import PromptConfig
+from repocomp.errors import RepocompError
+from repocomp.prompt import BlockSource, build_prompt, estimate_tokens, format_fim, make_token_counter
+
+BEST = BlockSource(7, ("pkg/util.py",), 10, 12, "def add(a, b):\n    return a + b")
+SECOND = BlockSource(3, ("pkg/other.py", "pkg/copy.py"), 0, 1, "x = add(1, 2)")
+PREFIX = "from pkg.util import add\n\ny = "
+
+EXPECTED = (
+    "# Here are some relevant code fragments from other files of the repo:\n"
+    "# --------------------------------------------------\n"
+    "# the below code fragment can be found in:\n"
+    "# pkg/other.py\n"
+    "# pkg/copy.py\n"
+    "# --------------------------------------------------\n"
+    "# x = add(1, 2)\n"
+    "# --------------------------------------------------\n"
+    "# the below code fragment can be found in:\n"
+    "# pkg/util.py\n"
+    "# --------------------------------------------------\n"
+    "# def add(a, b):\n"
+    "#     return a + b\n"
+    "# --------------------------------------------------\n"
+    "\n"
+    "from pkg.util import add\n"
+    "\n"
+    "y = "
+)
+
+
+def test_repocoder_layout_exact_text_best_block_nearest_code() -> None:
+    p = build_prompt([BEST, SECOND], PREFIX, "", PromptConfig())
+    assert p.text == EXPECTED
+    assert [b.source.fragment_id for b in p.blocks] == [3, 7]  # prompt order: best last
+    assert p.context == PREFIX
+    assert p.tokens == estimate_tokens(EXPECTED)  # counted piecewise: header + blocks + blank line + context
+
+
+def test_budget_skips_block_that_does_not_fit_but_keeps_smaller_later_one() -> None:
+    big = BlockSource(1, ("big.py",), 0, 50, "\n".join(f"value_{i} = compute({i})" for i in range(50)))
+    small = BlockSource(2, ("small.py",), 0, 1, "z = 1")
+    cfg = PromptConfig(max_tokens=200, context_tokens=40)
+    p = build_prompt([big, small], PREFIX, "", cfg)
+    assert [b.source.fragment_id for b in p.blocks] == [2]
+    assert "big.py" not in p.text and "small.py" in p.text
+    assert p.tokens <= cfg.max_tokens
+
+
+def test_max_blocks_and_no_blocks() -> None:
+    srcs = [BlockSource(i, (f"f{i}.py",), 0, 1, f"v{i} = {i}") for i in range(5)]
+    p = build_prompt(srcs, PREFIX, "", PromptConfig(max_blocks=2))
+    assert [b.source.fragment_id for b in p.blocks] == [1, 0]
+    bare = build_prompt([], PREFIX, "", PromptConfig())
+    assert bare.text == PREFIX  # nothing retrieved: the in-file context alone, no header
+
+
+def test_in_file_context_keeps_last_lines_within_budget() -> None:
+    prefix = "\n".join(f"line_{i} = {i}" for i in range(100)) + "\nresult = "
+    p = build_prompt([], prefix, "", PromptConfig(max_tokens=100, context_tokens=30))
+    assert p.text.endswith("line_99 = 99\nresult = ")
+    assert "line_0 =" not in p.text
+    assert estimate_tokens(p.context) <= 30 + 1
+
+
+def test_fim_formats() -> None:
+    assert format_fim("codellama", "a = ", "\nb = 2") == "<PRE> a =  <SUF>\nb = 2 <MID>"
+    assert format_fim("starcoder", "a = ", "\nb = 2") == "<fim_prefix>a = <fim_suffix>\nb = 2<fim_middle>"
+    p = build_prompt([BEST], "y = ", "\nprint(y)", PromptConfig(fim="codellama"))
+    assert p.text.startswith("<PRE> # Here are some relevant code fragments")
+    assert p.text.endswith("\ny =  <SUF>\nprint(y) <MID>")
+    s = build_prompt([], "y = ", "\nprint(y)", PromptConfig(fim="starcoder"))
+    assert s.text == "<fim_prefix>y = <fim_suffix>\nprint(y)<fim_middle>"
+    # without FIM the suffix is not part of the prompt
+    assert "print(y)" not in build_prompt([], "y = ", "\nprint(y)", PromptConfig()).text
+
+
+def test_model_tokenizer_counts(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "a": 1, "b": 2, "=": 3}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    json.loads((tmp_path / "tokenizer.json").read_text())
+    count = make_token_counter(PromptConfig(tokenizer=str(tmp_path)))
+    assert count("a = b") == 3
+    assert count("a = b c d") == 5  # unknown words are still one token each
+    with pytest.raises(RepocompError):
+        make_token_counter(PromptConfig(tokenizer=str(tmp_path / "missing")))
