@@ -201,7 +201,7 @@ class Completer:
         rounds_n = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": rc.iterations}[mode]
         anchor = None
         if explain and self.retriever is not None:
-            anchor = self.retriever.table().covering(path, max(0, line - 1) if col == 0 else line)
+            anchor = self.retriever.covering(path, max(0, line - 1) if col == 0 else line)
 
         rounds: list[RoundTrace] = []
         draft = ""

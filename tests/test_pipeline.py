@@ -1,0 +1,183 @@
+"""Completer: modes, the iterative RepoCoder loop (the draft feeds round 2), shifts, buffer sync, bad input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from repocomp.backends import Generation, GenerationRequest
+from repocomp.errors import RepocompError
+from repocomp.pipeline import Completer, next_query
+from test_retrieval import FakeIndex, small_config
+
+
+@dataclass
+class ScriptedBackend:
+    """Answers round r with drafts[r-1]; records every request."""
+
+    drafts: list[str]
+    name: str = "scripted"
+    requests: list[GenerationRequest] = field(default_factory=list)
+
+    async def agenerate(self, request: GenerationRequest) -> Generation:
+        self.requests.append(request)
+        return Generation(text=self.drafts[min(len(self.requests), len(self.drafts)) - 1], backend=self.name)
+
+    async def aclose(self) -> None:
+        pass
+
+
+LIB = "\n".join([
+    "def load_config(path):",  # 0
+    "    with open(path) as fh:",  # 1
+    "        data = fh.read()",  # 2
+    "    return parse_config(data)",  # 3
+    "",  # 4
+    "def parse_config(text):",  # 5
+    "    items = text.split()",  # 6
+    "    return dict(items)",  # 7
+])
+HOLE = "\n".join([
+    "import lib",  # 0
+    "",  # 1
+    "def main(path):",  # 2
+    "    with open(path) as fh:",  # 3
+    "        data = fh.read()",  # 4
+    "    cfg = ",  # 5 (cursor after 'cfg = ')
+    "    print(cfg)",  # 6
+])
+
+
+def make(drafts: list[str] | None = None, **retrieval: object) -> tuple[FakeIndex, Completer, ScriptedBackend]:
+    cfg = small_config(window=4, stride=2, **retrieval)
+    idx = FakeIndex({"lib.py": LIB, "hole.py": HOLE}, cfg)
+    backend = ScriptedBackend(drafts or ["parse_config(data)\nreturn cfg", "parse_config(data)"])
+    return idx, Completer(idx, cfg, backend), backend
+
+
+def test_next_query_rule() -> None:
+    before = [f"l{i}" for i in range(5)]
+    assert next_query(before, "", "\n\nd1\n  \nd2", 2) == "l3\nl4\nd1\nd2"
+    # a partly typed line is completed by the draft's first line and counts as one of the `stride` lines
+    assert next_query(before, "x = ", "f(1)\nd2", 2) == "l4\nx = f(1)\nd2"
+    many = "\n".join(f"d{i}" for i in range(15))
+    assert next_query(before, "", many, 2).split("\n") == ["l3", "l4"] + [f"d{i}" for i in range(10)]
+
+
+def test_repocoder_two_rounds_round2_query_uses_draft() -> None:
+    idx, comp, backend = make(iterations=2, alpha=0.0)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "))
+    assert len(res.rounds) == 2 and len(backend.requests) == 2
+    # round 1: last `window` (4) lines before the cursor, the partial line included
+    assert res.rounds[0].query == "def main(path):\n    with open(path) as fh:\n        data = fh.read()\n    cfg = "
+    # round 2: last `stride` (2) lines, the partial line completed by the draft, then the draft's next lines
+    assert res.rounds[1].query == "        data = fh.read()\n    cfg = parse_config(data)\nreturn cfg"
+    assert res.rounds[0].draft == "parse_config(data)\nreturn cfg"
+    assert "parse_config(data)" in res.rounds[1].query
+    assert res.backend == "scripted"
+    assert res.text.startswith("parse_config(data)")
+    # the round-2 prompt is what the backend saw last; blocks in prompt order, best last
+    assert backend.requests[-1].prompt == res.prompt
+    assert res.prompt.endswith("def main(path):\n    with open(path) as fh:\n        data = fh.read()\n    cfg = ")
+    assert res.context and res.context[-1].s_rel == max(b.s_rel for b in res.context)
+    assert {"retrieve_1", "prompt_1", "generate_1", "retrieve_2", "prompt_2", "total"} <= set(res.timings_ms)
+
+
+def test_first_round_blocks_show_what_follows_the_match_and_hole_file_is_excluded() -> None:
+    idx, comp, backend = make(iterations=1, alpha=0.0)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), mode="vanilla")
+    top = res.rounds[0].blocks[0]
+    assert top.path == "lib.py"
+    # the best window is lib.py [0,4) (it shares 'with open(path) as fh' and 'data = fh.read()'); shifted by
+    # stride 2 it shows [2,6): the lines after the match, which hold the answer's `return parse_config(data)`
+    assert (top.start_line, top.end_line) == (2, 6)
+    assert top.text == "\n".join(LIB.split("\n")[2:6])
+    assert "return parse_config(data)" in backend.requests[0].candidates[0]
+    assert all(b.path != "hole.py" for r in res.rounds for b in r.blocks)  # leak rule, prompt starts at line 0
+
+
+def test_later_rounds_and_oracle_are_not_shifted() -> None:
+    idx, comp, _ = make(iterations=2, alpha=0.0)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "))
+    for b in res.rounds[1].blocks:
+        frag = idx.fragments[b.fragment_id]
+        assert frag is not None and b.text == frag.text
+    oracle = comp.complete("hole.py", HOLE, 5, 0, mode="oracle", oracle_text="def parse_config(text):")
+    assert oracle.rounds[0].query == "def parse_config(text):" and len(oracle.rounds) == 1
+    top = oracle.rounds[0].blocks[0]
+    assert "def parse_config(text):" in top.text
+    assert top.text == idx.fragments[top.fragment_id].text  # type: ignore[union-attr]
+    assert (top.start_line, top.end_line) == (2, 6)  # the matched window itself, no shift
+
+
+def test_infile_mode_and_retrieval_only() -> None:
+    idx, comp, backend = make()
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), mode="infile")
+    assert res.prompt == "\n".join(HOLE.split("\n")[:5]) + "\n    cfg = " and res.context == []
+    no_llm = Completer(idx, comp.config, backend=None)
+    r = no_llm.complete("hole.py", HOLE, 5, len("    cfg = "))
+    assert r.text == "" and r.backend == "none" and r.context
+    bare = Completer(None, comp.config, backend=None).complete("x.py", "a = 1\nb = ", 1, 4)
+    assert bare.prompt == "a = 1\nb = "
+
+
+def test_context_start_line_bounds_the_query() -> None:
+    idx, comp, _ = make(iterations=1)
+    res = comp.complete("hole.py", HOLE, 5, 0, context_start_line=4)
+    assert res.rounds[0].query == "        data = fh.read()"
+    assert not res.prompt.startswith("import lib")
+
+
+def test_live_buffer_updates_index_only_when_different() -> None:
+    idx, comp, _ = make(iterations=1)
+    comp.complete("hole.py", HOLE, 5, 0)
+    assert idx.updates == []
+    edited = HOLE.replace("import lib", "import lib, os")
+    comp.complete("hole.py", edited, 5, 0)
+    assert idx.updates == ["hole.py"]
+    assert idx.file_lines("hole.py") == edited.split("\n")
+
+
+def test_bad_input_raises_repocomp_error() -> None:
+    idx, comp, _ = make()
+    with pytest.raises(RepocompError, match="line 99"):
+        comp.complete("hole.py", HOLE, 98, 0)
+    with pytest.raises(RepocompError, match="column"):
+        comp.complete("hole.py", HOLE, 0, 500)
+    with pytest.raises(RepocompError, match="inside"):
+        comp.complete("../outside.py", HOLE, 0, 0)
+    with pytest.raises(RepocompError, match="mode"):
+        comp.complete("hole.py", HOLE, 0, 0, mode="magic")
+
+
+def test_explain_fills_edge_types() -> None:
+    idx, comp, _ = make(iterations=1)
+    lib0 = next(f.id for f in idx.fragments if f and f.locations[0].path == "lib.py")
+    cursor_frag = comp.retriever.covering("hole.py", 4)  # type: ignore[union-attr]  # col 0: the line above
+    assert cursor_frag is not None
+    idx._rel_pairs = {(lib0, cursor_frag): 0.5}
+    idx._rebuild_w()
+    res = comp.complete("hole.py", HOLE, 5, 0, explain=True)
+    by_id = {b.fragment_id: b for b in res.rounds[0].blocks}
+    assert by_id[lib0].relations == ["call"]
+
+
+def test_with_real_index(tmp_path: Path) -> None:
+    index_mod = pytest.importorskip("repocomp.index")
+    (tmp_path / "lib.py").write_text(LIB + "\n")
+    (tmp_path / "hole.py").write_text(HOLE + "\n")
+    cfg = small_config(window=4, stride=2, iterations=2)
+    cfg = cfg.replace("index", dir=str(tmp_path / ".idx"))
+    idx = index_mod.Index.build(tmp_path, cfg)
+    backend = ScriptedBackend(["parse_config(data)", "parse_config(data)"])
+    comp = Completer(idx, cfg, backend)
+    res = comp.complete("hole.py", HOLE + "\n", 5, len("    cfg = "), explain=True)
+    assert res.rounds[0].blocks and res.rounds[0].blocks[0].path == "lib.py"
+    assert all(b.path != "hole.py" for r in res.rounds for b in r.blocks)
+    assert "parse_config(data)" in res.rounds[1].query
+    # a live edit of the buffer is indexed before retrieval
+    edited = HOLE.replace("import lib", "import lib  # edited") + "\n"
+    comp.complete("hole.py", edited, 5, 0)
+    assert idx.file_lines("hole.py")[0] == "import lib  # edited"  # type: ignore[index]
