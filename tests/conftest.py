@@ -85,7 +85,6 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     env = dict(os.environ)
     env.update(
         VLLM_CPU_KVCACHE_SPACE="1",  # GiB of KV cache; the default is far more than a test machine spares
-        VLLM_LOGGING_LEVEL="DEBUG",  # abort messages are logged at debug level
         PYTHONUNBUFFERED="1",
         VLLM_NO_USAGE_STATS="1",
         VLLM_DO_NOT_TRACK="1",
@@ -99,6 +98,7 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         "--host", "127.0.0.1",
         "--port", str(port),
         "--max-model-len", "2048",
+        "--enable-log-requests",  # logs "Aborted request(s) ID." when a client goes away (tests read it)
     ]
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log_fh:

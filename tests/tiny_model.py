@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 RECIPE_VERSION = 1  # bump when the recipe below changes, so cached models are rebuilt
 VOCAB_SIZE = 2048
 SEED = 1234
 SPECIAL_TOKENS = ("<s>", "</s>", "<unk>", "<PRE>", "<SUF>", "<MID>", "<EOT>")
-CORPUS_DIRS = ("repocomp", "graph", "lsp_server", "fixtures", "tests")
+CORPUS_DIRS = ("repocomp", "graph", "lsp_server", "fixtures")  # not tests/: editing a test must not rebuild it
 MARKER = "repocomp_tiny_model.json"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -125,11 +128,20 @@ def build_tiny_model(out_dir: Path, root: Path = REPO_ROOT) -> Path:
             model.lm_head.weight[hf_tok.convert_tokens_to_ids(name)].zero_()
     model.eval()
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    hf_tok.save_pretrained(out_dir)
+    # Built beside the target and swapped in, so a server still reading the old copy never sees half a model.
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    model.save_pretrained(tmp, safe_serialization=True)
+    hf_tok.save_pretrained(tmp)
     # Written last: its presence means the directory is complete.
-    (out_dir / MARKER).write_text(json.dumps({"fingerprint": fp, "recipe": RECIPE_VERSION, "vocab": vocab}))
+    (tmp / MARKER).write_text(json.dumps({"fingerprint": fp, "recipe": RECIPE_VERSION, "vocab": vocab}))
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return out_dir
 
 

@@ -1,0 +1,76 @@
+"""The transformers backend on the tiny locally built model (random weights: structure, not content)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from repocomp.backends import GenerationRequest, make_backend
+from repocomp.backends.hf import TransformersBackend
+from repocomp.config import BackendConfig
+from repocomp.errors import BackendError
+
+pytest.importorskip("torch", reason="the transformers backend needs torch (pip install 'repocomp[hf]')")
+pytest.importorskip("transformers")
+
+PROMPT = "def read_lines(path):\n    with open(path) as fh:\n        return"
+
+
+def req(n: int, stop: tuple[str, ...] = ()) -> GenerationRequest:
+    return GenerationRequest(prompt=PROMPT, prefix=PROMPT, suffix="", candidates=(), max_new_tokens=n, stop=stop)
+
+
+@pytest.fixture(scope="module")
+def hf_backend(tiny_model_dir: Path) -> TransformersBackend:
+    return TransformersBackend(model=str(tiny_model_dir), device="cpu")
+
+
+async def test_deterministic_and_exact_token_count(hf_backend: TransformersBackend) -> None:
+    a = await hf_backend.agenerate(req(12))
+    b = await hf_backend.agenerate(req(12))
+    assert a.backend == "transformers" and a.text and a == b
+    text, n = hf_backend._generate(req(12), threading.Event())
+    assert n == 12 and text == a.text  # exactly max_new_tokens: the tiny model never picks EOS greedily
+    _, n5 = hf_backend._generate(req(5), threading.Event())
+    assert n5 == 5
+
+
+async def test_stop_sequence(hf_backend: TransformersBackend) -> None:
+    full = (await hf_backend.agenerate(req(24))).text
+    k = next(i for i in range(3, len(full) - 2) if full[i:i + 2].strip() and full.find(full[i:i + 2]) == i)
+    stopped = (await hf_backend.agenerate(req(24, stop=(full[k:k + 2],)))).text
+    assert stopped == full[:k]
+
+
+async def test_cancel_stops_the_worker(hf_backend: TransformersBackend) -> None:
+    await hf_backend._ensure_loaded()
+    task = asyncio.create_task(hf_backend.agenerate(req(1500)))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The generation thread saw the flag: the model lock frees long before 1500 tokens would be done.
+    for _ in range(100):
+        if hf_backend._gen_lock.acquire(blocking=False):
+            hf_backend._gen_lock.release()
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("generation thread kept running after cancel")
+
+
+async def test_missing_model_is_a_backend_error(tmp_path: Path) -> None:
+    b = TransformersBackend(model=str(tmp_path / "nope"))
+    with pytest.raises(BackendError, match="cannot load model"):
+        await b.agenerate(req(4))
+
+
+async def test_missing_model_falls_back_to_extractive(tmp_path: Path) -> None:
+    backend = make_backend(BackendConfig(name="transformers", model=str(tmp_path / "nope"), fallback="extractive"))
+    r = GenerationRequest(prompt="", prefix="x = compute(", suffix="", candidates=("x = compute(1)\n",),
+                          max_new_tokens=8)
+    gen = await backend.agenerate(r)
+    assert gen.backend == "extractive" and gen.text == "1)" and "transformers" in gen.error
