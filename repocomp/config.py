@@ -57,7 +57,7 @@ class GraphConfig:
 
 @dataclass(frozen=True)
 class RelationConfig:
-    cutoff: float = 0.01  # node pairs whose max-product path strength is below this are unrelated
+    cutoff: float = 0.1  # node pairs whose max-product path strength is below this are unrelated
     top_k: int = 32  # relations kept per fragment row
     context_weight: float = 0.0  # Eq. 7 w_rel for fragments of one file; 0 turns it off
     context_combine: str = "max"  # how Eq. 7 joins Eq. 8: "max" or "sum"

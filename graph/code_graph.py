@@ -1,0 +1,195 @@
+"""The repository's code graph (FragRel Appendix A): typed, weighted, undirected edges between
+
+- syntax nodes (statements and definitions, see `graph.languages`): `syntax` edges child -> enclosing node,
+- file and directory nodes: `directory` edges file -> folder -> parent folder,
+- each file's syntax root and its file node: `file` edges,
+- call sites and the definitions they invoke: `call` edges (resolved by `graph.resolve`).
+
+Node ids are stable integers; a file that changes gets new ids and its old ones become dead (ids are not reused,
+so nothing that still refers to an old id can silently point at another node).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import numpy as np
+import scipy.sparse as sp
+
+from graph.parsing import ParsedFile
+
+EDGE_TYPES = ("syntax", "directory", "file", "call")
+_TYPE_CODE = {name: i for i, name in enumerate(EDGE_TYPES)}
+
+
+@dataclass
+class FileNodes:
+    path: str
+    file_node: int
+    node_ids: np.ndarray  # global id of each local syntax node (0 = syntax root)
+    syntax_edges: np.ndarray  # (k, 2) global (child, parent)
+    call_edges: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))  # (k, 2) global
+
+
+class CodeGraph:
+    def __init__(self, weights: dict[str, float]):
+        self.weights = {name: float(weights[name]) for name in EDGE_TYPES}
+        self.files: dict[str, FileNodes] = {}
+        self.dirs: dict[str, int] = {}  # folder path ("" = repository root) -> node id
+        self._dir_files: dict[str, int] = {}  # folder -> number of files and folders directly under it
+        self.kind: list[str] = []  # per node: syntax kind, "file" or "directory"
+        self.owner: list[str] = []  # per node: file or folder path
+        self.alive = np.zeros(0, dtype=bool)
+        self.length = np.zeros(0, dtype=np.float64)  # text length each node owns
+        self._csr: sp.csr_matrix | None = None
+
+    # -- ids -----------------------------------------------------------------------------------------------------
+    @property
+    def n_ids(self) -> int:
+        return len(self.kind)
+
+    def _new_nodes(self, kinds: list[str], owner: str, lengths: np.ndarray | None = None) -> np.ndarray:
+        start = self.n_ids
+        self.kind.extend(kinds)
+        self.owner.extend([owner] * len(kinds))
+        self.alive = np.concatenate((self.alive, np.ones(len(kinds), dtype=bool)))
+        lens = np.zeros(len(kinds)) if lengths is None else lengths
+        self.length = np.concatenate((self.length, lens))
+        return np.arange(start, start + len(kinds), dtype=np.int64)
+
+    def _kill(self, ids: np.ndarray) -> None:
+        self.alive[ids] = False
+        self.length[ids] = 0.0
+
+    # -- directory tree ------------------------------------------------------------------------------------------
+    def _dir_node(self, folder: str) -> int:
+        node = self.dirs.get(folder)
+        if node is None:
+            node = int(self._new_nodes(["directory"], folder)[0])
+            self.dirs[folder] = node
+            self._dir_files[folder] = 0
+            if folder:
+                parent = str(PurePosixPath(folder).parent)
+                self._dir_node("" if parent == "." else parent)
+                self._dir_files["" if parent == "." else parent] += 1
+        return node
+
+    def _release_dir(self, folder: str) -> None:
+        self._dir_files[folder] -= 1
+        if self._dir_files[folder] <= 0 and folder:
+            self._kill(np.array([self.dirs.pop(folder)]))
+            del self._dir_files[folder]
+            parent = str(PurePosixPath(folder).parent)
+            self._release_dir("" if parent == "." else parent)
+
+    @staticmethod
+    def _folder(path: str) -> str:
+        parent = str(PurePosixPath(path).parent)
+        return "" if parent == "." else parent
+
+    # -- files ---------------------------------------------------------------------------------------------------
+    def set_file(self, path: str, parsed: ParsedFile) -> FileNodes:
+        """Add or replace one file's nodes and syntax edges (its call edges are set by `set_calls`)."""
+        old = self.files.get(path)
+        if old is not None:
+            self._kill(np.concatenate((old.node_ids, [old.file_node])))
+        else:
+            folder = self._folder(path)
+            self._dir_node(folder)
+            self._dir_files[folder] += 1
+        file_node = int(self._new_nodes(["file"], path)[0])
+        ids = self._new_nodes(parsed.kinds, path, parsed.node_lengths())
+        child = np.arange(1, parsed.n_nodes)
+        syntax = np.stack((ids[child], ids[parsed.parent[child]]), axis=1) if len(child) else np.zeros((0, 2), np.int64)
+        entry = FileNodes(path, file_node, ids, syntax.astype(np.int64))
+        self.files[path] = entry
+        self._csr = None
+        return entry
+
+    def remove_file(self, path: str) -> FileNodes | None:
+        old = self.files.pop(path, None)
+        if old is not None:
+            self._kill(np.concatenate((old.node_ids, [old.file_node])))
+            self._release_dir(self._folder(path))
+            self._csr = None
+        return old
+
+    def set_calls(self, path: str, edges: np.ndarray) -> None:
+        self.files[path].call_edges = edges.reshape(-1, 2).astype(np.int64)
+        self._csr = None
+
+    # -- edges ---------------------------------------------------------------------------------------------------
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """All edges as ((k, 2) node pairs, (k,) type codes)."""
+        parts: list[np.ndarray] = []
+        types: list[np.ndarray] = []
+
+        def add(pairs: np.ndarray, name: str) -> None:
+            parts.append(pairs.reshape(-1, 2))
+            types.append(np.full(len(pairs), _TYPE_CODE[name], dtype=np.int8))
+
+        for entry in self.files.values():
+            add(entry.syntax_edges, "syntax")
+            add(np.array([[entry.node_ids[0], entry.file_node]]), "file")
+            add(np.array([[entry.file_node, self.dirs[self._folder(entry.path)]]]), "directory")
+            add(entry.call_edges, "call")
+        for folder, node in self.dirs.items():
+            if folder:
+                add(np.array([[node, self.dirs[self._folder(folder)]]]), "directory")
+        if not parts:
+            return np.zeros((0, 2), np.int64), np.zeros(0, np.int8)
+        return np.concatenate(parts).astype(np.int64), np.concatenate(types)
+
+    def edge_counts(self) -> dict[str, int]:
+        _, types = self.edges()
+        counts = np.bincount(types, minlength=len(EDGE_TYPES)) if len(types) else np.zeros(len(EDGE_TYPES), int)
+        return {name: int(counts[i]) for i, name in enumerate(EDGE_TYPES)}
+
+    def cost_matrix(self) -> sp.csr_matrix:
+        """Symmetric CSR of edge costs -log(w); parallel edges keep the strongest."""
+        if self._csr is not None:
+            return self._csr
+        pairs, types = self.edges()
+        cost = -np.log(np.array([self.weights[t] for t in EDGE_TYPES]))[types]
+        u = np.concatenate((pairs[:, 0], pairs[:, 1]))
+        v = np.concatenate((pairs[:, 1], pairs[:, 0]))
+        c = np.concatenate((cost, cost))
+        keep = u != v
+        u, v, c = u[keep], v[keep], c[keep]
+        order = np.lexsort((c, v, u))  # per (u, v) the cheapest first
+        u, v, c = u[order], v[order], c[order]
+        first = np.ones(len(u), dtype=bool)
+        first[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
+        u, v, c = u[first], v[first], c[first]
+        n = self.n_ids
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(u, minlength=n), out=indptr[1:])
+        # explicit zeros are weight-1 edges: build the CSR by hand so they are kept
+        self._csr = sp.csr_matrix((c, v, indptr), shape=(n, n))
+        return self._csr
+
+    def edge_type(self, a: int, b: int) -> str | None:
+        """The strongest edge type joining two nodes (for explanations)."""
+        pairs, types = self.edges()
+        hit = ((pairs[:, 0] == a) & (pairs[:, 1] == b)) | ((pairs[:, 0] == b) & (pairs[:, 1] == a))
+        if not hit.any():
+            return None
+        return max((EDGE_TYPES[t] for t in types[hit]), key=lambda name: self.weights[name])
+
+    def to_networkx(self):
+        """The live graph as a `networkx.Graph` (node attributes kind/owner, edge attributes type/weight)."""
+        import networkx as nx
+
+        g = nx.Graph()
+        for node in np.flatnonzero(self.alive):
+            g.add_node(int(node), kind=self.kind[node], owner=self.owner[node])
+        pairs, types = self.edges()
+        for (a, b), t in zip(pairs.tolist(), types.tolist()):
+            name = EDGE_TYPES[t]
+            if a == b:
+                continue
+            if g.has_edge(a, b) and g[a][b]["weight"] >= self.weights[name]:
+                continue
+            g.add_edge(a, b, type=name, weight=self.weights[name])
+        return g

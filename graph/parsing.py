@@ -1,0 +1,151 @@
+"""One file -> its syntax nodes (statements and definitions), line ownership, definitions, imports and call sites.
+
+Everything here is local to the file (node indices are 0..n-1, 0 being the file's syntax root); cross-file
+resolution happens in `graph.resolve`. Tree-sitter queries do the matching in C, so Python only touches the
+nodes that become graph nodes and the call sites, not every token.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+from tree_sitter import Node, QueryCursor
+
+from graph.languages import CLASS_KINDS, DEFINITION_KINDS, parser_for, spec
+
+_DOTTED = re.compile(r"^[A-Za-z_$][\w$]*(?:\s*(?:\.|::|->)\s*[A-Za-z_$][\w$]*)*$")
+_SEP = re.compile(r"\s*(?:\.|::|->)\s*")
+
+
+@dataclass(frozen=True)
+class Import:
+    """Python binding made by an import: `local` name -> `module` (dots kept for relative) and optional `name`."""
+
+    local: str
+    module: str  # e.g. "a.b", ".c", "..", "a"
+    name: str | None  # `from module import name`; None for `import module`
+
+
+@dataclass
+class ParsedFile:
+    language: str
+    n_lines: int
+    kinds: list[str]  # per local node; 0 is the root
+    start_line: np.ndarray  # int32, per node, first line
+    end_line: np.ndarray  # int32, per node, one past the last line
+    parent: np.ndarray  # int32, per node, -1 for the root
+    line_owner: np.ndarray  # int32, per line: innermost node covering it
+    line_len: np.ndarray  # int32, per line: length of the stripped text (what a node "owns")
+    defs: list[tuple[int, str, int]] = field(default_factory=list)  # (node, name, enclosing class node or -1)
+    calls: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # (calling node, callee parts)
+    imports: list[Import] = field(default_factory=list)
+    has_errors: bool = False
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.kinds)
+
+    def node_lengths(self) -> np.ndarray:
+        """Text length owned by each node (sum of its owned lines' stripped lengths)."""
+        return np.bincount(self.line_owner, weights=self.line_len, minlength=self.n_nodes).astype(np.float64)
+
+
+def _text(node: Node) -> str:
+    return node.text.decode("utf-8", "replace") if node.text is not None else ""
+
+
+def _def_name(node: Node) -> str | None:
+    name = node.child_by_field_name("name")
+    if name is not None:
+        return _text(name)
+    decl = node.child_by_field_name("declarator")  # C/C++: int *f(int x) -> declarator chain to the identifier
+    while decl is not None:
+        if decl.type in ("identifier", "field_identifier", "qualified_identifier"):
+            return _text(decl).split("::")[-1]
+        decl = decl.child_by_field_name("declarator")
+    return None
+
+
+def _python_imports(node: Node) -> list[Import]:
+    out: list[Import] = []
+    if node.type == "import_statement":
+        for child in node.children_by_field_name("name"):
+            if child.type == "aliased_import":
+                module = _text(child.child_by_field_name("name"))
+                out.append(Import(_text(child.child_by_field_name("alias")), module, None))
+            else:
+                module = _text(child)
+                out.append(Import(module.split(".")[0], module.split(".")[0], None))
+    elif node.type == "import_from_statement":
+        module_node = node.child_by_field_name("module_name")
+        module = _text(module_node).replace(" ", "") if module_node is not None else ""
+        if any(c.type == "wildcard_import" for c in node.children):
+            out.append(Import("*", module, "*"))
+        for child in node.children_by_field_name("name"):
+            if child.type == "aliased_import":
+                out.append(Import(_text(child.child_by_field_name("alias")), module,
+                                  _text(child.child_by_field_name("name"))))
+            else:
+                out.append(Import(_text(child), module, _text(child)))
+    return out
+
+
+def parse_source(text: str, language: str) -> ParsedFile:
+    lang = spec(language)
+    source = text.encode("utf-8", "surrogatepass")
+    tree = parser_for(language).parse(source)
+    lines = text.split("\n")
+    n_lines = len(lines)
+
+    found = QueryCursor(lang.node_query).captures(tree.root_node).get("node", [])
+    spans = sorted(((n.start_byte, -n.end_byte, n) for n in found), key=lambda t: (t[0], t[1]))
+    kinds = ["root"]
+    starts = [0]
+    ends = [n_lines]
+    parents = [-1]
+    stack: list[tuple[int, int]] = [(1 << 62, 0)]  # (end_byte, node index)
+    node_objs: list[Node | None] = [None]
+    for start_byte, neg_end, node in spans:
+        end_byte = -neg_end
+        while stack[-1][0] < end_byte or (stack[-1][0] == end_byte and len(stack) > 1 and
+                                           starts[stack[-1][1]] > node.start_point[0]):
+            stack.pop()
+        idx = len(kinds)
+        kinds.append(node.type)
+        starts.append(node.start_point[0])
+        ends.append(node.end_point[0] + 1)
+        parents.append(stack[-1][1])
+        node_objs.append(node)
+        stack.append((end_byte, idx))
+
+    start_line = np.asarray(starts, dtype=np.int32)
+    end_line = np.minimum(np.asarray(ends, dtype=np.int32), n_lines)
+    owner = np.zeros(n_lines, dtype=np.int32)
+    for idx in range(1, len(kinds)):  # parents come before children: children overwrite
+        owner[start_line[idx]:end_line[idx]] = idx
+    line_len = np.fromiter((len(s.strip()) for s in lines), dtype=np.int32, count=n_lines)
+
+    parsed = ParsedFile(language, n_lines, kinds, start_line, end_line, np.asarray(parents, dtype=np.int32),
+                        owner, line_len, has_errors=tree.root_node.has_error)
+
+    for idx in range(1, len(kinds)):
+        kind = kinds[idx]
+        node = node_objs[idx]
+        if kind in DEFINITION_KINDS:
+            name = _def_name(node)
+            if name:
+                par = parents[idx]
+                parsed.defs.append((idx, name, par if kinds[par] in CLASS_KINDS else -1))
+        elif language == "python" and kind in ("import_statement", "import_from_statement"):
+            parsed.imports.extend(_python_imports(node))
+
+    for callee in QueryCursor(lang.call_query).captures(tree.root_node).get("callee", []):
+        text_ = _text(callee)
+        if len(text_) > 200 or not _DOTTED.match(text_):
+            continue
+        line = callee.start_point[0]
+        if line < n_lines:
+            parsed.calls.append((int(owner[line]), tuple(_SEP.split(text_))))
+    return parsed

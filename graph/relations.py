@@ -1,0 +1,110 @@
+"""Fragment-to-fragment relations from node relations.
+
+Eq. 8 (code structure):  rel(c_i, c_j) = sum_kl len_k len_l Dis(g_k, g_l) / sum_kl len_k len_l
+with F the fragment x node matrix of owned text lengths and D the node x node max-product strengths, this is
+(F D F^T)_ij / (S_i S_j), S = F 1. Computed for a set of rows at a time, so an update recomputes only the rows
+it touches. Eq. 7 (context structure): w_rel ** |loc_i - loc_j| for windows of one file, optionally combined.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from graph.maxproduct import max_product_strengths
+
+_ROW_CHUNK = 2048  # fragment rows folded at once: bounds the memory of the intermediate products
+
+
+@numba.njit(cache=True)
+def _top_k_mask(indptr, indices, data, k):  # pragma: no cover - compiled
+    keep = np.zeros(data.shape[0], np.bool_)
+    for r in range(indptr.shape[0] - 1):
+        lo, hi = indptr[r], indptr[r + 1]
+        if hi - lo <= k:
+            keep[lo:hi] = True
+            continue
+        # stable sort on -value over column-sorted entries: ties go to the lowest column
+        order = np.argsort(-data[lo:hi], kind="mergesort")
+        for i in order[:k]:
+            keep[lo + i] = True
+    return keep
+
+
+def top_k_rows(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
+    """Keep the k largest entries of each row (ties broken by column, lowest first)."""
+    m = m.tocsr()
+    m.eliminate_zeros()
+    m.sort_indices()
+    if m.nnz == 0 or np.diff(m.indptr).max() <= k:
+        return m
+    keep = _top_k_mask(m.indptr.astype(np.int64), m.indices, m.data, k)
+    indptr = np.zeros(m.shape[0] + 1, np.int64)
+    np.cumsum(np.add.reduceat(keep, m.indptr[:-1]) * (np.diff(m.indptr) > 0), out=indptr[1:])
+    return sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)
+
+
+def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_nodes_t: sp.csr_matrix | None,
+                   costs: sp.csr_matrix, cutoff: float) -> sp.csr_matrix:
+    """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept."""
+    n_frag = fragment_nodes.shape[0]
+    sizes = np.asarray(fragment_nodes.sum(axis=1)).ravel()
+    nodes_t = fragment_nodes.T.tocsr() if node_nodes_t is None else node_nodes_t  # node x fragment
+    blocks = []
+    for lo in range(0, len(rows), _ROW_CHUNK):
+        chunk = rows[lo:lo + _ROW_CHUNK]
+        sub = fragment_nodes[chunk]
+        sources = np.unique(sub.indices)
+        strengths = max_product_strengths(costs, sources, cutoff)  # (len(sources), n_nodes)
+        sub = sub[:, sources]  # columns re-indexed to the sources' order
+        num = (sub @ strengths @ nodes_t).tocsr()  # (chunk, n_frag)
+        num.sort_indices()
+        r = np.repeat(np.arange(len(chunk)), np.diff(num.indptr))
+        denom = sizes[chunk][r] * sizes[num.indices]
+        num.data = np.divide(num.data, denom, out=np.zeros_like(num.data), where=denom > 0)
+        blocks.append(num)
+    if not blocks:
+        return sp.csr_matrix((0, n_frag))
+    return sp.vstack(blocks, format="csr")
+
+
+def context_rows(rows: np.ndarray, window_positions: dict[int, list[tuple[str, int]]],
+                 file_windows: dict[str, list[int]], n_frag: int, weight: float, cutoff: float) -> sp.csr_matrix:
+    """Eq. 7: weight ** |p_i - p_j| for windows p of one file (max over a fragment's locations)."""
+    reach = int(np.floor(np.log(cutoff) / np.log(weight))) if weight > 0 else 0
+    r_idx, c_idx, vals = [], [], []
+    for out_row, frag in enumerate(rows.tolist()):
+        for path, pos in window_positions.get(frag, ()):
+            order = file_windows[path]
+            for other in range(max(0, pos - reach), min(len(order), pos + reach + 1)):
+                if other != pos:
+                    r_idx.append(out_row)
+                    c_idx.append(order[other])
+                    vals.append(weight ** abs(other - pos))
+    m = sp.coo_matrix((vals, (r_idx, c_idx)), shape=(len(rows), n_frag)).tocsr()
+    m.sum_duplicates()
+    return _max_duplicates(r_idx, c_idx, vals, (len(rows), n_frag)) if len(vals) != m.nnz else m
+
+
+def _max_duplicates(r, c, v, shape) -> sp.csr_matrix:
+    r, c, v = np.asarray(r), np.asarray(c), np.asarray(v, dtype=np.float64)
+    order = np.lexsort((-v, c, r))
+    r, c, v = r[order], c[order], v[order]
+    first = np.ones(len(r), dtype=bool)
+    first[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    return sp.csr_matrix((v[first], (r[first], c[first])), shape=shape)
+
+
+def combine(structure: sp.csr_matrix, context: sp.csr_matrix | None, how: str) -> sp.csr_matrix:
+    if context is None:
+        return structure
+    if how == "sum":
+        return (structure + context).tocsr()
+    return structure.maximum(context).tocsr()
+
+
+def drop_diagonal(block: sp.csr_matrix, rows: np.ndarray) -> sp.csr_matrix:
+    block = block.tocoo()
+    keep = rows[block.row] != block.col
+    return sp.csr_matrix((block.data[keep], (block.row[keep], block.col[keep])), shape=block.shape)

@@ -1,0 +1,214 @@
+"""Cross-file call resolution: call sites -> the definitions they invoke.
+
+Python is resolved through its imports (`import x`, `import x.y as z`, `from x import y`, relative imports,
+re-exports through `__init__` files, `self.method`/`cls.method`, `Class.method`, class instantiation).
+Other languages resolve by name: the file's own definitions first, then a definition whose name is unique among
+the repository's files of that language; `this.m()`/`self.m()` go to the enclosing class.
+
+Each resolution records the *keys* it consulted (module names, global names), so that when a file changes only
+the files that consulted one of its keys are resolved again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from graph.languages import CLASS_KINDS
+from graph.parsing import Import, ParsedFile
+
+_MAX_REEXPORT_DEPTH = 4
+
+
+@dataclass
+class FileSymbols:
+    path: str
+    parsed: ParsedFile
+    module: tuple[str, ...]  # dotted module path from the repository root ("a/b/__init__.py" -> ("a", "b"))
+    is_package: bool
+    top: dict[str, int] = field(default_factory=dict)  # top-level definition name -> local node
+    methods: dict[int, dict[str, int]] = field(default_factory=dict)  # class node -> method name -> node
+    bindings: dict[str, Import] = field(default_factory=dict)  # python import bindings
+
+    def keys(self) -> set[str]:
+        """The keys other files consult when they resolve into this one."""
+        if self.parsed.language == "python":
+            return {"mod:" + ".".join(self.module[i:]) for i in range(len(self.module))}
+        lang = self.parsed.language
+        return {f"name:{lang}:{name}" for _, name, _ in self.parsed.defs}
+
+
+def module_path(path: str) -> tuple[tuple[str, ...], bool]:
+    parts = path.split("/")
+    stem = parts[-1].rsplit(".", 1)[0]
+    if stem == "__init__":
+        return tuple(parts[:-1]), True
+    return tuple(parts[:-1]) + (stem,), False
+
+
+def make_symbols(path: str, parsed: ParsedFile) -> FileSymbols:
+    module, is_package = module_path(path)
+    sym = FileSymbols(path, parsed, module, is_package)
+    for node, name, cls in parsed.defs:
+        if cls >= 0:
+            sym.methods.setdefault(cls, {})[name] = node
+        elif parsed.parent[node] == 0 or parsed.language != "python":
+            sym.top.setdefault(name, node)
+    for imp in parsed.imports:
+        sym.bindings[imp.local] = imp
+    return sym
+
+
+class Resolver:
+    """Holds every file's symbols and answers: which global definitions does this file's call sites reach?"""
+
+    def __init__(self) -> None:
+        self.files: dict[str, FileSymbols] = {}
+        self._modules: dict[str, list[str]] = defaultdict(list)  # dotted suffix -> paths
+        self._names: dict[str, list[str]] = defaultdict(list)  # "name:lang:n" -> paths
+        self.consulted: dict[str, set[str]] = {}  # path -> keys its resolution looked at
+        self._readers: dict[str, set[str]] = defaultdict(set)  # key -> paths that consulted it
+
+    # -- maintenance -------------------------------------------------------------------------------------------
+    def set_file(self, sym: FileSymbols) -> None:
+        self.remove_file(sym.path)
+        self.files[sym.path] = sym
+        for key in sym.keys():
+            (self._modules if key.startswith("mod:") else self._names)[key].append(sym.path)
+
+    def remove_file(self, path: str) -> None:
+        old = self.files.pop(path, None)
+        if old is None:
+            return
+        for key in old.keys():
+            table = self._modules if key.startswith("mod:") else self._names
+            table[key].remove(path)
+            if not table[key]:
+                del table[key]
+
+    def readers_of(self, keys: set[str]) -> set[str]:
+        out: set[str] = set()
+        for key in keys:
+            out |= self._readers.get(key, set())
+        return out
+
+    # -- resolution --------------------------------------------------------------------------------------------
+    def resolve(self, path: str) -> list[tuple[int, str, int]]:
+        """Call edges of one file: (local calling node, target file, target local node)."""
+        for key in self.consulted.pop(path, ()):
+            self._readers[key].discard(path)
+        sym = self.files[path]
+        consulted: set[str] = set()
+        edges: list[tuple[int, str, int]] = []
+        seen: set[tuple[int, str, int]] = set()
+        python = sym.parsed.language == "python"
+        for node, parts in sym.parsed.calls:
+            target = self._resolve_python(sym, node, parts, consulted) if python else \
+                self._resolve_by_name(sym, node, parts, consulted)
+            if target is not None and (target[0] != path or target[1] != node):
+                edge = (node, target[0], target[1])
+                if edge not in seen:
+                    seen.add(edge)
+                    edges.append(edge)
+        self.consulted[path] = consulted
+        for key in consulted:
+            self._readers[key].add(path)
+        return edges
+
+    def _enclosing_class(self, sym: FileSymbols, node: int) -> int:
+        parsed = sym.parsed
+        while node > 0:
+            if parsed.kinds[node] in CLASS_KINDS:
+                return node
+            node = int(parsed.parent[node])
+        return -1
+
+    def _resolve_by_name(self, sym: FileSymbols, node: int, parts: tuple[str, ...], consulted: set[str]):
+        name = parts[-1]
+        if len(parts) > 1 and parts[0] in ("this", "self"):
+            cls = self._enclosing_class(sym, node)
+            method = sym.methods.get(cls, {}).get(name)
+            return (sym.path, method) if method is not None else None
+        for _, def_name, _ in sym.parsed.defs:
+            if def_name == name:
+                return sym.path, sym.top.get(name, _find_def(sym, name))
+        key = f"name:{sym.parsed.language}:{name}"
+        consulted.add(key)
+        paths = self._names.get(key, [])
+        if len(paths) == 1:
+            other = self.files[paths[0]]
+            return other.path, other.top.get(name, _find_def(other, name))
+        return None
+
+    def _module_file(self, dotted: str, consulted: set[str]) -> FileSymbols | None:
+        key = "mod:" + dotted
+        consulted.add(key)
+        paths = self._modules.get(key, [])
+        return self.files[paths[0]] if len(paths) == 1 else None
+
+    def _absolute(self, sym: FileSymbols, module: str) -> str:
+        """`module` as written in an import of `sym`, made absolute (relative imports start with dots)."""
+        if not module.startswith("."):
+            return module
+        dots = len(module) - len(module.lstrip("."))
+        package = list(sym.module if sym.is_package else sym.module[:-1])
+        package = package[: len(package) - (dots - 1)] if dots > 1 else package
+        rest = module[dots:]
+        return ".".join(package + ([rest] if rest else []))
+
+    def _symbol(self, mod: FileSymbols, name: str, consulted: set[str], depth: int = 0):
+        """Definition of `name` as seen from module `mod`: its own, re-exported, or a submodule."""
+        if name in mod.top:
+            return ("def", mod.path, mod.top[name])
+        if depth >= _MAX_REEXPORT_DEPTH:
+            return None
+        imp = mod.bindings.get(name)
+        if imp is not None:
+            return self._binding(mod, imp, consulted, depth + 1)
+        if mod.is_package:
+            sub = self._module_file(".".join(mod.module + (name,)), consulted)
+            if sub is not None:
+                return ("mod", sub)
+        return None
+
+    def _binding(self, sym: FileSymbols, imp: Import, consulted: set[str], depth: int = 0):
+        absolute = self._absolute(sym, imp.module)
+        if imp.name is None:  # import a.b [as c]
+            mod = self._module_file(absolute, consulted)
+            return ("mod", mod) if mod is not None else None
+        mod = self._module_file(absolute, consulted)
+        if mod is not None:
+            found = self._symbol(mod, imp.name, consulted, depth)
+            if found is not None:
+                return found
+        sub = self._module_file(f"{absolute}.{imp.name}" if absolute else imp.name, consulted)
+        return ("mod", sub) if sub is not None else None
+
+    def _resolve_python(self, sym: FileSymbols, node: int, parts: tuple[str, ...], consulted: set[str]):
+        head, rest = parts[0], parts[1:]
+        if head in ("self", "cls") and len(rest) == 1:
+            cls = self._enclosing_class(sym, node)
+            method = sym.methods.get(cls, {}).get(rest[0])
+            return (sym.path, method) if method is not None else None
+        if head in sym.top:
+            target = ("def", sym.path, sym.top[head])
+        elif head in sym.bindings:
+            target = self._binding(sym, sym.bindings[head], consulted)
+        else:
+            return None
+        for attr in rest:
+            if target is None:
+                return None
+            if target[0] == "mod":
+                target = self._symbol(target[1], attr, consulted)
+            else:  # Class.method
+                owner = self.files[target[1]]
+                method = owner.methods.get(target[2], {}).get(attr)
+                target = ("def", owner.path, method) if method is not None else None
+        if target is None or target[0] != "def":
+            return None
+        return target[1], target[2]
+
+
+def _find_def(sym: FileSymbols, name: str) -> int:
+    return next(node for node, def_name, _ in sym.parsed.defs if def_name == name)

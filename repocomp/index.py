@@ -1,0 +1,500 @@
+"""The repository index: files, fragments, code graph, fragment relation matrix W and term index.
+
+`Index.build` makes it from scratch, `Index.open` loads it (rebuilding a corrupt, old or differently configured
+one), `update_file`/`remove_file`/`update_files` patch it incrementally: only the relation rows whose node
+neighbourhood (within the cutoff) touches a changed node are recomputed, which gives the same matrix as a
+full rebuild.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from graph.code_graph import EDGE_TYPES, CodeGraph
+from graph.maxproduct import max_product_strengths
+from graph.parsing import ParsedFile, parse_source
+from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
+from graph.resolve import Resolver, make_symbols
+from repocomp.config import Config, load_config
+from repocomp.errors import IndexCorruptError, RepocompError
+from repocomp.fragments import Fragment, Location, window_spans, window_text
+from repocomp.store import INDEX_FILE, read_state, write_state
+from repocomp.term_index import TermIndex
+from repocomp.walk import WalkResult, read_source, walk_repository
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, str], None]  # (done, total, phase)
+# settings whose change invalidates a stored index
+_STRUCTURAL_SECTIONS = ("index", "fragments", "graph", "relations")
+
+
+@dataclass
+class FileEntry:
+    path: str
+    language: str
+    text: str
+    parsed: ParsedFile
+    windows: list[int]  # fragment id of each window, in file order
+    node_ids: np.ndarray  # global graph id of each local syntax node
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
+
+
+@dataclass
+class IndexSummary:
+    files: int = 0
+    fragments: int = 0
+    nodes: int = 0
+    edges: dict[str, int] = field(default_factory=dict)
+    relation_nonzeros: int = 0
+    phases_s: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    index_bytes: int = 0
+    parse_errors: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+class Index:
+    def __init__(self, root: Path, config: Config):
+        self.root = Path(root).resolve()
+        self.config = config
+        self.files: dict[str, FileEntry] = {}
+        self.fragments: list[Fragment | None] = []
+        self._by_text: dict[str, int] = {}
+        self.graph = CodeGraph(config.graph.__dict__)
+        self.resolver = Resolver()
+        self.term_index = TermIndex.build([])
+        self.relations = sp.csr_matrix((0, 0), dtype=np.float32)
+        self._fnodes = sp.csr_matrix((0, 0))  # fragment x node owned lengths (Eq. 8's len)
+        self._fnodes_t: sp.csr_matrix | None = None
+        self.summary = IndexSummary()
+
+    # -- paths ---------------------------------------------------------------------------------------------------
+    @property
+    def index_dir(self) -> Path:
+        folder = Path(self.config.index.dir)
+        return folder if folder.is_absolute() else self.root / folder
+
+    def relpath(self, path: str | Path) -> str:
+        """`path` (absolute, or relative to the repository root) as the index names it; outside -> error."""
+        p = Path(path)
+        full = (p if p.is_absolute() else self.root / p).resolve()
+        try:
+            return full.relative_to(self.root).as_posix()
+        except ValueError:
+            raise RepocompError(f"{path} is outside the indexed repository {self.root}") from None
+
+    # -- construction --------------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None) -> "Index":
+        root = Path(root)
+        if not root.exists():
+            raise RepocompError(f"{root}: no such directory")
+        if not root.is_dir():
+            raise RepocompError(f"{root} is a file; give the repository's folder")
+        config = config or load_config(root)
+        index = cls(root, config)
+        phases: dict[str, float] = {}
+        t = time.perf_counter()
+        walked = walk_repository(index.root, config, index.index_dir)
+        phases["walk"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        total = len(walked.files)
+        for n, source in enumerate(walked.files):
+            index._add_file(source.path, source.language, source.text)
+            if progress and (n % 16 == 0 or n + 1 == total):
+                progress(n + 1, total, "parse")
+        phases["parse"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        for path in index.files:
+            index._resolve(path)
+        index._rebuild_fragment_nodes()
+        index.graph.cost_matrix()
+        phases["graph"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        rows = np.flatnonzero(index.alive_mask())
+        index.relations = sp.csr_matrix((len(index.fragments), len(index.fragments)), dtype=np.float32)
+        index._recompute_rows(rows, progress)
+        phases["relations"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        index.term_index = TermIndex.build([f.text if f else None for f in index.fragments])
+        phases["term_index"] = time.perf_counter() - t
+
+        index._summarize(walked, phases)
+        return index
+
+    def _add_file(self, path: str, language: str, text: str) -> FileEntry:
+        parsed = parse_source(text, language)
+        nodes = self.graph.set_file(path, parsed)
+        self.resolver.set_file(make_symbols(path, parsed))
+        entry = FileEntry(path, language, text, parsed, [], nodes.node_ids)
+        lines = text.split("\n")
+        cfg = self.config.fragments
+        for start, end in window_spans(len(lines), cfg.window, cfg.stride):
+            entry.windows.append(self._add_location(window_text(lines, start, end), Location(path, start, end)))
+        self.files[path] = entry
+        return entry
+
+    def _add_location(self, text: str, loc: Location) -> int:
+        frag_id = self._by_text.get(text)
+        if frag_id is None:
+            frag_id = len(self.fragments)
+            self.fragments.append(Fragment(frag_id, text, []))
+            self._by_text[text] = frag_id
+        self.fragments[frag_id].locations.append(loc)
+        return frag_id
+
+    def _drop_file(self, path: str) -> set[int]:
+        """Remove a file's windows and nodes; returns the fragment ids that lost a location."""
+        entry = self.files.pop(path, None)
+        if entry is None:
+            return set()
+        touched = set(entry.windows)
+        for frag_id in touched:
+            frag = self.fragments[frag_id]
+            frag.locations = [loc for loc in frag.locations if loc.path != path]
+            if not frag.locations:
+                self.fragments[frag_id] = None
+                del self._by_text[frag.text]
+        self.graph.remove_file(path)
+        self.resolver.remove_file(path)
+        return touched
+
+    def _resolve(self, path: str) -> np.ndarray:
+        edges = self.resolver.resolve(path)
+        ids = self.files[path].node_ids
+        pairs = np.array([(ids[src], self.files[dst].node_ids[node]) for src, dst, node in edges],
+                         dtype=np.int64).reshape(-1, 2)
+        self.graph.set_calls(path, pairs)
+        return pairs
+
+    # -- fragment x node matrix ----------------------------------------------------------------------------------
+    def _file_fragment_nodes(self, entry: FileEntry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(fragment, node, length) triplets of one file: what each window's lines give each node."""
+        rows, cols, vals = [], [], []
+        parsed = entry.parsed
+        cfg = self.config.fragments
+        for frag_id, (start, end) in zip(entry.windows, window_spans(parsed.n_lines, cfg.window, cfg.stride)):
+            owners = parsed.line_owner[start:end]
+            lens = parsed.line_len[start:end]
+            keep = lens > 0
+            rows.append(np.full(int(keep.sum()), frag_id))
+            cols.append(entry.node_ids[owners[keep]])
+            vals.append(lens[keep])
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals).astype(np.float64)
+
+    def _rebuild_fragment_nodes(self) -> None:
+        parts = [self._file_fragment_nodes(e) for e in self.files.values()]
+        shape = (len(self.fragments), self.graph.n_ids)
+        if parts:
+            r, c, v = (np.concatenate(x) for x in zip(*parts))
+        else:
+            r, c, v = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        self._fnodes = sp.csr_matrix((v, (r, c)), shape=shape)  # duplicates summed: a fragment's locations add up
+        self._fnodes_t = None
+
+    def _fragment_nodes_t(self) -> sp.csr_matrix:
+        if self._fnodes_t is None:
+            self._fnodes_t = self._fnodes.T.tocsr()
+        return self._fnodes_t
+
+    # -- relations -----------------------------------------------------------------------------------------------
+    def _window_positions(self, rows: np.ndarray) -> tuple[dict[int, list[tuple[str, int]]], dict[str, list[int]]]:
+        stride = self.config.fragments.stride
+        positions = {int(r): [(loc.path, loc.start_line // stride) for loc in self.fragments[r].locations]
+                     for r in rows if self.fragments[r] is not None}
+        paths = {p for locs in positions.values() for p, _ in locs}
+        return positions, {p: self.files[p].windows for p in paths}
+
+    def _relation_block(self, rows: np.ndarray) -> sp.csr_matrix:
+        rel = self.config.relations
+        block = structure_rows(rows, self._fnodes, self._fragment_nodes_t(), self.graph.cost_matrix(), rel.cutoff)
+        if rel.context_weight > 0:
+            positions, file_windows = self._window_positions(rows)
+            ctx = context_rows(rows, positions, file_windows, len(self.fragments), rel.context_weight, rel.cutoff)
+            block = combine(block, ctx, rel.context_combine)
+        return top_k_rows(drop_diagonal(block, rows), rel.top_k).astype(np.float32)
+
+    def _recompute_rows(self, rows: np.ndarray, progress: Progress | None = None) -> None:
+        n = len(self.fragments)
+        if self.relations.shape != (n, n):
+            self.relations.resize((n, n))
+        rows = np.asarray(sorted(set(int(r) for r in rows)), dtype=np.int64)
+        keep = np.ones(n, dtype=bool)
+        keep[rows] = False
+        step = 4096
+        blocks = []
+        for lo in range(0, len(rows), step):
+            blocks.append(self._relation_block(rows[lo:lo + step]))
+            if progress:
+                progress(min(lo + step, len(rows)), len(rows), "relations")
+        new = sp.vstack(blocks, format="coo") if blocks else sp.coo_matrix((0, n))
+        new_full = sp.csr_matrix((new.data, (rows[new.row], new.col)), shape=(n, n), dtype=np.float32)
+        self.relations = (sp.diags(keep.astype(np.float32)) @ self.relations + new_full).tocsr()
+        self.relations.eliminate_zeros()
+
+    def _reach(self, seeds: np.ndarray) -> np.ndarray:
+        """Fragment ids whose nodes lie within the cutoff of any seed node in the current graph."""
+        if len(seeds) == 0:
+            return np.zeros(0, np.int64)
+        strengths = max_product_strengths(self.graph.cost_matrix(), np.unique(seeds), self.config.relations.cutoff)
+        nodes = np.unique(strengths.indices)
+        nodes = nodes[nodes < self._fnodes.shape[1]]
+        return np.unique(self._fragment_nodes_t()[nodes].indices)
+
+    # -- incremental updates -------------------------------------------------------------------------------------
+    def update_file(self, path: str | Path, text: str | None = None) -> None:
+        """Re-index one file from `text` (an editor buffer) or from disk; a missing file is removed."""
+        self.update_files({self.relpath(path): text})
+
+    def remove_file(self, path: str | Path) -> None:
+        self.update_files({self.relpath(path): ""}, removed=True)
+
+    def update_files(self, changes: dict[str, str | None], removed: bool = False) -> None:
+        """Apply a batch of changes ({relative path: text or None to read disk}) with one relation update."""
+        new_texts: dict[str, tuple[str, str] | None] = {}
+        for path, text in changes.items():
+            rel = self.relpath(path)
+            if removed:
+                new_texts[rel] = None
+                continue
+            if text is None:
+                source, reason = read_source(self.root, rel, self.config)
+                if source is None and reason not in ("unsupported", "unreadable") and (self.root / rel).exists():
+                    log.info("%s not indexed: %s", rel, reason)
+                new_texts[rel] = (source.language, source.text) if source is not None else None
+            else:
+                from graph.languages import language_for
+
+                language = language_for(rel)
+                ok = language is not None and language in self.config.index.languages and \
+                    len(text.encode("utf-8", "surrogatepass")) <= self.config.index.max_file_bytes and "\x00" not in text
+                new_texts[rel] = (language, text) if ok else None
+        new_texts = {p: v for p, v in new_texts.items()
+                     if not (v is None and p not in self.files)
+                     and not (v is not None and p in self.files and self.files[p].text == v[1])}
+        if not new_texts:
+            return
+
+        # seeds in the old graph: the changed files' nodes and the call edges that may change
+        old_costs = self.graph.cost_matrix()
+        old_keys: set[str] = set()
+        seeds: list[np.ndarray] = []
+        touched_frags: set[int] = set()
+        for path in new_texts:
+            if path in self.files:
+                old_keys |= self.resolver.files[path].keys()
+        dependants = self.resolver.readers_of(old_keys)
+        old_calls = {p: self.graph.files[p].call_edges for p in dependants if p in self.graph.files}
+        for path in new_texts:
+            entry = self.files.get(path)
+            if entry is not None:
+                seeds.append(entry.node_ids)
+                seeds.append(np.array([self.graph.files[path].file_node]))
+        old_seed_nodes = np.concatenate(seeds) if seeds else np.zeros(0, np.int64)
+        old_reach_nodes = self._reach_nodes(old_costs, old_seed_nodes)
+
+        for path, value in new_texts.items():
+            touched_frags |= self._drop_file(path)
+            if value is not None:
+                entry = self._add_file(path, value[0], value[1])
+                touched_frags |= set(entry.windows)
+
+        new_keys = set()
+        for path, value in new_texts.items():
+            if value is not None:
+                new_keys |= self.resolver.files[path].keys()
+        to_resolve = (dependants | self.resolver.readers_of(new_keys) | {p for p, v in new_texts.items() if v}) \
+            & set(self.files)
+        new_seed: list[np.ndarray] = []
+        for path in to_resolve:
+            pairs = self._resolve(path)
+            if path in old_calls:
+                before = {tuple(e) for e in old_calls[path].tolist()}
+                after = {tuple(e) for e in pairs.tolist()}
+                changed = before ^ after
+                if changed:
+                    endpoints = np.array(sorted({n for e in changed for n in e}), dtype=np.int64)
+                    live = endpoints[self.graph.alive[endpoints]]
+                    new_seed.append(live)
+                    # the old endpoints' neighbourhoods were computed in the old graph
+                    old_reach_nodes = np.union1d(old_reach_nodes, self._reach_nodes(old_costs, endpoints[
+                        endpoints < old_costs.shape[0]]))
+        for path, value in new_texts.items():
+            if value is not None:
+                new_seed.append(self.files[path].node_ids)
+                new_seed.append(np.array([self.graph.files[path].file_node]))
+        # fragments shared with other files changed their node sets: their nodes are seeds too
+        self._rebuild_fragment_nodes()
+        self.term_index.set_rows(sorted(touched_frags),
+                                 [self.fragments[i].text if self.fragments[i] else None for i in sorted(touched_frags)])
+        self.relations.resize((len(self.fragments), len(self.fragments)))
+        live_touched = np.array([i for i in touched_frags if self.fragments[i] is not None], dtype=np.int64)
+        if len(live_touched):
+            new_seed.append(np.unique(self._fnodes[live_touched].indices))
+        new_seed_nodes = np.concatenate(new_seed) if new_seed else np.zeros(0, np.int64)
+        new_reach_nodes = self._reach_nodes(self.graph.cost_matrix(), new_seed_nodes)
+        nodes = np.union1d(old_reach_nodes, new_reach_nodes)
+        nodes = nodes[nodes < self._fnodes.shape[1]]
+        rows = np.union1d(np.unique(self._fragment_nodes_t()[nodes].indices), np.array(sorted(touched_frags)))
+        if self.config.relations.context_weight > 0:  # Eq. 7 neighbours of changed windows
+            rows = np.union1d(rows, np.array([i for p in new_texts if p in self.files for i in self.files[p].windows]))
+        alive = self.alive_mask()
+        dead = np.array([i for i in touched_frags if not alive[i]], dtype=np.int64)
+        self._recompute_rows(rows[alive[rows]] if len(rows) else rows)
+        if len(dead):  # a removed fragment keeps no row and appears in no column
+            mask = np.ones(len(self.fragments), dtype=np.float32)
+            mask[dead] = 0
+            d = sp.diags(mask)
+            self.relations = (d @ self.relations @ d).tocsr()
+            self.relations.eliminate_zeros()
+        self.summary.files = len(self.files)
+        self.summary.fragments = int(alive.sum())
+
+    def _reach_nodes(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
+        if len(seeds) == 0:
+            return np.zeros(0, np.int64)
+        return np.unique(max_product_strengths(costs, np.unique(seeds), self.config.relations.cutoff).indices)
+
+    # -- queries -------------------------------------------------------------------------------------------------
+    def alive_mask(self) -> np.ndarray:
+        return np.fromiter((f is not None for f in self.fragments), dtype=bool, count=len(self.fragments))
+
+    def file_lines(self, path: str) -> list[str] | None:
+        entry = self.files.get(path)
+        return entry.lines if entry is not None else None
+
+    def region_relation(self, path: str, start_line: int, end_line: int) -> np.ndarray:
+        """Eq. 8 relation between the lines [start, end) of an indexed file and every fragment."""
+        out = np.zeros(len(self.fragments), dtype=np.float32)
+        entry = self.files.get(path)
+        if entry is None or start_line >= end_line:
+            return out
+        parsed = entry.parsed
+        start, end = max(0, start_line), min(end_line, parsed.n_lines)
+        lens = parsed.line_len[start:end]
+        keep = lens > 0
+        if not keep.any():
+            return out
+        nodes = entry.node_ids[parsed.line_owner[start:end][keep]]
+        region = sp.csr_matrix((lens[keep].astype(np.float64), (np.zeros(int(keep.sum()), int), nodes)),
+                               shape=(1, self.graph.n_ids))
+        sources = np.unique(region.indices)
+        strengths = max_product_strengths(self.graph.cost_matrix(), sources, self.config.relations.cutoff)
+        num = (region[:, sources] @ strengths @ self._fragment_nodes_t()).toarray().ravel()
+        sizes = np.asarray(self._fnodes.sum(axis=1)).ravel()
+        denom = sizes * region.sum()
+        np.divide(num, denom, out=out, where=denom > 0, casting="unsafe")
+        return out
+
+    def relation_edge_types(self, i: int, j: int) -> list[str]:
+        """Edge types along the strongest node path joining fragments i and j (for explanations)."""
+        a, b = self._fnodes[i], self._fnodes[j]
+        if a.nnz == 0 or b.nnz == 0:
+            return []
+        costs = self.graph.cost_matrix()
+        dist, pred = dijkstra(costs, indices=a.indices, return_predecessors=True,
+                              limit=-np.log(self.config.relations.cutoff))
+        score = (a.data[:, None] * b.data[None, :]) * np.exp(-dist[:, b.indices])
+        if not np.isfinite(dist[:, b.indices]).any() or score.max() <= 0:
+            return []
+        si, ti = np.unravel_index(np.argmax(score), score.shape)
+        path = [int(b.indices[ti])]
+        while path[-1] != a.indices[si]:
+            path.append(int(pred[si, path[-1]]))
+        types = [self.graph.edge_type(u, v) for u, v in zip(path, path[1:])]
+        return [t for t in types if t is not None] or ["same node"]
+
+    # -- summary and persistence ---------------------------------------------------------------------------------
+    def _summarize(self, walked: WalkResult, phases: dict[str, float]) -> None:
+        s = self.summary
+        s.files = len(self.files)
+        s.fragments = int(self.alive_mask().sum())
+        s.nodes = int(self.graph.alive.sum())
+        s.edges = self.graph.edge_counts()
+        s.relation_nonzeros = int(self.relations.nnz)
+        s.phases_s = {k: round(v, 4) for k, v in phases.items()}
+        s.skipped = dict(walked.skipped)
+        s.notes = walked.notes[:50]
+        s.parse_errors = sum(1 for e in self.files.values() if e.parsed.has_errors)
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root), "config": self.config.to_dict(), "files": self.files,
+            "fragments": self.fragments, "graph": self.graph, "resolver": self.resolver,
+            "term_index": self.term_index.state(), "relations": self.relations, "summary": self.summary,
+        }
+
+    def save(self) -> Path:
+        t = time.perf_counter()
+        target = write_state(self.index_dir, self._state())
+        self.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
+        self.summary.index_bytes = target.stat().st_size
+        return target
+
+    @classmethod
+    def load(cls, root: str | Path, config: Config | None = None) -> "Index":
+        root = Path(root)
+        config = config or load_config(root)
+        index = cls(root, config)
+        state = read_state(index.index_dir)
+        try:
+            stored = state["config"]
+            for section in _STRUCTURAL_SECTIONS:
+                if stored.get(section) != config.to_dict()[section]:
+                    raise IndexCorruptError(f"the index at {index.index_dir} was built with other [{section}] "
+                                            "settings; rebuilding")
+            index.files = state["files"]
+            index.fragments = state["fragments"]
+            index._by_text = {f.text: f.id for f in index.fragments if f is not None}
+            index.graph = state["graph"]
+            index.resolver = state["resolver"]
+            index.term_index = TermIndex.from_state(state["term_index"])
+            index.relations = state["relations"]
+            index.summary = state["summary"]
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise IndexCorruptError(f"{index.index_dir / INDEX_FILE} is corrupt ({exc}); rebuilding") from None
+        index._rebuild_fragment_nodes()
+        return index
+
+    @classmethod
+    def open(cls, root: str | Path, config: Config | None = None, build: bool = True,
+             progress: Progress | None = None) -> "Index":
+        """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings."""
+        try:
+            return cls.load(root, config)
+        except IndexCorruptError as exc:
+            if not build:
+                raise
+            log.warning("%s", exc)
+        index = cls.build(root, config, progress)
+        index.save()
+        return index
+
+    # -- export --------------------------------------------------------------------------------------------------
+    def to_networkx(self):
+        return self.graph.to_networkx()
+
+
+__all__ = ["Index", "IndexSummary", "FileEntry", "EDGE_TYPES"]
