@@ -41,7 +41,7 @@ def top_k_rows(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
         return m
     keep = _top_k_mask(m.indptr.astype(np.int64), m.indices, m.data, k)
     indptr = np.zeros(m.shape[0] + 1, np.int64)
-    np.cumsum(np.add.reduceat(keep, m.indptr[:-1]) * (np.diff(m.indptr) > 0), out=indptr[1:])
+    np.cumsum(np.minimum(np.diff(m.indptr), k), out=indptr[1:])
     return sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)
 
 
