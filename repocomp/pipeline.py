@@ -17,6 +17,7 @@ window itself is shown.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -112,7 +113,8 @@ class Completer:
     @property
     def count_tokens(self) -> TokenCounter:
         if self._count is None:  # loading a real tokenizer takes a moment: only when first needed
-            self._count = make_token_counter(self.config.prompt)
+            # Lines and blocks recur across rounds and requests: memoize their counts (bounded).
+            self._count = functools.lru_cache(maxsize=1 << 16)(make_token_counter(self.config.prompt))
         return self._count
 
     # -- helpers --------------------------------------------------------------------------------------------
@@ -127,14 +129,17 @@ class Completer:
             if self.retriever is not None:
                 self.retriever.invalidate()
 
-    def _block(self, hit: Hit, shift: int, hole_path: str, prompt_start: int) -> ContextBlock:
+    def _block(self, hit: Hit, shift: int, hole_path: str, prompt_start: int,
+               file_cache: dict[str, list[str] | None]) -> ContextBlock:
         """The lines shown for a hit; first-round blocks move `shift` lines down to show what follows."""
         assert self.index is not None
         loc = hit.location
         start, end = loc.start_line, loc.end_line
         text = None
         if shift > 0:
-            lines = self.index.file_lines(loc.path)
+            if loc.path not in file_cache:  # file_lines may split the whole file: once per file per request
+                file_cache[loc.path] = self.index.file_lines(loc.path)
+            lines = file_cache[loc.path]
             if lines is not None:
                 limit = len(lines)
                 if loc.path == hole_path:
@@ -221,8 +226,10 @@ class Completer:
                 res = self.retriever.retrieve(query, path=path, prompt_start_line=context_start_line,
                                               cursor_line=line, alpha=alpha)
                 shift = fc.stride if (r == 1 and mode in ("vanilla", "repocoder")) else 0
-                blocks = [self._block(h, shift, path, context_start_line) for h in res.hits]
+                file_cache: dict[str, list[str] | None] = {}
+                blocks = [self._block(h, shift, path, context_start_line, file_cache) for h in res.hits]
                 timings[f"retrieve_{r}"] = (time.perf_counter() - t) * 1e3
+                timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
             t = time.perf_counter()
             sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
             prompt = build_prompt(sources, prefix, suffix, self.config.prompt, self.count_tokens)

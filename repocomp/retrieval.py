@@ -109,6 +109,16 @@ class Retriever:
         self.config = config or index.config
         self._table: LocationTable | None = None
         self._table_key: tuple[Any, ...] | None = None
+        self._diag_key: tuple[Any, ...] | None = None
+        self._diag = True
+
+    def _has_diagonal(self, w: Any) -> bool:
+        """Indexes keep W's diagonal zero; check each new matrix once instead of on every request."""
+        key = (id(w), getattr(w, "nnz", 0), getattr(w, "shape", None))
+        if key != self._diag_key:
+            self._diag_key = key
+            self._diag = w is not None and w.shape[0] == w.shape[1] and bool(w.diagonal().any())
+        return self._diag
 
     def invalidate(self) -> None:
         """Forget cached fragment locations (call after changing the index's fragments)."""
@@ -196,7 +206,9 @@ class Retriever:
 
         if len(s_ind) < n:
             s_ind = np.concatenate([s_ind, np.zeros(n - len(s_ind), np.float32)])
-        scores = fragrel_scores(s_ind, self.index.relations, alpha, available=available, extra=extra)
+        w = self.index.relations
+        scores = fragrel_scores(s_ind, w, alpha, available=available, extra=extra,
+                                drop_diagonal=self._has_diagonal(w))
         t3 = time.perf_counter()
         timings["fragrel"] = (t3 - t2) * 1e3
 

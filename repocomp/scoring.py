@@ -36,21 +36,20 @@ def _fit(v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarray | None = None) -> np.ndarray:
+def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarray | None = None,
+                       drop_diagonal: bool = True) -> np.ndarray:
     """Eq. 9 for every row of W: weighted mean of the available neighbours' independent scores.
 
-    One sparse product with two right-hand columns computes numerator and denominator together. The diagonal is
-    ignored even if an index stored one (Eq. 9 is over the *other* fragments).
+    One sparse product with two right-hand columns computes numerator and denominator together. A stored
+    diagonal is subtracted (Eq. 9 is over the *other* fragments) unless the caller knows W has none.
     """
     n = w.shape[0]
     s = _fit(np.asarray(s_ind, np.float32), w.shape[1])
     avail = np.ones(w.shape[1], np.float32) if available is None else _fit(available.astype(np.float32), w.shape[1])
     rhs = np.column_stack([s * avail, avail])
     prod = np.asarray(w @ rhs, dtype=np.float64)
-    if w.shape[0] == w.shape[1]:
-        diag = w.diagonal().astype(np.float64)
-        if diag.any():
-            prod -= diag[:, None] * rhs[:n]
+    if drop_diagonal and w.shape[0] == w.shape[1]:
+        prod -= w.diagonal().astype(np.float64)[:, None] * rhs[:n]
     num, den = prod[:, 0], prod[:, 1]
     out = np.zeros(n, np.float32)
     np.divide(num, den, out=out, where=den > 1e-12, casting="unsafe")
@@ -58,7 +57,8 @@ def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarra
 
 
 def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
-                   available: np.ndarray | None = None, extra: np.ndarray | None = None) -> FragRelScores:
+                   available: np.ndarray | None = None, extra: np.ndarray | None = None,
+                   drop_diagonal: bool = True) -> FragRelScores:
     """s_ind, s_env and s_rel (+ `extra`, e.g. the query-side relation term) over all fragment ids.
 
     Unavailable fragments get s_ind = s_env = s_rel = 0 and must be skipped by the caller when ranking.
@@ -70,7 +70,8 @@ def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
     if w is None or alpha == 0.0 or w.nnz == 0:
         s_env = np.zeros(n, np.float32)
     else:
-        s_env = _fit(environment_scores(w, s_ind, None if available is None else _fit(available, n)), n)
+        s_env = _fit(environment_scores(w, s_ind, None if available is None else _fit(available, n),
+                                        drop_diagonal), n)
     s_rel = s_ind + np.float32(alpha) * s_env
     if extra is not None:
         s_rel = s_rel + _fit(np.asarray(extra, np.float32), n)

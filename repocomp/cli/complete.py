@@ -1,0 +1,147 @@
+"""`repocomp complete FILE:LINE[:COL]`: complete code at a position of a file in an indexed repository.
+
+LINE and COL are 1-based as editors show them (COL defaults to the end of the line). The completion goes to
+stdout; which backend answered (and why a fallback did) goes to stderr, or into the JSON with `--json`.
+`--explain` prints, for each round, the query, the draft and the fragments retrieved with their scores and the
+graph edge types that relate each to the cursor's own fragment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from repocomp.errors import RepocompError
+
+_ROOT_MARKERS = (".git", ".repocomp", "pyproject.toml", "repocomp.toml")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("complete", help="complete code at FILE:LINE[:COL] using the repository as context",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("position", metavar="FILE:LINE[:COL]", help="1-based line and column (default: end of line)")
+    p.add_argument("--backend", choices=("extractive", "vllm", "transformers"), help="override [backend] name")
+    p.add_argument("--iterations", type=int, metavar="N", help="RepoCoder rounds (1 = vanilla)")
+    p.add_argument("--mode", choices=("infile", "vanilla", "repocoder"), default="repocoder")
+    p.add_argument("--no-fragrel", action="store_true", help="rank by similarity alone (alpha = 0)")
+    p.add_argument("--explain", action="store_true", help="show each round's fragments, scores and relations")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.add_argument("--config", type=Path, metavar="FILE", help="repocomp TOML config (default: the repo's)")
+    p.set_defaults(run=run)
+
+
+def parse_position(spec: str) -> tuple[Path, int, int | None]:
+    m = re.fullmatch(r"(.+?):(\d+)(?::(\d+))?", spec)
+    if m is None:
+        raise RepocompError(f"{spec!r} is not FILE:LINE[:COL] (1-based line and column)")
+    line, col = int(m.group(2)), (int(m.group(3)) if m.group(3) else None)
+    if line < 1 or (col is not None and col < 1):
+        raise RepocompError(f"{spec!r}: LINE and COL are 1-based")
+    return Path(m.group(1)), line, col
+
+
+def find_root(start: Path) -> Path:
+    """The nearest folder at or above `start` holding .git, .repocomp, pyproject.toml or repocomp.toml."""
+    for folder in (start, *start.parents):
+        if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+            return folder
+    raise RepocompError(f"no repository found above {start} (looked for {', '.join(_ROOT_MARKERS)}); "
+                        "run from inside a repository or create a repocomp.toml at its root")
+
+
+def run(args: argparse.Namespace) -> int:
+    from repocomp.config import load_config
+
+    file, line1, col1 = parse_position(args.position)
+    file = file.expanduser().resolve()
+    if not file.is_file():
+        raise RepocompError(f"{file}: no such file")
+    root = find_root(file.parent)
+    config = load_config(root, args.config)
+    if args.backend:
+        config = config.replace("backend", name=args.backend)
+    if args.iterations is not None:
+        if args.iterations < 1:
+            raise RepocompError("--iterations must be >= 1")
+        config = config.replace("retrieval", iterations=args.iterations)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RepocompError(f"cannot read {file}: {exc}") from None
+    lines = text.split("\n")
+    if line1 > len(lines):
+        raise RepocompError(f"line {line1} is past the end of {file} ({len(lines)} lines)")
+    line = line1 - 1
+    col = len(lines[line]) if col1 is None else col1 - 1
+    if col > len(lines[line]):
+        raise RepocompError(f"column {col1} is past the end of line {line1} ({len(lines[line])} characters)")
+    result = asyncio.run(_complete(root, config, file.relative_to(root).as_posix(), text, line, col, args))
+    if args.json:
+        print(json.dumps(_to_json(result), indent=2))
+        return 0
+    if args.explain:
+        print(explain_text(result))
+    sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+    note = f" ({result.error}; answered by the fallback)" if result.error else ""
+    print(f"repocomp: completed by the {result.backend} backend{note} in {result.timings_ms.get('total', 0):.0f} ms",
+          file=sys.stderr)
+    return 0
+
+
+async def _complete(root: Path, config: Any, path: str, text: str, line: int, col: int,
+                    args: argparse.Namespace) -> Any:
+    from repocomp.backends import make_backend
+    from repocomp.index import Index
+    from repocomp.pipeline import Completer
+
+    told = False
+
+    def progress(done: int, total: int, phase: str) -> None:
+        nonlocal told
+        if not told:  # Index.open reports progress only while building
+            print(f"repocomp: no usable index for {root} yet; building it (once)...", file=sys.stderr)
+            told = True
+
+    index = Index.open(root, config, build=True, progress=progress)
+    completer = Completer(index, config, make_backend(config.backend))
+    try:
+        return await completer.acomplete(path, text, line, col, mode=args.mode,
+                                          fragrel=False if args.no_fragrel else None, explain=args.explain)
+    finally:
+        await completer.aclose()
+
+
+def explain_text(result: Any) -> str:
+    """Per round: query, draft and a table of retrieved fragments (1-based lines as editors show them)."""
+    out: list[str] = []
+    in_prompt = {b.fragment_id for b in result.context}
+    for r, rnd in enumerate(result.rounds, 1):
+        out.append(f"== round {r} ==")
+        out.append("query:")
+        out += [f"  | {q}" for q in rnd.query.split("\n")] if rnd.query else ["  (none)"]
+        out.append("draft:")
+        out += [f"  | {d}" for d in rnd.draft.split("\n")[:10]] if rnd.draft else ["  (none)"]
+        if not rnd.blocks:
+            out.append("fragments: none")
+            continue
+        rows = [(f"{b.path}:{b.start_line + 1}-{b.end_line}", f"{b.s_ind:.4f}", f"{b.s_env:.4f}", f"{b.s_rel:.4f}",
+                 "yes" if (r == len(result.rounds) and b.fragment_id in in_prompt) else "",
+                 ", ".join(b.relations) or "-") for b in rnd.blocks]
+        head = ("fragment (lines shown)", "s_ind", "s_env", "s_rel", "prompt", "relations to cursor")
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+        out.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    out.append(f"backend: {result.backend}" + (f" (fallback; {result.error})" if result.error else ""))
+    out.append(f"prompt tokens: {result.prompt_tokens}")
+    out.append("-- completion --")
+    return "\n".join(out)
+
+
+def _to_json(result: Any) -> dict[str, Any]:
+    return dataclasses.asdict(result)
