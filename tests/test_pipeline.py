@@ -181,3 +181,49 @@ def test_with_real_index(tmp_path: Path) -> None:
     edited = HOLE.replace("import lib", "import lib  # edited") + "\n"
     comp.complete("hole.py", edited, 5, 0)
     assert idx.file_lines("hole.py")[0] == "import lib  # edited"  # type: ignore[index]
+
+
+def _cli(argv: list[str]) -> int:
+    import argparse
+
+    from repocomp.cli import complete
+
+    parser = argparse.ArgumentParser()
+    complete.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+def test_cli_position_parsing_and_root(tmp_path: Path) -> None:
+    from repocomp.cli.complete import find_root, parse_position
+
+    assert parse_position("a/b.py:12") == (Path("a/b.py"), 12, None)
+    assert parse_position("b.py:3:7") == (Path("b.py"), 3, 7)
+    for bad in ("b.py", "b.py:0", "b.py:x"):
+        with pytest.raises(RepocompError):
+            parse_position(bad)
+    (tmp_path / "repo" / "pkg").mkdir(parents=True)
+    (tmp_path / "repo" / "repocomp.toml").write_text("")
+    assert find_root(tmp_path / "repo" / "pkg") == tmp_path / "repo"
+
+
+def test_cli_complete_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    pytest.importorskip("repocomp.index")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "repocomp.toml").write_text("[fragments]\nwindow = 4\nstride = 2\n")
+    (repo / "lib.py").write_text(LIB + "\n")
+    (repo / "hole.py").write_text(HOLE + "\n")
+    assert _cli(["complete", f"{repo / 'hole.py'}:6", "--json", "--backend", "extractive"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "extractive" and len(out["rounds"]) == 2
+    assert out["context"][-1]["path"] == "lib.py"
+    assert _cli(["complete", f"{repo / 'hole.py'}:6:11", "--explain", "--iterations", "1", "--no-fragrel"]) == 0
+    captured = capsys.readouterr()
+    assert "== round 1 ==" in captured.out and "== round 2 ==" not in captured.out
+    assert "s_ind" in captured.out and "lib.py:" in captured.out
+    assert "completed by the extractive backend" in captured.err
+    with pytest.raises(RepocompError, match="past the end"):
+        _cli(["complete", f"{repo / 'hole.py'}:99"])
