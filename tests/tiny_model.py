@@ -23,9 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-RECIPE_VERSION = 1  # bump when the recipe below changes, so cached models are rebuilt
+RECIPE_VERSION = 2  # bump when the recipe below changes, so cached models are rebuilt
 VOCAB_SIZE = 2048
 SEED = 1234
+MAX_LEN = 16384  # long enough that a cancelled request is surely still generating when the abort lands
 SPECIAL_TOKENS = ("<s>", "</s>", "<unk>", "<PRE>", "<SUF>", "<MID>", "<EOT>")
 CORPUS_DIRS = ("repocomp", "graph", "lsp_server", "fixtures")  # not tests/: editing a test must not rebuild it
 MARKER = "repocomp_tiny_model.json"
@@ -99,7 +100,7 @@ def build_tiny_model(out_dir: Path, root: Path = REPO_ROOT) -> Path:
         eos_token="</s>",
         unk_token="<unk>",
         pad_token="</s>",
-        model_max_length=2048,
+        model_max_length=MAX_LEN,
         clean_up_tokenization_spaces=False,
     )
     hf_tok.add_bos_token = False  # harmless attribute for fast tokenizers; the template below adds none
@@ -113,7 +114,7 @@ def build_tiny_model(out_dir: Path, root: Path = REPO_ROOT) -> Path:
         num_attention_heads=2,
         num_key_value_heads=2,
         head_dim=64,
-        max_position_embeddings=2048,
+        max_position_embeddings=MAX_LEN,
         rms_norm_eps=1e-5,
         bos_token_id=hf_tok.convert_tokens_to_ids("<s>"),
         eos_token_id=hf_tok.convert_tokens_to_ids("</s>"),
