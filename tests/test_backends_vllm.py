@@ -273,7 +273,8 @@ async def test_stop_sequence_honoured(vllm_server) -> None:
 
 
 @pytest.mark.vllm
-async def test_cancellation_aborts_request_on_server(vllm_server) -> None:
+@pytest.mark.parametrize("via", ["agenerate", "astream"])
+async def test_cancellation_aborts_request_on_server(vllm_server, via: str) -> None:
     b = VLLMBackend([vllm_server], model=vllm_server.model, timeout_s=120)
     before = await metrics(vllm_server)
     aborted_before = vllm_server.log_text().count("Aborted request")
@@ -285,8 +286,15 @@ async def test_cancellation_aborts_request_on_server(vllm_server) -> None:
             pieces.append(p)
             first.set()
 
-    task = asyncio.create_task(consume())
-    await asyncio.wait_for(first.wait(), 60)
+    if via == "astream":
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(first.wait(), 60)
+    else:
+        task = asyncio.create_task(b.agenerate(req(LONG)))
+        deadline = time.monotonic() + 60
+        while metric(await metrics(vllm_server), "vllm:num_requests_running") < 1:  # generating now
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.05)
     task.cancel()
     t0 = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
@@ -343,3 +351,15 @@ async def test_make_backend_vllm_config(vllm_server) -> None:
     gen = await backend.agenerate(req(8))
     assert gen.backend == "vllm" and gen.error == "" and gen.text
     await backend.aclose()
+
+
+def test_usable_from_successive_event_loops() -> None:
+    """A CLI may call asyncio.run per request: pooled connections of a closed loop must not be reused."""
+    def respond(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"text": "ok"}]})
+
+    b = VLLMBackend(["http://a:1"], model="m", stream=False, transport=httpx.MockTransport(respond))
+    assert asyncio.run(b.agenerate(req())).text == "ok"
+    assert asyncio.run(b.agenerate(req())).text == "ok"
+    assert len(b._clients) == 1  # the first loop's client was dropped with its loop
+    asyncio.run(b.aclose())

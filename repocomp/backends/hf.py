@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,10 @@ class TransformersBackend:
         text, _ = apply_stops(text, request.stop)
         log.debug("transformers generated %d tokens", n)
         return Generation(text=text, backend=self.name)
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
+        """One piece, the whole completion (token streaming in-process buys an editor little)."""
+        yield (await self.agenerate(request)).text
 
     async def aclose(self) -> None:
         self._model = None

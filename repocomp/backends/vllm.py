@@ -72,12 +72,27 @@ class VLLMBackend:
         self.backoff_s = backoff_s
         self.stream = stream  # agenerate streams too: a disconnect is noticed sooner, and reads stay bounded
         self._rr = 0
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            # The server is local or in the cluster: an HTTP(S)_PROXY meant for the internet must not capture it.
-            trust_env=False,
-            transport=transport,
-        )
+        self._transport = transport
+        self._clients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        """One client per event loop: pooled connections belong to the loop that opened them (a CLI may call
+        asyncio.run more than once)."""
+        loop = asyncio.get_running_loop()
+        for key, (lp, _) in list(self._clients.items()):
+            if lp.is_closed():
+                del self._clients[key]  # its sockets died with its loop
+        entry = self._clients.get(id(loop))
+        if entry is None or entry[0] is not loop:
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
+                # The server is local or in the cluster: an HTTP(S)_PROXY meant for the internet must not capture it.
+                trust_env=False,
+                transport=self._transport,
+            )
+            entry = self._clients[id(loop)] = (loop, client)
+        return entry[1]
 
     @classmethod
     def from_config(cls, config: BackendConfig) -> "VLLMBackend":
@@ -139,7 +154,11 @@ class VLLMBackend:
         raise BackendError(f"vllm: no endpoint answered after {self.retries + 1} round(s): {last_error}")
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        loop = asyncio.get_running_loop()
+        clients, self._clients = self._clients, {}
+        for lp, client in clients.values():
+            if lp is loop:
+                await client.aclose()
 
     async def list_models(self, deadline: float | None = None) -> list[str]:
         """Model names served by the first endpoint that answers `/v1/models`."""
