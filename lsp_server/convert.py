@@ -136,6 +136,18 @@ def _word_start(line: str, col: int) -> int:
     return start
 
 
+def fit_completion(completion: str, before_cursor: str) -> str:
+    """The completion as the editor should insert it after `before_cursor` (the line up to the cursor).
+
+    When the cursor already follows a blank, blanks the completion starts with would be doubled (copied lines
+    and models both repeat the space after `=`): drop them.
+    """
+    if before_cursor[-1:] in (" ", "\t"):
+        first, sep, rest = completion.partition("\n")
+        return first.lstrip(" \t") + sep + rest
+    return completion
+
+
 def to_inline_completion_list(completion: str, position: types.Position) -> types.InlineCompletionList:
     """The engine's completion (text to insert at the cursor) as an inline completion list (empty when none)."""
     if not completion.strip():
@@ -169,7 +181,7 @@ def to_completion_list(
         label=label[:80] if len(label) <= 80 else label[:79] + "…",
         kind=types.CompletionItemKind.Snippet if n_lines > 1 else types.CompletionItemKind.Text,
         detail=f"repocomp ({n_lines} line{'s' if n_lines != 1 else ''})",
-        documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=new_text),
+        documentation=new_text,
         filter_text=first_line if first_line.strip() else prefix,
         sort_text="0",
         preselect=True,

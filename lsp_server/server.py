@@ -260,7 +260,7 @@ class RepocompServer(LanguageServer):
         if getattr(result, "backend", configured) not in (configured, "") and configured != "extractive":
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
         self.stats.completed_ms.append((time.perf_counter() - started) * 1000)
-        return result.text, line_text
+        return convert.fit_completion(result.text, line_text[: cursor.col]), line_text
 
     def position_encoding(self) -> str:
         return convert.normalize_encoding(self.workspace.position_encoding)
@@ -272,7 +272,7 @@ class RepocompServer(LanguageServer):
         self._loop = asyncio.get_running_loop()
         debounce = self.options.server.debounce_ms / 1000
         self.indexes = WorkspaceIndexes(on_progress=self._on_index_progress, on_state=self._on_index_state,
-                                        debounce_s=debounce)
+                                        on_batch=self._on_index_batch, debounce_s=debounce)
         for root in self.folder_roots():
             self.add_folder(root)
 
@@ -337,6 +337,13 @@ class RepocompServer(LanguageServer):
         report = types.WorkDoneProgressReport(message=f"{phase} {done}/{total}", percentage=pct)
         self.call_on_loop(self.work_done_progress.report, token, report)
 
+    def _on_index_batch(self, folder: FolderIndex) -> None:
+        """Called by the update worker under the folder's write lock: drop retrieval caches of the old index."""
+        completer = self._completers.get((folder.root, True))
+        retriever = getattr(completer, "retriever", None)
+        if retriever is not None:
+            retriever.invalidate()
+
     def _on_index_state(self, folder: FolderIndex) -> None:
         def done() -> None:
             self._completers.pop((folder.root, True), None)
@@ -370,10 +377,10 @@ class RepocompServer(LanguageServer):
             logger.info("client refused the file watcher registration; relying on the server's own watcher")
 
     def stats_payload(self) -> dict[str, Any]:
-        folders = {}
+        folders = []
         if self.indexes is not None:
-            folders = {str(f.root): {"state": f.state, "version": f.version, "error": f.error}
-                       for f in self.indexes.folders.values()}
+            folders = [{"root": str(f.root), "state": f.state, "version": f.version, "error": f.error}
+                       for f in self.indexes.folders.values()]
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed, "rss_bytes": rss_bytes(),
                 "folders": folders}

@@ -4,7 +4,9 @@
   reporting progress through a callback (the server turns it into `$/progress`).
 - `file_changed` / `file_deleted` (from didSave, workspace/didChangeWatchedFiles, or the watchdog observer for
   changes made outside the editor) queue a change; one worker thread coalesces a burst (a checkout touching 500
-  files) into one batch of `update_file` / `remove_file` calls, applied in chunks so completions interleave.
+  files) into one batch of `Index.update_files` calls (a missing file is removed), applied in chunks so
+  completions interleave.
+- A stored index loaded at start-up is brought up to date with the disk (files changed while no server ran).
 - Readers (completions) and the writer (the batch worker) share a folder's index under a reader-writer lock;
   readers take it from the event loop without blocking it (`async with folder.reading()`).
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import threading
 import time
@@ -36,7 +37,7 @@ StateCallback = Callable[["FolderIndex"], None]
 
 _NOISE_PARTS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache",
                           ".tox", ".venv", "venv", ".idea", ".vscode"})
-_CHUNK = 25  # files per write-lock hold, so completions interleave with a large batch
+_CHUNK = 50  # files per write-lock hold (one relation update each), so completions interleave with a large batch
 
 
 class RWLock:
@@ -92,7 +93,6 @@ class FolderIndex:
     error: str = ""
     lock: RWLock = field(default_factory=RWLock)
     version: int = 0  # bumped by every applied batch (lets tests and the bench see a save land)
-    _indexed_hash: dict[str, str] = field(default_factory=dict)
     _deferred: set[Path] = field(default_factory=set)  # changes seen while building; replayed from disk after
 
     @property
@@ -113,7 +113,13 @@ class FolderIndex:
     async def reading(self) -> AsyncIterator["Index | None"]:
         """Hold the read lock (taken off the event loop when a batch is being written) and yield the index."""
         if not self.lock.try_acquire_read():
-            await asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
+            acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
+            try:
+                await asyncio.shield(acquiring)
+            except asyncio.CancelledError:  # the thread still gets the lock: hand it back when it does
+                acquiring.add_done_callback(lambda f: None if f.cancelled() or f.exception() else
+                                            self.lock.release_read())
+                raise
         try:
             yield self.index if self.ready else None
         finally:
@@ -134,12 +140,14 @@ class WorkspaceIndexes:
         *,
         on_progress: ProgressCallback | None = None,
         on_state: StateCallback | None = None,
+        on_batch: StateCallback | None = None,
         debounce_s: float = 0.03,
         max_delay_s: float = 0.3,
     ) -> None:
         self.folders: dict[Path, FolderIndex] = {}
         self._on_progress = on_progress
         self._on_state = on_state
+        self._on_batch = on_batch  # called under the write lock after each applied chunk
         self._debounce_s = debounce_s
         self._max_delay_s = max_delay_s
         self._pending: dict[Path, _Change] = {}
@@ -189,6 +197,11 @@ class WorkspaceIndexes:
         started = time.perf_counter()
         try:
             index = Index.open(folder.root, folder.config, build=True, progress=progress)
+            stale = _stale_files(index)
+            if stale:
+                logger.info("index of %s: %d file(s) changed since it was stored", folder.root.name, len(stale))
+                for i in range(0, len(stale), _CHUNK * 4):
+                    index.update_files(dict(stale[i : i + _CHUNK * 4]))
         except Exception as exc:  # a failing index must not take the server down; completions stay in-file
             logger.exception("indexing %s failed", folder.root)
             folder.state, folder.error = "failed", str(exc) or type(exc).__name__
@@ -278,7 +291,7 @@ class WorkspaceIndexes:
                     self._cond.notify_all()
 
     def _apply(self, batch: dict[Path, _Change]) -> None:
-        by_folder: dict[Path, list[tuple[str, Path, _Change]]] = {}
+        by_folder: dict[Path, dict[str, str | None]] = {}
         for path, change in batch.items():
             folder = self.folder_for(path)
             if folder is None:
@@ -289,62 +302,40 @@ class WorkspaceIndexes:
             if not folder.ready:
                 folder._deferred.add(path)
                 continue
-            by_folder.setdefault(folder.root, []).append((rel, path, change))
-        for root, items in by_folder.items():
+            # None: the index reads the disk (a missing file is removed); a deleted file is missing by now
+            by_folder.setdefault(folder.root, {})[rel] = None if change.deleted else change.text
+        for root, changes in by_folder.items():
             folder = self.folders.get(root)
-            if folder is None:
+            if folder is None or folder.index is None:
                 continue
             started = time.perf_counter()
-            work = [w for w in (self._prepare(folder, *item) for item in items) if w is not None]
-            for i in range(0, len(work), _CHUNK):
+            items = sorted(changes.items())
+            for i in range(0, len(items), _CHUNK):
+                chunk = dict(items[i : i + _CHUNK])
                 folder.lock.acquire_write()
                 try:
-                    for rel, text in work[i : i + _CHUNK]:
-                        self._apply_one(folder, rel, text)
+                    self._apply_chunk(folder, chunk)
+                    folder.version += 1
+                    if self._on_batch is not None:
+                        self._on_batch(folder)
                 finally:
                     folder.lock.release_write()
-            if work:
-                folder.version += 1
-                logger.info("index of %s: %d file(s) updated in %.0f ms", folder.root.name, len(work),
-                            (time.perf_counter() - started) * 1000)
+            logger.info("index of %s: %d file(s) updated in %.0f ms", folder.root.name, len(items),
+                        (time.perf_counter() - started) * 1000)
 
-    def _prepare(self, folder: FolderIndex, rel: str, path: Path, change: _Change) -> tuple[str, str | None] | None:
-        """(rel, text) to apply, text None meaning removal; None when the index already has this content."""
-        text = change.text
-        if not change.deleted and text is None:
-            try:
-                if path.is_dir():
-                    return None
-                size = path.stat().st_size
-                if size > folder.config.index.max_file_bytes:
-                    text = None
-                else:
-                    text = path.read_text(encoding="utf-8", errors="replace")
-            except FileNotFoundError:
-                text = None
-            except OSError as exc:
-                logger.warning("cannot read %s: %s", path, exc)
-                return None
-        if change.deleted or text is None:
-            return (rel, None)
-        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-        if folder._indexed_hash.get(rel) == digest:
-            return None
-        return (rel, text)
-
-    def _apply_one(self, folder: FolderIndex, rel: str, text: str | None) -> None:
+    def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> None:
         index = folder.index
         assert index is not None
         try:
-            if text is None:
-                index.remove_file(rel)
-                folder._indexed_hash.pop(rel, None)
-            else:
-                index.update_file(rel, text)
-                folder._indexed_hash[rel] = hashlib.blake2b(text.encode("utf-8", "surrogatepass"),
-                                                            digest_size=16).hexdigest()
-        except Exception as exc:  # one bad file must not stop the batch
-            logger.warning("index update of %s failed: %s", rel, exc)
+            index.update_files(changes)
+            return
+        except Exception as exc:  # find the bad file(s); apply the rest one by one
+            logger.warning("batch update of %d file(s) failed (%s); retrying file by file", len(changes), exc)
+        for rel, text in changes.items():
+            try:
+                index.update_files({rel: text})
+            except Exception as exc:
+                logger.warning("index update of %s failed: %s", rel, exc)
 
     # ----- watchdog -----
 
@@ -400,7 +391,7 @@ class WorkspaceIndexes:
         if rel is None:
             return
         prefix = "" if rel == "." else rel + "/"
-        for known in list(folder._indexed_hash) + list(_index_paths(folder.index)):
+        for known in list(_index_paths(folder.index)):
             if known.startswith(prefix):
                 self.file_deleted(folder.root / known)
 
@@ -425,6 +416,19 @@ class WorkspaceIndexes:
             self._pending.clear()
             self._cond.notify_all()
         self._worker.join(timeout=2)
+
+
+def _stale_files(index: Any) -> list[tuple[str, str | None]]:
+    """(path, text or None = removed) for each file whose disk content differs from the index's copy."""
+    from repocomp.walk import walk_repository
+
+    walked = walk_repository(index.root, index.config, index.index_dir)
+    known = getattr(index, "files", {})
+    on_disk = {f.path: f.text for f in walked.files}
+    changed: list[tuple[str, str | None]] = [(p, t) for p, t in on_disk.items()
+                                             if p not in known or known[p].text != t]
+    changed += [(p, None) for p in known if p not in on_disk]
+    return sorted(changed, key=lambda c: c[0])
 
 
 def _decode(path: str | bytes) -> str:

@@ -1,0 +1,162 @@
+"""Helpers shared by the LSP tests: the fixture repository, a session starter and small request wrappers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pytest_lsp import LanguageClient, make_test_lsp_client
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURE_REPO = REPO_ROOT / "fixtures" / "lsp_repo"
+# REPOCOMP_LSP_LOG=/tmp/lsp.log keeps the servers' debug logs for a failing run
+SERVER_CMD = [sys.executable, "-m", "lsp_server",
+              *(["--log-file", os.environ["REPOCOMP_LSP_LOG"], "--log-level", "debug"]
+                if os.environ.get("REPOCOMP_LSP_LOG") else [])]
+
+# The buffer the tests type into: a new module reusing the fixture's idioms. Line 5 ends at the cursor.
+CHECKOUT = (
+    "from shop.pricing import apply_discount, with_tax\n"
+    "\n"
+    "\n"
+    "def checkout(cart, discount_percent):\n"
+    "    subtotal = sum(price * quantity for _, price, quantity in cart.items)\n"
+    "    discounted_total = "
+)
+EXPECTED = "apply_discount(subtotal, discount_percent)"
+
+
+def copy_repo(tmp_path: Path) -> Path:
+    dest = tmp_path / "lsp_repo"
+    shutil.copytree(FIXTURE_REPO, dest)
+    return dest
+
+
+def capabilities() -> types.ClientCapabilities:
+    return types.ClientCapabilities(
+        window=types.WindowClientCapabilities(work_done_progress=True, show_message=None),
+        workspace=types.WorkspaceClientCapabilities(
+            configuration=False,
+            did_change_configuration=types.DidChangeConfigurationClientCapabilities(dynamic_registration=False),
+            did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
+            workspace_folders=True,
+        ),
+        text_document=types.TextDocumentClientCapabilities(
+            synchronization=types.TextDocumentSyncClientCapabilities(did_save=True),
+            completion=types.CompletionClientCapabilities(),
+            inline_completion=types.InlineCompletionClientCapabilities(),
+        ),
+        general=types.GeneralClientCapabilities(position_encodings=[types.PositionEncodingKind.Utf16]),
+    )
+
+
+async def initialize(client: LanguageClient, repo: Path, options: dict[str, Any] | None = None) -> types.InitializeResult:
+    return await client.initialize_session(
+        types.InitializeParams(
+            capabilities=capabilities(),
+            root_uri=repo.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=repo.as_uri(), name=repo.name)],
+            initialization_options=options or {},
+        )
+    )
+
+
+async def stats(client: LanguageClient) -> dict[str, Any]:
+    result = await client.protocol.send_request_async("repocomp/stats", {})
+    return _plain(result)
+
+
+def _plain(value: Any) -> Any:
+    """pygls hands custom results back as attrs-like objects or dicts; make them dicts."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if hasattr(value, "__dict__") and not isinstance(value, (str, int, float, bool)):
+        return {k: _plain(v) for k, v in vars(value).items()}
+    return value
+
+
+async def wait_ready(client: LanguageClient, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        s = await stats(client)
+        states = [f["state"] for f in s["folders"]]
+        if states and all(st in ("ready", "failed") for st in states):
+            assert all(st == "ready" for st in states), s
+            return s
+        if time.monotonic() > deadline:
+            raise AssertionError(f"index not ready after {timeout} s: {s}")
+        await asyncio.sleep(0.1)
+
+
+async def wait_version(client: LanguageClient, repo: Path, above: int, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        version = await folder_version(client, repo)
+        if version > above:
+            return version
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no index update landed within {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+async def folder_version(client: LanguageClient, repo: Path) -> int:
+    folders = (await stats(client))["folders"]
+    return next(f["version"] for f in folders if Path(f["root"]) == repo.resolve())
+
+
+def open_doc(client: LanguageClient, path: Path, text: str, version: int = 1) -> str:
+    uri = path.as_uri()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)
+        )
+    )
+    return uri
+
+
+def end_of(text: str) -> types.Position:
+    """The LSP (UTF-16) position at the end of `text`."""
+    lines = text.split("\n")
+    return types.Position(line=len(lines) - 1, character=len(lines[-1].encode("utf-16-le")) // 2)
+
+
+async def inline(client: LanguageClient, uri: str, position: types.Position) -> str:
+    result = await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+        )
+    )
+    items = result.items if isinstance(result, types.InlineCompletionList) else (result or [])
+    assert len(items) <= 1
+    if not items:
+        return ""
+    text = items[0].insert_text
+    return text if isinstance(text, str) else text.value
+
+
+def warnings(client: LanguageClient) -> list[str]:
+    return [m.message for m in client.messages if m.type == types.MessageType.Warning]
+
+
+def make_client() -> LanguageClient:
+    """pytest-lsp's client, plus a `client/registerCapability` handler (the server registers file watchers)."""
+    client = make_test_lsp_client()
+    client.registrations = []  # type: ignore[attr-defined]
+
+    @client.feature(types.CLIENT_REGISTER_CAPABILITY)
+    def register(params: types.RegistrationParams) -> None:
+        client.registrations.extend(params.registrations)  # type: ignore[attr-defined]
+
+    return client

@@ -1,0 +1,112 @@
+"""Unit tests of lsp_server.convert and lsp_server.options (no server process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+
+from lsp_server import convert
+from lsp_server.options import Options, apply_options, parse_options
+from repocomp.config import Config
+
+LINE = '    s = "价格🙂x" + fmt'  # CJK (1 UTF-16 unit each, 3 UTF-8 bytes) and an emoji (2 UTF-16 units, 4 bytes)
+
+
+def test_utf16_columns_round_trip_over_cjk_and_emoji() -> None:
+    # str index -> UTF-16 units: each CJK char is 1 unit, the emoji 2
+    i_emoji = LINE.index("🙂")
+    assert convert.index_to_client_col(LINE, i_emoji) == i_emoji
+    assert convert.index_to_client_col(LINE, i_emoji + 1) == i_emoji + 2
+    assert convert.index_to_client_col(LINE, len(LINE)) == len(LINE) + 1
+    for i in range(len(LINE) + 1):
+        assert convert.client_col_to_index(LINE, convert.index_to_client_col(LINE, i)) == i
+    # a column inside the surrogate pair lands after the emoji; past the end means the end (LSP spec)
+    assert convert.client_col_to_index(LINE, i_emoji + 1) == i_emoji + 1
+    assert convert.client_col_to_index(LINE, 10_000) == len(LINE)
+
+
+def test_utf8_and_utf32_columns() -> None:
+    i_x = LINE.index("x")
+    assert convert.index_to_client_col(LINE, i_x, convert.UTF8) == len(LINE[:i_x].encode("utf-8"))
+    assert convert.client_col_to_index(LINE, len(LINE[:i_x].encode("utf-8")), convert.UTF8) == i_x
+    assert convert.index_to_client_col(LINE, i_x, convert.UTF32) == i_x
+    assert convert.normalize_encoding(types.PositionEncodingKind.Utf8) == convert.UTF8
+    assert convert.normalize_encoding(None) == convert.UTF16
+
+
+def test_to_cursor_normalizes_line_breaks_and_rejects_bad_input(tmp_path: Path) -> None:
+    uri = (tmp_path / "a.py").as_uri()
+    text = "x = 1\r\n" + LINE + "\r\n"
+    cur = convert.to_cursor(uri, text, types.Position(line=1, character=len(LINE) + 1), convert.UTF16, 10_000)
+    assert (cur.path, cur.line, cur.col) == (tmp_path / "a.py", 1, len(LINE))
+    assert cur.text == "x = 1\n" + LINE + "\n"
+    kinds = {}
+    for name, args in {
+        "position": (uri, text, types.Position(line=3, character=0), convert.UTF16, 10_000),
+        "scheme": ("untitled:Untitled-1", text, types.Position(line=0, character=0), convert.UTF16, 10_000),
+        "binary": (uri, "a\x00b", types.Position(line=0, character=0), convert.UTF16, 10_000),
+        "huge": (uri, "x" * 101, types.Position(line=0, character=0), convert.UTF16, 100),
+    }.items():
+        with pytest.raises(convert.ConversionError) as exc:
+            convert.to_cursor(*args)
+        kinds[name] = exc.value.kind
+    assert kinds == {"position": "position", "scheme": "scheme", "binary": "binary", "huge": "huge"}
+
+
+def test_uri_to_path_decodes_percent_escapes() -> None:
+    assert convert.uri_to_path("file:///tmp/a%20b/c%C3%A9.py") == Path("/tmp/a b/cé.py")
+    assert convert.uri_to_path(convert.path_to_uri(Path("/tmp/x y.py"))) == Path("/tmp/x y.py")
+
+
+def test_completion_item_replaces_the_word_prefix_in_utf16_units() -> None:
+    line = '    return "价格 🙂 " + format_pr'
+    pos = types.Position(line=7, character=len(line.encode("utf-16-le")) // 2)
+    result = convert.to_completion_list("ice(price)\n    x = 1", line, pos, convert.UTF16)
+    (item,) = result.items
+    edit = item.text_edit
+    assert isinstance(edit, types.TextEdit)
+    start = line.index("format_pr")
+    assert edit.range.start == types.Position(line=7, character=start + 1)  # +1: the emoji's second unit
+    assert edit.range.end == pos
+    assert edit.new_text == "format_price(price)\n    x = 1"
+    assert item.filter_text == "format_price(price)"
+    assert item.label == "format_price(price)"
+    assert convert.to_completion_list("  \n", line, pos, convert.UTF16).items == []
+
+
+def test_inline_item_inserts_at_the_cursor() -> None:
+    pos = types.Position(line=2, character=5)
+    (item,) = convert.to_inline_completion_list("foo()", pos).items
+    assert item.insert_text == "foo()" and item.range == types.Range(start=pos, end=pos)
+    assert convert.to_inline_completion_list("", pos).items == []
+
+
+def test_options_invalid_values_are_reported_and_replaced_by_defaults() -> None:
+    opts, errors = parse_options({"repocomp": {
+        "enable": "yes",
+        "backend": {"name": "gpt", "endpoints": "http://127.0.0.1:9", "maxNewTokens": 32},
+        "retrieval": {"alpha": -1, "iterations": 3},
+        "prompt": {"maxTokens": 512, "fim": "codellama"},
+        "server": {"requestTimeoutMs": 0},
+        "colour": "blue",
+    }})
+    assert opts.enable is True  # "yes" is not a bool
+    assert opts.backend.name is None and opts.backend.endpoints == ("http://127.0.0.1:9",)
+    assert opts.backend.max_new_tokens == 32
+    assert opts.retrieval.alpha is None and opts.retrieval.iterations == 3
+    assert opts.server.request_timeout_ms == Options().server.request_timeout_ms
+    assert len(errors) == 5 and any("colour" in e for e in errors) and any("backend.name" in e for e in errors)
+    config, errs = apply_options(Config(), opts)
+    assert errs == []
+    assert config.backend.endpoints == ("http://127.0.0.1:9",) and config.backend.max_new_tokens == 32
+    assert config.retrieval.iterations == 3 and config.retrieval.alpha == Config().retrieval.alpha
+    assert config.prompt.max_tokens == 512 and config.prompt.context_tokens <= 512 and config.prompt.fim == "codellama"
+
+
+def test_options_none_keeps_the_workspace_config() -> None:
+    base = Config().replace("retrieval", alpha=0.3)
+    opts, errors = parse_options(None)
+    assert errors == [] and opts == Options()
+    assert apply_options(base, opts) == (base, [])

@@ -1,0 +1,369 @@
+"""End-to-end tests of the language server over stdio, driven by pytest-lsp (the pygls project's own harness).
+
+Backend: `extractive` (model-free) unless a test says otherwise; the fixture repository is `fixtures/lsp_repo`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from lsp_helpers import (CHECKOUT, EXPECTED, SERVER_CMD, copy_repo, end_of, folder_version, initialize, inline,
+                         make_client, open_doc, stats, wait_ready, wait_version, warnings)
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
+async def client(lsp_client: LanguageClient):
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[*SERVER_CMD, "--no-watch"],
+                                                    client_factory=make_client))
+async def nowatch_client(lsp_client: LanguageClient):
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return copy_repo(tmp_path)
+
+
+class Blackhole:
+    """A fake LLM endpoint that accepts requests and never answers; records when clients hang up."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.closed: list[float] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.opened += 1
+        try:
+            while await reader.read(65536):
+                pass
+        finally:
+            self.closed.append(time.monotonic())
+            writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_initialize_advertises_inline_completion_and_sync(client: LanguageClient, repo: Path) -> None:
+    result = await initialize(client, repo)
+    caps = result.capabilities
+    assert caps.inline_completion_provider is not None and caps.inline_completion_provider is not False
+    assert caps.completion_provider is not None
+    sync = caps.text_document_sync
+    assert isinstance(sync, types.TextDocumentSyncOptions)
+    assert sync.change == types.TextDocumentSyncKind.Incremental
+    assert sync.open_close is True
+    save = sync.save
+    assert isinstance(save, types.SaveOptions) and save.include_text is True
+    assert result.server_info is not None and result.server_info.name == "repocomp"
+
+
+async def test_indexing_reports_work_done_progress(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    for _ in range(50):  # the end notification follows the state change
+        kinds = [p.value.kind for reports in client.progress_reports.values() for p in reports
+                 if hasattr(p, "value")] if client.progress_reports else []
+        if "end" in kinds:
+            break
+        await asyncio.sleep(0.05)
+    (token,) = client.progress_reports.keys()
+    kinds = [getattr(p, "kind", None) or p.get("kind") for p in client.progress_reports[token]]
+    assert kinds[0] == "begin" and kinds[-1] == "end"
+
+
+async def test_inline_completion_uses_the_repository_and_the_unsaved_buffer(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    # the buffer exists only in the editor (never saved): the completion must come from the other files
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    text = await inline(client, uri, end_of(CHECKOUT))
+    assert text.strip().startswith(EXPECTED), text
+
+
+async def test_typing_incremental_changes_then_complete(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    head, typed = CHECKOUT.rsplit("\n", 1)
+    uri = open_doc(client, repo / "shop" / "checkout.py", head + "\n")
+    line = head.count("\n") + 1
+    for i, ch in enumerate(typed):  # one incremental change per keystroke, a completion request after each
+        pos = types.Position(line=line, character=i)
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=i + 2),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=ch)],
+        ))
+        if i % 5 == 0:
+            await inline(client, uri, types.Position(line=line, character=i + 1))
+    text = await inline(client, uri, types.Position(line=line, character=len(typed)))
+    assert text.strip().startswith(EXPECTED), text
+    # a full-text change replaces everything
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=100),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text="def price_label(price):\n    gross = ")],
+    ))
+    text = await inline(client, uri, types.Position(line=1, character=12))
+    assert text.strip().startswith("price * (1 + TAX_RATE)"), text
+
+
+async def test_completion_fallback_item_replaces_the_prefix_utf16(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    line = '    return "价格 🙂 " + format_pr'
+    buffer = "def label_of(price):\n" + line
+    uri = open_doc(client, repo / "shop" / "labels.py", buffer)
+    pos = end_of(buffer)
+    assert pos.character == len(line) + 1  # the emoji is two UTF-16 code units
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=pos))
+    items = result.items if isinstance(result, types.CompletionList) else result
+    (item,) = items
+    edit = item.text_edit
+    assert isinstance(edit, types.TextEdit)
+    assert edit.range.start == types.Position(line=1, character=line.index("format_pr") + 1)
+    assert edit.range.end == pos
+    assert edit.new_text.startswith("format_price(price)"), edit.new_text
+    # applying the edit as a client does gives the line of the fixture
+    lines = buffer.split("\n")
+    units = lines[1].encode("utf-16-le")
+    applied = (units[: 2 * edit.range.start.character].decode("utf-16-le") + edit.new_text.split("\n")[0])
+    assert applied.startswith('    return "价格 🙂 " + format_price(price)')
+
+
+async def test_inline_completion_mid_line_after_emoji(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    before = '    return "价格 🙂 " + '
+    buffer = "def label_of(price):\n" + before + "format_price"
+    uri = open_doc(client, repo / "shop" / "labels.py", buffer)
+    col = len(before.encode("utf-16-le")) // 2  # a str-index mix-up would land one character further
+    text = await inline(client, uri, types.Position(line=1, character=col))
+    assert text.strip().startswith("format_price(price)"), text  # not "ormat_price(...)"
+
+
+async def test_superseded_request_is_cancelled_and_its_stream_closed(client: LanguageClient, repo: Path) -> None:
+    hole = Blackhole()
+    endpoint = await hole.start()
+    try:
+        await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60}})
+        uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+        first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+        for _ in range(100):
+            if hole.opened:
+                break
+            await asyncio.sleep(0.02)
+        assert hole.opened >= 1, "the backend never saw the first request"
+        t0 = time.monotonic()
+        msg_id = "second-request"
+        second = asyncio.ensure_future(client.protocol.send_request_async(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri), position=end_of(CHECKOUT),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)),
+            msg_id=msg_id))
+        assert await asyncio.wait_for(first, 5) == ""  # superseded: answered empty, promptly
+        superseded_after = time.monotonic() - t0
+        for _ in range(100):
+            if hole.closed:
+                break
+            await asyncio.sleep(0.02)
+        assert hole.closed, "the first request's backend stream was not closed"
+        assert superseded_after < 1.0, superseded_after
+        # $/cancelRequest cancels the second one (it hangs on the blackhole) and closes its stream too
+        for _ in range(100):
+            if hole.opened >= 2:
+                break
+            await asyncio.sleep(0.02)
+        closed_before = len(hole.closed)
+        client.protocol.notify("$/cancelRequest", types.CancelParams(id=msg_id))
+        with pytest.raises(Exception) as exc:
+            await asyncio.wait_for(second, 5)
+        assert "cancel" in str(exc.value).lower()
+        for _ in range(100):
+            if len(hole.closed) > closed_before:
+                break
+            await asyncio.sleep(0.02)
+        assert len(hole.closed) > closed_before
+        s = await stats(client)
+        assert s["superseded"] >= 1 and s["cancelled"] >= 1
+    finally:
+        await hole.stop()
+
+
+async def test_robustness_empty_results_and_one_warning_per_kind(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo, {"server": {"maxDocumentBytes": 5000}})
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    bad = {
+        "uri": ((repo / "shop" / "never_opened.py").as_uri(), types.Position(line=0, character=0)),
+        "position": (uri, types.Position(line=99, character=0)),
+        "scheme": (open_doc(client, Path("/x"), "x = 1", 1).replace("file:///x", "untitled:Untitled-1"),
+                   types.Position(line=0, character=0)),
+    }
+    client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+        uri="untitled:Untitled-1", language_id="python", version=1, text="x = 1")))
+    bin_uri = open_doc(client, repo / "blob.py", "abc\x00def")
+    huge_uri = open_doc(client, repo / "huge.py", "x = 1\n" * 2000)
+    bad["binary"] = (bin_uri, types.Position(line=0, character=1))
+    bad["huge"] = (huge_uri, types.Position(line=1, character=0))
+    for _ in range(3):
+        for uri_, pos in bad.values():
+            assert await inline(client, uri_, pos) == ""
+            result = await client.text_document_completion_async(types.CompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri_), position=pos))
+            assert result is None or not (result.items if isinstance(result, types.CompletionList) else result)
+    await asyncio.sleep(0.2)
+    shown = warnings(client)
+    assert len(shown) == len(bad), shown  # one per failure kind, not one per request
+    # the server is still healthy
+    await wait_ready(client)
+    assert (await inline(client, uri, end_of(CHECKOUT))).strip().startswith(EXPECTED)
+
+
+async def test_backend_down_warns_once_and_never_crashes(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": ["http://127.0.0.1:9"], "timeoutS": 2}})
+    await wait_ready(client)
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    for _ in range(3):
+        await inline(client, uri, end_of(CHECKOUT))  # the extractive fallback may answer
+    await asyncio.sleep(0.2)
+    shown = [m for m in warnings(client) if "backend" in m]
+    assert len(shown) == 1, warnings(client)
+    assert "vllm" in shown[0]
+
+
+async def test_change_configuration_disable_enable_and_invalid(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    assert (await inline(client, uri, end_of(CHECKOUT))).strip().startswith(EXPECTED)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"repocomp": {"enable": False}}))
+    assert await inline(client, uri, end_of(CHECKOUT)) == ""
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"repocomp": {"enable": True, "retrieval": {"alpha": "lots", "iterations": 1}}}))
+    assert (await inline(client, uri, end_of(CHECKOUT))).strip().startswith(EXPECTED)
+    await asyncio.sleep(0.1)
+    assert any("retrieval.alpha" in m for m in warnings(client)), warnings(client)
+
+
+async def test_watched_file_events_update_and_remove(nowatch_client: LanguageClient, repo: Path) -> None:
+    client = nowatch_client
+    await initialize(client, repo)
+    await wait_ready(client)
+    buffer = "def answer():\n    magic_value = "
+    uri = open_doc(client, repo / "shop" / "answer.py", buffer)
+    assert "compute_the_answer" not in await inline(client, uri, end_of(buffer))
+    fresh = repo / "shop" / "fresh.py"
+    fresh.write_text("def f():\n    magic_value = compute_the_answer(41) + 1\n    return magic_value\n")
+    version = await folder_version(client, repo)
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
+        changes=[types.FileEvent(uri=fresh.as_uri(), type=types.FileChangeType.Created)]))
+    await wait_version(client, repo, version)
+    assert (await inline(client, uri, end_of(buffer))).startswith("compute_the_answer(41) + 1")
+    # renamed: the old path disappears, the new one is indexed
+    moved = repo / "shop" / "moved.py"
+    fresh.rename(moved)
+    version = await folder_version(client, repo)
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+        types.FileEvent(uri=fresh.as_uri(), type=types.FileChangeType.Deleted),
+        types.FileEvent(uri=moved.as_uri(), type=types.FileChangeType.Created)]))
+    await wait_version(client, repo, version)
+    assert (await inline(client, uri, end_of(buffer))).startswith("compute_the_answer(41) + 1")
+    moved.unlink()
+    version = await folder_version(client, repo)
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
+        changes=[types.FileEvent(uri=moved.as_uri(), type=types.FileChangeType.Deleted)]))
+    await wait_version(client, repo, version)
+    assert "compute_the_answer" not in await inline(client, uri, end_of(buffer))
+
+
+async def test_save_is_visible_to_the_next_completion(nowatch_client: LanguageClient, repo: Path) -> None:
+    client = nowatch_client
+    await initialize(client, repo)
+    await wait_ready(client)
+    pricing = repo / "shop" / "pricing.py"
+    original = pricing.read_text()
+    doc = open_doc(client, pricing, original)
+    buffer = "def g(price):\n    gross = "
+    uri = open_doc(client, repo / "shop" / "gross.py", buffer)
+    assert (await inline(client, uri, end_of(buffer))).startswith("price * (1 + TAX_RATE)")
+    changed = original.replace("gross = price * (1 + TAX_RATE)", "gross = price * (1 + TAX_RATE + SURCHARGE)")
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=doc, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=changed)]))
+    pricing.write_text(changed)
+    t0 = time.monotonic()
+    client.text_document_did_save(types.DidSaveTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=doc), text=changed))
+    while True:
+        text = await inline(client, uri, end_of(buffer))
+        if "SURCHARGE" in text:
+            break
+        assert time.monotonic() - t0 < 5, "the save never became visible"
+        await asyncio.sleep(0.01)
+
+
+async def test_outside_change_seen_by_the_file_watcher(client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    buffer = "def h():\n    outside_value = "
+    uri = open_doc(client, repo / "shop" / "outside.py", buffer)
+    assert "made_by_codegen" not in await inline(client, uri, end_of(buffer))
+    generated = repo / "shop" / "generated"
+    generated.mkdir()
+    for i in range(30):  # a burst, as a checkout or a code generator makes
+        (generated / f"gen_{i}.py").write_text(f"def g{i}():\n    outside_value = made_by_codegen({i})\n")
+    deadline = time.monotonic() + 10
+    while "made_by_codegen" not in (text := await inline(client, uri, end_of(buffer))):
+        assert time.monotonic() < deadline, "the watcher never saw the new files"
+        await asyncio.sleep(0.05)
+    assert text.startswith("made_by_codegen(")
+    for path in generated.iterdir():
+        path.unlink()
+    generated.rmdir()
+    deadline = time.monotonic() + 10
+    while "made_by_codegen" in await inline(client, uri, end_of(buffer)):
+        assert time.monotonic() < deadline, "deleted files still complete"
+        await asyncio.sleep(0.05)
+
+
+async def test_shutdown_with_a_request_in_flight(client: LanguageClient, repo: Path) -> None:
+    hole = Blackhole()
+    endpoint = await hole.start()
+    try:
+        await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60}})
+        uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+        pending = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+        for _ in range(100):
+            if hole.opened:
+                break
+            await asyncio.sleep(0.02)
+        t0 = time.monotonic()
+        await asyncio.wait_for(client.shutdown_async(None), 5)
+        await asyncio.wait([pending], timeout=5)
+        assert pending.done()
+        client.exit(None)
+        assert client._server is not None
+        code = await asyncio.wait_for(client._server.wait(), 10)
+        assert code == 0
+        assert time.monotonic() - t0 < 10
+        client.capabilities = None  # already shut down: the fixture must not do it again
+    finally:
+        await hole.stop()
