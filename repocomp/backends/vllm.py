@@ -135,7 +135,7 @@ class VLLMBackend:
         last_error = ""
         for attempt in range(self.retries + 1):
             if attempt:
-                await self._sleep_backoff(attempt, deadline)
+                await self._sleep_backoff(attempt, deadline, last_error)
             for ep in self._order():
                 started = False
                 try:
@@ -193,10 +193,10 @@ class VLLMBackend:
             payload["stop"] = list(request.stop)
         return payload
 
-    async def _sleep_backoff(self, attempt: int, deadline: float) -> None:
+    async def _sleep_backoff(self, attempt: int, deadline: float, last_error: str) -> None:
         delay = self.backoff_s * (2 ** (attempt - 1))
         if time.monotonic() + delay >= deadline:
-            raise BackendError(f"vllm: no endpoint answered within {self.timeout_s:g}s")
+            raise BackendError(f"vllm: no endpoint answered within {self.timeout_s:g}s: {last_error}")
         await asyncio.sleep(delay)
 
     async def _send(self, ep: _Endpoint, payload: dict[str, Any], deadline: float, stream: bool) -> httpx.Response:
@@ -232,7 +232,7 @@ class VLLMBackend:
         last_error = ""
         for attempt in range(self.retries + 1):
             if attempt:
-                await self._sleep_backoff(attempt, deadline)
+                await self._sleep_backoff(attempt, deadline, last_error)
             for ep in self._order():
                 ep.in_flight += 1
                 try:
