@@ -82,6 +82,9 @@ class Index:
         self.relations = sp.csr_matrix((0, 0), dtype=np.float32)
         self._fnodes = sp.csr_matrix((0, 0))  # fragment x node owned lengths (Eq. 8's len)
         self._fnodes_t: sp.csr_matrix | None = None
+        # graph nodes near changes whose relation rows still await `refresh_relations`
+        self._pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
+        self._pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
         self.summary = IndexSummary()
 
     # -- paths ---------------------------------------------------------------------------------------------------
@@ -204,14 +207,28 @@ class Index:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals).astype(np.float64)
 
+    def _triplets(self, entries: list[FileEntry]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        parts = [self._file_fragment_nodes(e) for e in entries]
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        r, c, v = (np.concatenate(x) for x in zip(*parts))
+        return r, c, v
+
     def _rebuild_fragment_nodes(self) -> None:
-        parts = [self._file_fragment_nodes(e) for e in self.files.values()]
+        r, c, v = self._triplets(list(self.files.values()))
         shape = (len(self.fragments), self.graph.n_ids)
-        if parts:
-            r, c, v = (np.concatenate(x) for x in zip(*parts))
-        else:
-            r, c, v = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         self._fnodes = sp.csr_matrix((v, (r, c)), shape=shape)  # duplicates summed: a fragment's locations add up
+        self._fnodes_t = None
+
+    def _patch_fragment_nodes(self, removed: tuple, added: tuple) -> None:
+        """F minus the changed files' old windows plus their new ones (cheaper than a rebuild)."""
+        shape = (len(self.fragments), self.graph.n_ids)
+        self._fnodes.resize(shape)
+        r = np.concatenate((removed[0], added[0]))
+        c = np.concatenate((removed[1], added[1]))
+        v = np.concatenate((-removed[2], added[2]))
+        self._fnodes = (self._fnodes + sp.csr_matrix((v, (r, c)), shape=shape)).tocsr()
+        self._fnodes.eliminate_zeros()
         self._fnodes_t = None
 
     def _fragment_nodes_t(self) -> sp.csr_matrix:
@@ -253,15 +270,6 @@ class Index:
         new_full = sp.csr_matrix((new.data, (rows[new.row], new.col)), shape=(n, n), dtype=np.float32)
         self.relations = (sp.diags(keep.astype(np.float32)) @ self.relations + new_full).tocsr()
         self.relations.eliminate_zeros()
-
-    def _reach(self, seeds: np.ndarray) -> np.ndarray:
-        """Fragment ids whose nodes lie within the cutoff of any seed node in the current graph."""
-        if len(seeds) == 0:
-            return np.zeros(0, np.int64)
-        strengths = max_product_strengths(self.graph.cost_matrix(), np.unique(seeds), self.config.relations.cutoff)
-        nodes = np.unique(strengths.indices)
-        nodes = nodes[nodes < self._fnodes.shape[1]]
-        return np.unique(self._fragment_nodes_t()[nodes].indices)
 
     # -- incremental updates -------------------------------------------------------------------------------------
     def update_file(self, path: str | Path, text: str | None = None) -> None:
@@ -315,6 +323,7 @@ class Index:
         old_seed_nodes = np.concatenate(seeds) if seeds else np.zeros(0, np.int64)
         old_reach_nodes = self._reach_nodes(old_costs, old_seed_nodes)
 
+        old_part = self._triplets([self.files[p] for p in new_texts if p in self.files])
         for path, value in new_texts.items():
             touched_frags |= self._drop_file(path)
             if value is not None:
@@ -328,41 +337,39 @@ class Index:
         to_resolve = (dependants | self.resolver.readers_of(new_keys) | {p for p, v in new_texts.items() if v}) \
             & set(self.files)
         new_seed: list[np.ndarray] = []
+        changed_endpoints: set[int] = set()
         for path in to_resolve:
             pairs = self._resolve(path)
             if path in old_calls:
-                before = {tuple(e) for e in old_calls[path].tolist()}
-                after = {tuple(e) for e in pairs.tolist()}
-                changed = before ^ after
-                if changed:
-                    endpoints = np.array(sorted({n for e in changed for n in e}), dtype=np.int64)
-                    live = endpoints[self.graph.alive[endpoints]]
-                    new_seed.append(live)
-                    # the old endpoints' neighbourhoods were computed in the old graph
-                    old_reach_nodes = np.union1d(old_reach_nodes, self._reach_nodes(old_costs, endpoints[
-                        endpoints < old_costs.shape[0]]))
+                changed = {tuple(e) for e in old_calls[path].tolist()} ^ {tuple(e) for e in pairs.tolist()}
+                changed_endpoints |= {n for e in changed for n in e}
+        if changed_endpoints:
+            endpoints = np.array(sorted(changed_endpoints), dtype=np.int64)
+            new_seed.append(endpoints[self.graph.alive[endpoints]])
+            # a call edge that went away mattered in the old graph: reach from its ends there
+            old_reach_nodes = np.union1d(old_reach_nodes,
+                                         self._reach_nodes(old_costs, endpoints[endpoints < old_costs.shape[0]]))
         for path, value in new_texts.items():
             if value is not None:
                 new_seed.append(self.files[path].node_ids)
                 new_seed.append(np.array([self.graph.files[path].file_node]))
+        self._patch_fragment_nodes(old_part, self._triplets([self.files[p] for p, v in new_texts.items() if v]))
         # fragments shared with other files changed their node sets: their nodes are seeds too
-        self._rebuild_fragment_nodes()
         self.term_index.set_rows(sorted(touched_frags),
                                  [self.fragments[i].text if self.fragments[i] else None for i in sorted(touched_frags)])
         self.relations.resize((len(self.fragments), len(self.fragments)))
         live_touched = np.array([i for i in touched_frags if self.fragments[i] is not None], dtype=np.int64)
         if len(live_touched):
             new_seed.append(np.unique(self._fnodes[live_touched].indices))
-        new_seed_nodes = np.concatenate(new_seed) if new_seed else np.zeros(0, np.int64)
-        new_reach_nodes = self._reach_nodes(self.graph.cost_matrix(), new_seed_nodes)
-        nodes = np.union1d(old_reach_nodes, new_reach_nodes)
-        nodes = nodes[nodes < self._fnodes.shape[1]]
-        rows = np.union1d(np.unique(self._fragment_nodes_t()[nodes].indices), np.array(sorted(touched_frags)))
-        if self.config.relations.context_weight > 0:  # Eq. 7 neighbours of changed windows
-            rows = np.union1d(rows, np.array([i for p in new_texts if p in self.files for i in self.files[p].windows]))
+        # Rows of the changed windows are exact now; other rows within reach of the change are refreshed
+        # later (`refresh_relations`, run by `save` and by the LSP off the request path), because a popular
+        # definition can put thousands of rows within reach of one edit.
+        self._pending_old = np.union1d(self._pending_old, old_reach_nodes)
+        self._pending_seeds = np.union1d(self._pending_seeds, np.concatenate(new_seed) if new_seed else [])
         alive = self.alive_mask()
-        dead = np.array([i for i in touched_frags if not alive[i]], dtype=np.int64)
-        self._recompute_rows(rows[alive[rows]] if len(rows) else rows)
+        touched = np.array(sorted(touched_frags), dtype=np.int64)
+        self._recompute_rows(touched[alive[touched]])
+        dead = touched[~alive[touched]]
         if len(dead):  # a removed fragment keeps no row and appears in no column
             mask = np.ones(len(self.fragments), dtype=np.float32)
             mask[dead] = 0
@@ -371,6 +378,26 @@ class Index:
             self.relations.eliminate_zeros()
         self.summary.files = len(self.files)
         self.summary.fragments = int(alive.sum())
+
+    @property
+    def relations_stale(self) -> bool:
+        return len(self._pending_old) > 0 or len(self._pending_seeds) > 0
+
+    def refresh_relations(self) -> int:
+        """Recompute the relation rows that earlier updates left stale; returns how many rows were redone.
+
+        Afterwards the relation matrix equals a full rebuild's."""
+        if not self.relations_stale:
+            return 0
+        new_reach = self._reach_nodes(self.graph.cost_matrix(), self._pending_seeds.astype(np.int64))
+        nodes = np.union1d(self._pending_old, new_reach).astype(np.int64)
+        nodes = nodes[nodes < self._fnodes.shape[1]]
+        rows = np.unique(self._fragment_nodes_t()[nodes].indices)
+        rows = rows[self.alive_mask()[rows]]
+        self._recompute_rows(rows)
+        self._pending_old = np.zeros(0, np.int64)
+        self._pending_seeds = np.zeros(0, np.int64)
+        return len(rows)
 
     def _reach_nodes(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
         if len(seeds) == 0:
@@ -447,6 +474,7 @@ class Index:
         }
 
     def save(self) -> Path:
+        self.refresh_relations()
         t = time.perf_counter()
         target = write_state(self.index_dir, self._state())
         self.summary.phases_s["write"] = round(time.perf_counter() - t, 4)

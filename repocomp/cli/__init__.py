@@ -9,7 +9,7 @@ import sys
 
 from repocomp.errors import RepocompError
 
-# module -> registers one subcommand via `register(subparsers)`; a module not yet present is skipped.
+# each module registers one subcommand via `register(subparsers)`
 _SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench")
 
 

@@ -1,0 +1,113 @@
+"""`repocomp bench index PATH [--runs N]`: per-phase medians of a full index build, peak RSS, relation storage,
+and the latency of one-file incremental updates.
+
+Each build runs in a fresh subprocess so that its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+_CHILD = r"""
+import json, resource, sys, time
+from repocomp.index import Index
+t = time.perf_counter()
+index = Index.build(sys.argv[1])
+index.save()
+total = time.perf_counter() - t
+w = index.relations
+print(json.dumps({"phases_s": index.summary.phases_s, "total_s": total, "fragments": index.summary.fragments,
+                  "files": index.summary.files, "nodes": index.summary.nodes,
+                  "relation_bytes": int(w.data.nbytes + w.indices.nbytes + w.indptr.nbytes),
+                  "index_bytes": index.summary.index_bytes,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("index", help="full index build per phase, peak RSS, one-file update latency")
+    p.add_argument("path", type=Path)
+    p.add_argument("--runs", type=int, default=3, help="full builds (default 3)")
+    p.add_argument("--updates", type=int, default=40, help="one-file updates to time (default 40)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
+
+
+def _builds(path: Path, runs: int) -> list[dict]:
+    out = []
+    for _ in range(runs):
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"index build failed:\n{proc.stderr[-2000:]}")
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def _updates(path: Path, n: int, seed: int) -> dict:
+    from repocomp.index import Index
+
+    index = Index.open(path)
+    rng = random.Random(seed)
+    files = sorted(index.files)
+    times, refresh = [], []
+    for rel in rng.sample(files, min(n, len(files))):
+        text = index.files[rel].text
+        lines = text.split("\n")
+        at = rng.randrange(len(lines))
+        edited = "\n".join(lines[:at] + ["x_benchmark_edit = 1"] + lines[at:])  # an edit as a user makes it
+        t = time.perf_counter()
+        index.update_file(rel, text=edited)
+        times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        index.refresh_relations()
+        refresh.append(time.perf_counter() - t)
+        index.update_file(rel, text=text)
+        index.refresh_relations()
+    ms = np.array(times) * 1000
+    rs = np.array(refresh) * 1000
+    return {"update_ms": {"p50": float(np.median(ms)), "p95": float(np.percentile(ms, 95)), "max": float(ms.max())},
+            "refresh_ms": {"p50": float(np.median(rs)), "p95": float(np.percentile(rs, 95)), "max": float(rs.max())},
+            "updates": len(times)}
+
+
+def run(args: argparse.Namespace) -> int:
+    builds = _builds(args.path, args.runs)
+    phases = sorted({k for b in builds for k in b["phases_s"]}, key=list(builds[0]["phases_s"]).index)
+    med = {k: statistics.median(b["phases_s"].get(k, 0.0) for b in builds) for k in phases}
+    last = builds[-1]
+    result = {
+        "path": str(args.path), "runs": args.runs, "files": last["files"], "fragments": last["fragments"],
+        "nodes": last["nodes"], "phase_median_s": med,
+        "total_median_s": statistics.median(b["total_s"] for b in builds),
+        "peak_rss_mb_max": max(b["peak_rss_mb"] for b in builds),
+        "relation_bytes_per_fragment": last["relation_bytes"] / max(1, last["fragments"]),
+        "index_mb": last["index_bytes"] / 1e6,
+    }
+    if args.updates > 0:
+        result |= _updates(args.path, args.updates, args.seed)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"bench index {result['path']}: {result['files']} files, {result['fragments']} fragments, "
+          f"{result['nodes']} nodes, {args.runs} runs (medians)")
+    for k, v in med.items():
+        print(f"  {k:<12} {v:8.3f} s")
+    print(f"  {'total':<12} {result['total_median_s']:8.3f} s")
+    print(f"  peak RSS     {result['peak_rss_mb_max']:8.0f} MB (max over runs)")
+    print(f"  relations    {result['relation_bytes_per_fragment']:8.0f} B/fragment; index {result['index_mb']:.1f} MB")
+    if args.updates > 0:
+        u, r = result["update_ms"], result["refresh_ms"]
+        print(f"  update_file  p50 {u['p50']:.1f} ms, p95 {u['p95']:.1f} ms, max {u['max']:.1f} ms "
+              f"({result['updates']} one-file edits)")
+        print(f"  refresh      p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms (stale neighbour rows, off the request path)")
+    return 0

@@ -1,0 +1,14 @@
+"""`repocomp bench index|retrieve|lsp PATH`: benchmarks that print their figures (medians over runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    import importlib
+
+    p = sub.add_parser("bench", help="benchmarks: index, retrieve, lsp")
+    verbs = p.add_subparsers(dest="bench", required=True)
+    for name in ("repocomp.bench.index", "repocomp.bench.retrieve"):
+        importlib.import_module(name).register(verbs)
