@@ -1,0 +1,126 @@
+"""Code graph: edge types and weights, call resolution, syntax errors, other languages, networkx reference."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from graph.code_graph import EDGE_TYPES
+from repocomp.config import Config, config_from_dict
+from repocomp.index import Index
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "index_repo"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> Index:
+    root = tmp_path_factory.mktemp("repo") / "index_repo"
+    shutil.copytree(FIXTURE, root)
+    return Index.build(root, Config())
+
+
+def _node(index: Index, path: str, kind: str, line: int) -> int:
+    entry = index.files[path]
+    parsed = entry.parsed
+    for local in range(parsed.n_nodes):
+        if parsed.kinds[local] == kind and parsed.start_line[local] == line:
+            return int(entry.node_ids[local])
+    raise AssertionError(f"no {kind} at {path}:{line}")
+
+
+def _call_targets(index: Index, path: str) -> set[tuple[str, str, int]]:
+    """(target file, target kind, target first line) of every call edge leaving `path`."""
+    g = index.graph
+    out = set()
+    for src, dst in g.files[path].call_edges.tolist():
+        out.add((g.owner[dst], g.kind[dst], _line_of(index, dst)))
+    return out
+
+
+def _line_of(index: Index, node: int) -> int:
+    entry = index.files[index.graph.owner[node]]
+    local = int(np.flatnonzero(entry.node_ids == node)[0])
+    return int(entry.parsed.start_line[local])
+
+
+def test_every_edge_type_present_with_its_configured_weight(index):
+    nxg = index.to_networkx()
+    weights = Config().graph
+    by_type: dict[str, set[float]] = {}
+    for _, _, data in nxg.edges(data=True):
+        by_type.setdefault(data["type"], set()).add(data["weight"])
+    assert set(by_type) == set(EDGE_TYPES)
+    for name in EDGE_TYPES:
+        assert by_type[name] == {getattr(weights, name)}
+    counts = index.graph.edge_counts()
+    assert all(counts[name] > 0 for name in EDGE_TYPES)
+
+
+def test_weights_come_from_configuration(tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(FIXTURE, root)
+    config = config_from_dict({"graph": {"call": 0.9, "syntax": 0.4}})
+    nxg = Index.build(root, config).to_networkx()
+    types = {(d["type"], d["weight"]) for _, _, d in nxg.edges(data=True)}
+    assert ("call", 0.9) in types and ("syntax", 0.4) in types
+
+
+def test_python_calls_resolve_across_files(index):
+    targets = _call_targets(index, "app.py")
+    # from pkg import Engine (re-exported by pkg/__init__.py): class instantiation
+    assert ("pkg/core.py", "class_definition", 7) in targets
+    # from pkg.util import normalize
+    assert ("pkg/util.py", "function_definition", 0) in targets
+    # import pkg.core as core; core.helper(...)
+    assert ("pkg/core.py", "function_definition", 3) in targets
+
+
+def test_relative_import_and_self_method_calls(index):
+    assert ("pkg/util.py", "function_definition", 5) in _call_targets(index, "pkg/sub/mod.py")
+    core = _call_targets(index, "pkg/core.py")
+    assert ("pkg/core.py", "function_definition", 16) in core  # self.scale(...)
+    assert ("pkg/core.py", "function_definition", 3) in core  # helper(...) in-file
+
+
+def test_syntax_error_file_still_has_nodes(index):
+    entry = index.files["broken.py"]
+    assert entry.parsed.has_errors
+    kinds = set(entry.parsed.kinds)
+    assert "function_definition" in kinds and "class_definition" in kinds
+    assert index.summary.parse_errors == 1
+
+
+def test_java_and_typescript_are_parsed_and_windowed(index):
+    for path, kind in (("java/Main.java", "method_declaration"), ("web/app.ts", "function_declaration")):
+        entry = index.files[path]
+        assert kind in entry.parsed.kinds
+        assert entry.windows, path
+        assert any(loc.path == path for loc in index.fragments[entry.windows[0]].locations)
+    assert ("web/greet.ts", "function_declaration", 0) in _call_targets(index, "web/app.ts")
+    assert ("java/Main.java", "method_declaration", 1) in _call_targets(index, "java/Main.java")
+
+
+def test_gitignored_files_are_not_indexed(tmp_path):
+    root = tmp_path / "r"
+    shutil.copytree(FIXTURE, root)
+    (root / "ignored_dir").mkdir()
+    (root / "ignored_dir" / "x.py").write_text("x = 1\n")
+    (root / "generated.py").write_text("y = 2\n")
+    index = Index.build(root)
+    assert "generated.py" not in index.files and "ignored_dir/x.py" not in index.files
+    assert "app.py" in index.files
+
+
+def test_networkx_export_matches_graph_size(index):
+    nxg = index.to_networkx()
+    assert nxg.number_of_nodes() == int(index.graph.alive.sum())
+    assert isinstance(nxg, nx.Graph)
+    # directory tree: the file node of pkg/sub/mod.py reaches the repository root folder through folders
+    root_dir = index.graph.dirs[""]
+    file_node = index.graph.files["pkg/sub/mod.py"].file_node
+    path = nx.shortest_path(nxg, file_node, root_dir)
+    assert [nxg.nodes[n]["kind"] for n in path] == ["file", "directory", "directory", "directory"]

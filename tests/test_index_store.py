@@ -1,0 +1,202 @@
+"""Index round trip, incremental updates equal a full rebuild, crash safety, corrupt/old index, bad inputs."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from repocomp.cli import main
+from repocomp.config import config_from_dict, load_config
+from repocomp.errors import ConfigError, IndexCorruptError, RepocompError
+from repocomp.index import Index
+from repocomp.store import INDEX_FILE
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "index_repo"
+# no truncation and context relations on, so the comparison covers Eq. 7 as well
+EXACT = config_from_dict({"relations": {"top_k": 10_000, "context_weight": 0.5}})
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "index_repo"
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def _relations_by_location(index: Index) -> dict:
+    """Relations keyed by fragment text (ids differ between an updated and a rebuilt index)."""
+    w = index.relations.tocoo()
+    out = {}
+    for i, j, v in zip(w.row, w.col, w.data):
+        out[(index.fragments[i].text, index.fragments[j].text)] = float(v)
+    return out
+
+
+def _assert_same(a: Index, b: Index) -> None:
+    ra, rb = _relations_by_location(a), _relations_by_location(b)
+    assert ra.keys() == rb.keys()
+    for key in ra:
+        assert ra[key] == pytest.approx(rb[key], rel=1e-5), key
+    texts_a = sorted(f.text for f in a.fragments if f)
+    assert texts_a == sorted(f.text for f in b.fragments if f)
+    query = "engine = Engine(3)\nengine.start()"
+    sa = dict(zip((f.text for f in a.fragments if f), a.term_index.score(query, "bm25")[a.alive_mask()]))
+    sb = dict(zip((f.text for f in b.fragments if f), b.term_index.score(query, "bm25")[b.alive_mask()]))
+    assert sa == pytest.approx(sb)
+
+
+def test_round_trip(repo):
+    built = Index.build(repo, EXACT)
+    built.save()
+    loaded = Index.load(repo, EXACT)
+    _assert_same(built, loaded)
+    assert loaded.summary.files == built.summary.files
+    assert loaded.file_lines("app.py") == (repo / "app.py").read_text().split("\n")
+
+
+def test_update_file_equals_full_rebuild(repo):
+    index = Index.build(repo, EXACT)
+    # change a definition other files call, so cross-file call edges and neighbour rows must change too
+    new_util = (repo / "pkg/util.py").read_text().replace("def clamp(value, low, high):", "def limit(value, low, high):")
+    (repo / "pkg/util.py").write_text(new_util)
+    index.update_file("pkg/util.py")
+    (repo / "pkg/extra.py").write_text("from pkg.util import normalize\n\n\ndef go():\n    return normalize([1])\n")
+    index.update_file("pkg/extra.py")
+    index.refresh_relations()
+    _assert_same(index, Index.build(repo, EXACT))
+
+
+def test_update_from_buffer_text_and_remove_file(repo):
+    index = Index.build(repo, EXACT)
+    buffer = (repo / "app.py").read_text() + "\n\ndef unsaved():\n    return Engine(1).start()\n"
+    index.update_file(repo / "app.py", text=buffer)
+    assert index.file_lines("app.py")[-2] == "    return Engine(1).start()"
+    index.remove_file("pkg/core.py")
+    index.refresh_relations()
+    (repo / "app.py").write_text(buffer)
+    (repo / "pkg/core.py").unlink()
+    _assert_same(index, Index.build(repo, EXACT))
+    assert all(loc.path != "pkg/core.py" for f in index.fragments if f for loc in f.locations)
+
+
+def test_deleted_file_on_disk_is_removed_by_update(repo):
+    index = Index.build(repo, EXACT)
+    (repo / "pkg/util.py").unlink()
+    index.update_file("pkg/util.py")
+    assert "pkg/util.py" not in index.files
+
+
+def test_crash_mid_write_leaves_previous_index_loadable(repo, monkeypatch):
+    index = Index.build(repo, EXACT)
+    index.save()
+    before = (repo / ".repocomp" / INDEX_FILE).read_bytes()
+
+    def crash(*args, **kwargs):
+        raise OSError("disk died mid-write")
+
+    monkeypatch.setattr(pickle, "dump", crash)
+    index.update_file("app.py", text="x = 1\n")
+    with pytest.raises(OSError):
+        index.save()
+    monkeypatch.undo()
+    assert (repo / ".repocomp" / INDEX_FILE).read_bytes() == before
+    assert [p.name for p in (repo / ".repocomp").iterdir()] == [INDEX_FILE]  # no temp file left behind
+    assert "def main():" in "\n".join(Index.load(repo, EXACT).file_lines("app.py"))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "old_version"])
+def test_corrupt_or_old_index_gives_clear_error_and_is_rebuilt(repo, damage):
+    Index.build(repo).save()
+    path = repo / ".repocomp" / INDEX_FILE
+    data = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(b"\x00garbage" * 10)
+    elif damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        path.write_bytes(data.replace(b"\n1\n", b"\n0\n", 1))
+    with pytest.raises(IndexCorruptError, match="rebuild"):
+        Index.load(repo)
+    reopened = Index.open(repo)
+    assert "app.py" in reopened.files
+    Index.load(repo)  # the rebuilt index was saved
+
+
+def test_changed_structural_config_triggers_rebuild(repo):
+    Index.build(repo).save()
+    other = config_from_dict({"fragments": {"window": 10, "stride": 5}})
+    with pytest.raises(IndexCorruptError, match="other \\[fragments\\] settings"):
+        Index.load(repo, other)
+    assert Index.open(repo, other).config.fragments.window == 10
+
+
+def test_bad_inputs_are_skipped_and_reported(repo):
+    (repo / "binary.py").write_bytes(b"x = 1\n\x00\x01\x02")
+    (repo / "latin1.py").write_bytes("name = 'caf\xe9'\n".encode("latin-1"))
+    (repo / "huge.py").write_text("x = 1\n" * 300_000)  # 1.8 MB > default 1 MB
+    (repo / "dangling.py").symlink_to(repo / "missing_target.py")
+    (repo / "loop").symlink_to(repo)
+    (repo / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00")
+    index = Index.build(repo)
+    skipped = index.summary.skipped
+    assert skipped["binary"] == 1
+    assert skipped["too_large"] == 1
+    assert skipped["unreadable"] == 1
+    assert skipped["symlink_loop"] == 1
+    assert skipped["non_utf8_replaced"] == 1
+    assert "latin1.py" in index.files and "\ufffd" in index.files["latin1.py"].text  # indexed with replacement
+    assert not {"binary.py", "huge.py", "dangling.py"} & set(index.files)
+    assert not any(p.startswith("loop/") for p in index.files)
+    assert "app.py" in index.files
+
+
+def test_size_limit_is_configurable(repo):
+    (repo / "big.py").write_text("x = 1\n" * 100)
+    index = Index.build(repo, config_from_dict({"index": {"max_file_bytes": 100}}))
+    assert "big.py" not in index.files and index.summary.skipped["too_large"] >= 1
+
+
+def test_config_from_pyproject_and_errors(repo):
+    (repo / "pyproject.toml").write_text("[tool.repocomp.relations]\ntop_k = 5\n")
+    assert load_config(repo).relations.top_k == 5
+    (repo / "pyproject.toml").write_text("[tool.repocomp.relations]\ntopk = 5\n")
+    with pytest.raises(ConfigError, match="unknown key.*topk"):
+        load_config(repo)
+    (repo / "repocomp.toml").write_text("[graph]\ncall = 1.5\n")
+    with pytest.raises(ConfigError, match="call weight must be in"):
+        load_config(repo)
+
+
+def test_path_outside_repository_is_an_error(repo, tmp_path):
+    index = Index.build(repo)
+    with pytest.raises(RepocompError, match="outside the indexed repository"):
+        index.update_file(tmp_path / "elsewhere.py")
+
+
+def test_cli_errors_and_empty_repository(tmp_path, capsys):
+    assert main(["index", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "f.py").write_text("x = 1\n")
+    assert main(["index", str(tmp_path / "f.py")]) == 2
+    assert "is a file" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["index", str(empty)]) == 0
+    assert "no source files found" in capsys.readouterr().out
+
+
+def test_cli_json_summary(repo, capsys):
+    import json
+
+    assert main(["index", str(repo), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["files"] == 10
+    assert set(summary["edges"]) == {"syntax", "directory", "file", "call"}
+    assert summary["relation_nonzeros"] > 0 and summary["index_bytes"] > 0
+    assert set(summary["phases_s"]) >= {"walk", "parse", "graph", "relations", "term_index", "write"}
+    assert os.path.exists(summary["index_dir"])

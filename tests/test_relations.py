@@ -1,0 +1,78 @@
+"""Max-product strengths against networkx, Eq. 8 by hand, cutoff, top-k, Eq. 7."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from graph.maxproduct import max_product_strengths
+from graph.relations import context_rows, structure_rows, top_k_rows
+
+
+def _costs(n: int, edges: list[tuple[int, int, float]]) -> sp.csr_matrix:
+    """Symmetric cost CSR (-log w), built by hand so weight-1 edges (cost 0) are kept."""
+    rows, cols, vals = [], [], []
+    for a, b, w in edges:
+        rows += [a, b]
+        cols += [b, a]
+        vals += [-math.log(w)] * 2
+    order = np.lexsort((cols, rows))
+    rows, cols, vals = np.array(rows)[order], np.array(cols)[order], np.array(vals)[order]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return sp.csr_matrix((vals, cols, indptr), shape=(n, n))
+
+
+def test_strengths_equal_networkx_dijkstra_reference():
+    rng = np.random.default_rng(0)
+    n = 60
+    g = nx.gnm_random_graph(n, 150, seed=1)
+    edges = [(a, b, float(rng.choice([0.3, 0.5, 0.8, 1.0]))) for a, b in g.edges()]
+    for a, b, w in edges:
+        g[a][b]["cost"] = -math.log(w)
+    cutoff = 0.05
+    got = max_product_strengths(_costs(n, edges), np.arange(n), cutoff).toarray()
+    for s in range(n):
+        lengths = nx.single_source_dijkstra_path_length(g, s, weight="cost")
+        expected = np.zeros(n)
+        for t, d in lengths.items():
+            if math.exp(-d) >= cutoff:
+                expected[t] = math.exp(-d)
+        np.testing.assert_allclose(got[s], expected, rtol=1e-9, atol=1e-12)
+
+
+def test_cutoff_bounds_the_neighbourhood():
+    # a path 0 - 1 - 2 - 3 with weight 0.5 per edge: strengths 1, .5, .25, .125
+    costs = _costs(4, [(0, 1, 0.5), (1, 2, 0.5), (2, 3, 0.5)])
+    np.testing.assert_allclose(max_product_strengths(costs, np.array([0]), 0.2).toarray(), [[1, 0.5, 0.25, 0]])
+    np.testing.assert_allclose(max_product_strengths(costs, np.array([0]), 0.1).toarray(), [[1, 0.5, 0.25, 0.125]])
+
+
+def test_eq8_on_a_hand_computed_two_fragment_example():
+    # nodes a=0, b=1, c=2; edges a-b 0.5, b-c 0.8 -> Dis(a,c) = 0.4
+    costs = _costs(3, [(0, 1, 0.5), (1, 2, 0.8)])
+    # fragment 0 owns a (len 2) and b (len 1); fragment 1 owns c (len 3)
+    frag_nodes = sp.csr_matrix(np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 3.0]]))
+    rel = structure_rows(np.array([0, 1]), frag_nodes, None, costs, cutoff=0.01).toarray()
+    # rel(0,1) = (2*3*0.4 + 1*3*0.8) / (2*3 + 1*3) = (2.4 + 2.4) / 9
+    assert rel[0, 1] == pytest.approx(4.8 / 9)
+    assert rel[1, 0] == pytest.approx(4.8 / 9)
+    # self relation: (4*1 + 2*2*0.5 + 1*1) / 9 = 7/9
+    assert rel[0, 0] == pytest.approx(7 / 9)
+
+
+def test_top_k_keeps_the_largest_per_row():
+    m = sp.csr_matrix(np.array([[0.1, 0.5, 0.3, 0.0, 0.4], [0.2, 0.0, 0.0, 0.0, 0.0]]))
+    out = top_k_rows(m.copy(), 2).toarray()
+    np.testing.assert_allclose(out, [[0, 0.5, 0, 0, 0.4], [0.2, 0, 0, 0, 0]])
+
+
+def test_context_relation_eq7_within_a_file():
+    # one file with 5 windows (fragments 0..4): w_rel ** |i - j|, cut below the cutoff
+    positions = {2: [("f.py", 2)]}
+    rows = context_rows(np.array([2]), positions, {"f.py": [0, 1, 2, 3, 4]}, 5, weight=0.5, cutoff=0.2).toarray()
+    np.testing.assert_allclose(rows, [[0.25, 0.5, 0.0, 0.5, 0.25]])
