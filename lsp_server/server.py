@@ -191,7 +191,22 @@ class RepocompServer(LanguageServer):
             config = self.config_for(key[0])
             completer = Completer(index, config, self.backend_for(config))
             self._completers[key] = completer
+            self._warm(completer)
         return completer
+
+    def _warm(self, completer: Any) -> None:
+        """Load the completer's token counter (a tokenizer: a moment's work) off the event loop, now."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            fut = loop.run_in_executor(None, getattr, completer, "count_tokens")
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # errors show up on first use
+
+    def warm_up(self) -> None:
+        """Build the in-file completer of every folder (and so its tokenizer) before the first request."""
+        if self.indexes is not None:
+            for folder in self.indexes.folders.values():
+                self.completer_for(folder, None)
+        self.completer_for(None, None)
 
     async def close_engines(self) -> None:
         await self.jobs.cancel_all()
@@ -347,6 +362,8 @@ class RepocompServer(LanguageServer):
     def _on_index_state(self, folder: FolderIndex) -> None:
         def done() -> None:
             self._completers.pop((folder.root, True), None)
+            if folder.ready:
+                self.completer_for(folder, folder.index)
             token = self._progress_tokens.pop(folder.root, None)
             if folder.state == "ready":
                 message = "index ready"
@@ -440,6 +457,7 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: RepocompServer, params: types.InitializedParams) -> None:
         ls.start_indexing()
+        ls.warm_up()
         await ls.register_file_watchers()
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
@@ -490,6 +508,7 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
         await ls.close_engines()
         ls._warned.clear()
         ls.set_options(settings)
+        ls.warm_up()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
     def did_change_folders(ls: RepocompServer, params: types.DidChangeWorkspaceFoldersParams) -> None:

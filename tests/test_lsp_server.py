@@ -367,3 +367,35 @@ async def test_shutdown_with_a_request_in_flight(client: LanguageClient, repo: P
         client.capabilities = None  # already shut down: the fixture must not do it again
     finally:
         await hole.stop()
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_real_vllm_backend_completes_and_superseded_stream_is_aborted(
+        client: LanguageClient, repo: Path, vllm_server) -> None:
+    options = {"backend": {"name": "vllm", "endpoints": [str(vllm_server)], "model": vllm_server.model,
+                           "maxNewTokens": 8, "timeoutS": 120},
+               "server": {"requestTimeoutMs": 120_000}}
+    await initialize(client, repo, options)
+    await wait_ready(client)
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    s0 = await stats(client)
+    await inline(client, uri, end_of(CHECKOUT))  # the tiny random model writes noise; it must come from vLLM
+    s1 = await stats(client)
+    assert len(s1["completed_ms"]) == len(s0["completed_ms"]) + 1 and s1["failed"] == s0["failed"]
+    assert not [m for m in warnings(client) if "backend" in m], warnings(client)
+    # a long generation superseded by a newer request: vLLM sees its stream go away and aborts it
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"repocomp": {
+        **options, "backend": {**options["backend"], "maxNewTokens": 4000}}}))
+    first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+    await asyncio.sleep(1.5)
+    assert not first.done()
+    second = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+    assert await asyncio.wait_for(first, 10) == ""
+    deadline = time.monotonic() + 20
+    while "Aborted request" not in vllm_server.log_text():
+        assert time.monotonic() < deadline, "vLLM never aborted the superseded request"
+        await asyncio.sleep(0.2)
+    # a configuration change stops what is in flight (the old backend is closed): the second answers empty
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"repocomp": options}))
+    assert await asyncio.wait_for(second, 30) == ""

@@ -1,0 +1,417 @@
+"""`repocomp bench lsp PATH`: the language server measured from the outside, over stdio, as an editor drives it.
+
+Figures (targets from the LSP issue, extractive backend):
+- inline completion, server-side time p95 (<= 30 ms), on unmodified buffers and while typing (one keystroke per
+  request, so every request re-syncs the live buffer into the index); client round trip alongside;
+- cancellation latency p95 (<= 50 ms): a request hanging on a (fake, never answering) LLM endpoint is
+  superseded by a newer one for the same document, and separately cancelled with `$/cancelRequest`;
+- save visibility p95 (<= 200 ms): a line with a fresh identifier is saved in one file; the time from didSave
+  until a completion in another buffer returns it;
+- server RSS with the index loaded (<= 600 MB).
+
+The repository is copied to a temporary directory first (a stored index under .repocomp/ comes along), so the
+benchmark never writes into PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+
+logger = logging.getLogger(__name__)
+
+TARGETS = {"inline_p95_ms": 30.0, "cancel_p95_ms": 50.0, "save_visible_p95_ms": 200.0, "rss_mb": 600.0}
+
+
+@dataclass
+class LspBenchResult:
+    repo: str
+    files: int
+    index_ready_s: float
+    inline_p50_ms: float
+    inline_p95_ms: float
+    inline_typing_p50_ms: float
+    inline_typing_p95_ms: float
+    inline_roundtrip_p95_ms: float
+    supersede_p95_ms: float
+    cancel_p95_ms: float
+    save_visible_p50_ms: float
+    save_visible_p95_ms: float
+    rss_mb: float
+    requests: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+class _Blackhole:
+    """An LLM endpoint that accepts connections and never answers (a backend stuck mid-generation)."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.read(65536):
+                pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+class _Session:
+    """A pygls client talking to `python -m lsp_server` over stdio."""
+
+    def __init__(self, repo: Path, server_args: list[str]) -> None:
+        from pygls.lsp.client import LanguageClient
+
+        self.repo = repo
+        self.server_args = server_args
+        self.client = LanguageClient("repocomp-bench", "1")
+        for method in (types.WINDOW_LOG_MESSAGE, types.WINDOW_SHOW_MESSAGE, types.PROGRESS):
+            self.client.feature(method)(lambda *args: None)
+        self.versions: dict[str, int] = {}
+        self._drain: asyncio.Task[None] | None = None
+
+    async def start(self, options: dict[str, Any]) -> None:
+        await self.client.start_io(sys.executable, "-m", "lsp_server", *self.server_args)
+        server = self.client._server
+        if server is not None and server.stderr is not None:
+            self._drain = asyncio.create_task(_drain(server.stderr))
+        await self.client.initialize_async(types.InitializeParams(
+            capabilities=types.ClientCapabilities(
+                general=types.GeneralClientCapabilities(position_encodings=[types.PositionEncodingKind.Utf16])),
+            root_uri=self.repo.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=self.repo.as_uri(), name=self.repo.name)],
+            initialization_options=options,
+        ))
+        self.client.initialized(types.InitializedParams())
+
+    async def stats(self) -> dict[str, Any]:
+        result = await self.client.protocol.send_request_async("repocomp/stats", {})
+        return _plain(result)
+
+    async def wait_ready(self, timeout: float) -> float:
+        t0 = time.perf_counter()
+        while True:
+            folders = (await self.stats())["folders"]
+            states = [f["state"] for f in folders]
+            if states and all(s == "ready" for s in states):
+                return time.perf_counter() - t0
+            if any(s == "failed" for s in states):
+                raise RuntimeError(f"indexing failed: {folders}")
+            if time.perf_counter() - t0 > timeout:
+                raise RuntimeError(f"index not ready after {timeout:.0f} s")
+            await asyncio.sleep(0.1)
+
+    def open(self, uri: str, text: str) -> None:
+        self.versions[uri] = 1
+        self.client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+
+    def replace(self, uri: str, text: str) -> None:
+        self.versions[uri] += 1
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+    def insert(self, uri: str, line: int, character: int, text: str) -> None:
+        self.versions[uri] += 1
+        pos = types.Position(line=line, character=character)
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=text)]))
+
+    def close(self, uri: str) -> None:
+        self.client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+
+    def inline_future(self, uri: str, line: int, character: int, msg_id: str | None = None) -> asyncio.Future[Any]:
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
+        return self.client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id)
+
+    async def inline(self, uri: str, line: int, character: int) -> str:
+        result = await self.inline_future(uri, line, character)
+        items = getattr(result, "items", None) or []
+        if not items:
+            return ""
+        text = items[0].insert_text
+        return text if isinstance(text, str) else text.value
+
+    def configure(self, settings: dict[str, Any]) -> None:
+        self.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=settings))
+
+    async def stop(self) -> None:
+        try:
+            await asyncio.wait_for(self.client.shutdown_async(None), 10)
+            self.client.exit(None)
+        except Exception:  # the benchmark's figures are already taken
+            logger.debug("shutdown failed", exc_info=True)
+        await self.client.stop()
+        if self._drain is not None:
+            self._drain.cancel()
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_asdict"):
+        return [_plain(v) for v in value]
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    return value
+
+
+def _python_files(repo: Path, limit_bytes: int = 200_000) -> list[Path]:
+    skip = {".git", ".repocomp", "__pycache__", "node_modules", ".venv", "venv"}
+    files = [p for p in repo.rglob("*.py") if not (set(p.relative_to(repo).parts) & skip)]
+    return sorted(p for p in files if 0 < p.stat().st_size <= limit_bytes)
+
+
+def _cursor_sites(files: list[Path], n: int, rng: random.Random) -> list[tuple[Path, str, int, int]]:
+    """(file, text, line, col): the cursor halfway through a non-blank code line past the file's top."""
+    sites = []
+    for _ in range(n * 20):
+        if len(sites) == n:
+            break
+        path = rng.choice(files)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        candidates = [i for i, ln in enumerate(lines) if i >= 10 and len(ln.strip()) > 8]
+        if not candidates:
+            continue
+        line = rng.choice(candidates)
+        indent = len(lines[line]) - len(lines[line].lstrip())
+        col = indent + (len(lines[line]) - indent) // 2
+        sites.append((path, text, line, col))
+    return sites
+
+
+async def _measure_inline(session: _Session, sites: list[tuple[Path, str, int, int]]) -> tuple[list[float], list[float]]:
+    before = len((await session.stats())["completed_ms"])
+    roundtrips = []
+    for path, text, line, col in sites:
+        uri = path.as_uri()
+        session.open(uri, text)
+        t0 = time.perf_counter()
+        await session.inline(uri, line, col)
+        roundtrips.append((time.perf_counter() - t0) * 1000)
+        session.close(uri)
+    server_side = (await session.stats())["completed_ms"][before:]
+    return server_side, roundtrips
+
+
+async def _measure_typing(session: _Session, sites: list[tuple[Path, str, int, int]], keys: int) -> list[float]:
+    """One character typed per request: the live buffer differs from the index's copy every time."""
+    before = len((await session.stats())["completed_ms"])
+    for path, text, line, col in sites:
+        uri = path.as_uri()
+        lines = text.split("\n")
+        session.open(uri, "\n".join(lines[:line] + [lines[line][:col]] + lines[line + 1:]))
+        typed = lines[line][col:col + keys]
+        for i, ch in enumerate(typed):
+            session.insert(uri, line, col + i, ch)
+            await session.inline(uri, line, col + i + 1)
+        session.close(uri)
+    return (await session.stats())["completed_ms"][before:]
+
+
+async def _measure_cancellation(session: _Session, endpoint: str, rounds: int) -> tuple[list[float], list[float]]:
+    from pygls.exceptions import JsonRpcException
+
+    session.configure({"repocomp": {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60},
+                                    "server": {"requestTimeoutMs": 60_000}}})
+    uri = (session.repo / "bench_cancel_probe.py").as_uri()
+    text = "import os\n\n\ndef probe():\n    path = os.path."
+    session.open(uri, text)
+    supersede, cancel = [], []
+    await asyncio.sleep(0.2)
+    for i in range(-1, rounds):  # round -1 warms up (the new backend's first connection)
+        first = session.inline_future(uri, 4, 18)
+        await asyncio.sleep(0.05)  # the first is now waiting on the backend
+        t0 = time.perf_counter()
+        second = session.inline_future(uri, 4, 18, msg_id=f"bench-cancel-{i}")
+        await first
+        if i >= 0:
+            supersede.append((time.perf_counter() - t0) * 1000)
+        await asyncio.sleep(0.05)
+        t0 = time.perf_counter()
+        session.client.protocol.notify("$/cancelRequest", types.CancelParams(id=f"bench-cancel-{i}"))
+        try:
+            await second
+        except JsonRpcException:
+            pass
+        if i >= 0:
+            cancel.append((time.perf_counter() - t0) * 1000)
+    session.close(uri)
+    session.configure({"repocomp": {}})
+    return supersede, cancel
+
+
+async def _measure_save_visibility(session: _Session, files: list[Path], rounds: int, rng: random.Random) -> list[float]:
+    """Edit + save a line with a fresh identifier, then complete in another buffer until it shows up."""
+    probe_uri = (session.repo / "bench_save_probe.py").as_uri()
+    session.open(probe_uri, "")
+    results = []
+    for i in range(rounds):
+        path = rng.choice(files)
+        original = path.read_text(encoding="utf-8", errors="replace")
+        lines = original.split("\n")
+        at = min(len(lines), max(12, len(lines) // 2))
+        marker, value = f"zq_saved_marker_{i}", f"zq_fresh_value_{i}({i})"
+        edited_lines = lines[:at] + [f"{marker} = {value}"] + lines[at:]
+        edited = "\n".join(edited_lines)
+        uri = path.as_uri()
+        session.open(uri, original)
+        # the probe buffer: the 19 lines above the new one, then the cursor after `marker = `
+        probe = "\n".join(edited_lines[max(0, at - 19):at] + [f"{marker} = "])
+        session.replace(probe_uri, probe)
+        plines = probe.split("\n")
+        session.replace(uri, edited)
+        path.write_text(edited, encoding="utf-8")
+        t0 = time.perf_counter()
+        session.client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), text=edited))
+        while True:
+            text = await session.inline(probe_uri, len(plines) - 1, len(plines[-1]))
+            elapsed = (time.perf_counter() - t0) * 1000
+            if value.split("(")[0] in text:
+                results.append(elapsed)
+                break
+            if elapsed > 10_000:
+                results.append(float("inf"))
+                break
+            await asyncio.sleep(0.005)
+        session.replace(uri, original)
+        path.write_text(original, encoding="utf-8")
+        session.client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), text=original))
+        session.close(uri)
+        await asyncio.sleep(0.3)  # let the restore land before the next round
+    session.close(probe_uri)
+    return results
+
+
+async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, keys: int = 5,
+                    cancel_rounds: int = 20, save_rounds: int = 20, seed: int = 0,
+                    ready_timeout: float = 1800.0) -> LspBenchResult:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(prefix="repocomp-bench-lsp-") as tmp:
+        work = Path(tmp) / repo.name
+        shutil.copytree(repo, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        files = _python_files(work)
+        if not files:
+            raise SystemExit(f"no Python files under {repo}")
+        session = _Session(work, [])
+        hole = _Blackhole()
+        endpoint = await hole.start()
+        try:
+            await session.start({"backend": {"name": "extractive"}})
+            ready_s = await session.wait_ready(ready_timeout)
+            await _measure_inline(session, _cursor_sites(files, 10, rng))  # warm-up (tokenizer, caches)
+            server_side, roundtrips = await _measure_inline(session, _cursor_sites(files, requests, rng))
+            typing = await _measure_typing(session, _cursor_sites(files, typing_sites, rng), keys)
+            supersede, cancel = await _measure_cancellation(session, endpoint, cancel_rounds)
+            save = await _measure_save_visibility(session, files, save_rounds, rng)
+            rss = (await session.stats())["rss_bytes"] / 2**20
+        finally:
+            await session.stop()
+            await hole.stop()
+    return LspBenchResult(
+        repo=str(repo), files=len(files), index_ready_s=round(ready_s, 2),
+        inline_p50_ms=round(_pct(server_side, 0.5), 2), inline_p95_ms=round(_pct(server_side, 0.95), 2),
+        inline_typing_p50_ms=round(_pct(typing, 0.5), 2), inline_typing_p95_ms=round(_pct(typing, 0.95), 2),
+        inline_roundtrip_p95_ms=round(_pct(roundtrips, 0.95), 2),
+        supersede_p95_ms=round(_pct(supersede, 0.95), 2), cancel_p95_ms=round(_pct(cancel, 0.95), 2),
+        save_visible_p50_ms=round(_pct(save, 0.5), 2), save_visible_p95_ms=round(_pct(save, 0.95), 2),
+        rss_mb=round(rss, 1), requests=len(server_side) + len(typing),
+    )
+
+
+def format_table(r: LspBenchResult) -> str:
+    rows = [
+        ("index ready (load or build)", f"{r.index_ready_s:.2f} s", ""),
+        ("inline completion, server-side p50 / p95", f"{r.inline_p50_ms:.1f} / {r.inline_p95_ms:.1f} ms",
+         f"<= {TARGETS['inline_p95_ms']:.0f} ms p95"),
+        ("  while typing (buffer re-synced) p50 / p95", f"{r.inline_typing_p50_ms:.1f} / {r.inline_typing_p95_ms:.1f} ms",
+         ""),
+        ("  client round trip p95", f"{r.inline_roundtrip_p95_ms:.1f} ms", ""),
+        ("superseded request answered p95", f"{r.supersede_p95_ms:.1f} ms", f"<= {TARGETS['cancel_p95_ms']:.0f} ms"),
+        ("$/cancelRequest answered p95", f"{r.cancel_p95_ms:.1f} ms", f"<= {TARGETS['cancel_p95_ms']:.0f} ms"),
+        ("save visible to next completion p50 / p95", f"{r.save_visible_p50_ms:.0f} / {r.save_visible_p95_ms:.0f} ms",
+         f"<= {TARGETS['save_visible_p95_ms']:.0f} ms p95"),
+        ("server RSS with index", f"{r.rss_mb:.0f} MB", f"<= {TARGETS['rss_mb']:.0f} MB"),
+    ]
+    width = max(len(a) for a, _, _ in rows)
+    out = [f"repocomp bench lsp {r.repo} ({r.files} Python files, {r.requests} timed requests, extractive backend)"]
+    out += [f"{a:<{width}}  {b:>16}  {c}" for a, b, c in rows]
+    return "\n".join(out)
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("lsp", help="language server latency, cancellation, save visibility and RSS")
+    p.add_argument("path", type=Path, help="repository to serve (copied to a temporary directory first)")
+    p.add_argument("--requests", type=int, default=200, help="timed inline completions (default 200)")
+    p.add_argument("--typing-sites", type=int, default=20, help="sites typed into, 5 keystrokes each (default 20)")
+    p.add_argument("--rounds", type=int, default=20, help="cancellation and save rounds (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, metavar="F", help="also write the figures as JSON")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from repocomp.errors import RepocompError
+
+    if not args.path.is_dir():
+        raise RepocompError(f"{args.path}: not a directory")
+    result = asyncio.run(run_bench(args.path.resolve(), requests=args.requests, typing_sites=args.typing_sites,
+                                   cancel_rounds=args.rounds, save_rounds=args.rounds, seed=args.seed))
+    print(format_table(result))
+    if args.json is not None:
+        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lsp_server.bench")
+    register(parser.add_subparsers(dest="bench", required=True))
+    args = parser.parse_args(["lsp", *(argv if argv is not None else sys.argv[1:])])
+    return args.run(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
