@@ -179,6 +179,8 @@ class RepoEvaluator:
         self.index = index
         self.completer = completer
         self.options = options
+        # files done, to restore from disk with the next update (one relation update for both)
+        self._pending_restore: set[str] = set()
 
     async def run(self, tasks: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
         groups: dict[str, list[Task]] = defaultdict(list)
@@ -193,7 +195,10 @@ class RepoEvaluator:
                 path, group = queue.get_nowait()
                 await self._run_file(path, group, on_record)
 
-        await asyncio.gather(*(worker() for _ in range(min(self.options.workers, len(groups)) or 1)))
+        try:
+            await asyncio.gather(*(worker() for _ in range(min(self.options.workers, len(groups)) or 1)))
+        finally:
+            self._flush_restores()
 
     async def _run_file(self, path: str, group: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
         disk = _read_disk_lines(Path(self.index.root) / path)
@@ -215,10 +220,26 @@ class RepoEvaluator:
                                       {"no_leak_update": round((t1 - t0) * 1e3, 3),
                                        "task_total": round((t2 - t0) * 1e3, 3)}))
         finally:
-            self._update(path, None)  # back to the file on disk
+            self._pending_restore.add(path)  # back to the file on disk, together with the next change
 
-    def _update(self, path: str, text: str | None) -> None:
-        self.index.update_file(path, text=text)
+    def _update(self, path: str, text: str) -> None:
+        changes: dict[str, str | None] = {p: None for p in self._pending_restore if p != path}
+        self._pending_restore.clear()
+        changes[path] = text
+        if len(changes) > 1 and hasattr(self.index, "update_files"):
+            self.index.update_files(changes)  # one incremental relation update for the batch
+        else:
+            for p, t in changes.items():
+                self.index.update_file(p, text=t)
+        self._invalidate()
+
+    def _flush_restores(self) -> None:
+        for p in sorted(self._pending_restore):
+            self.index.update_file(p)
+        self._pending_restore.clear()
+        self._invalidate()
+
+    def _invalidate(self) -> None:
         retriever = getattr(self.completer, "retriever", None)
         if retriever is not None and hasattr(retriever, "invalidate"):
             retriever.invalidate()  # cached fragment locations are stale now
