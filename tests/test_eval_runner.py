@@ -227,3 +227,25 @@ def test_planted_ground_truth_token_never_reaches_the_prompt(planted_repo, tmp_p
     if mode == "repocoder":  # the window holding compute_discount's definition is in the final prompt
         assert rec["def_hit"] is True
     assert any(PLANT in (f.text if f else "") for f in seen["index"].fragments)  # restored from disk afterwards
+
+
+def test_cli_make_tasks_eval_resume_and_report(tmp_path, capsys):
+    from repocomp.cli import main
+
+    repos = tmp_path / "repos"
+    shutil.copytree(FIXTURE, repos / "eval_repo")
+    tasks, out = tmp_path / "api.jsonl", tmp_path / "r.jsonl"
+    assert main(["eval", "make-tasks", str(repos / "eval_repo"), "--kind", "api", "--n", "4", "--out", str(tasks)]) == 0
+    argv = ["eval", str(tasks), "--repos", str(repos), "--mode", "vanilla", "--backend", "extractive",
+            "--out", str(out), "--summary-json", str(tmp_path / "s.json"), "--no-progress"]
+    assert main(argv + ["--limit", "2"]) == 0
+    assert main(argv) == 0
+    records = read_results(out)
+    assert sorted(r["task_id"] for r in records) == sorted(t.task_id for t in load_tasks(tasks))
+    assert all(r["em"] in (0.0, 1.0) and 0.0 <= r["es"] <= 1.0 for r in records)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["tasks"] == 4 and summary["def_hit"] is not None
+    capsys.readouterr()
+    assert main(["eval", "report", str(out), "--png", str(tmp_path / "c.png")]) == 0
+    assert "| api vanilla+FragRel [extractive] | " in capsys.readouterr().out
+    assert main(["eval", str(tmp_path / "missing.jsonl"), "--repos", str(repos)]) == 2
