@@ -122,23 +122,21 @@ class CodeGraph:
     # -- edges ---------------------------------------------------------------------------------------------------
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """All edges as ((k, 2) node pairs, (k,) type codes)."""
-        parts: list[np.ndarray] = []
-        types: list[np.ndarray] = []
-
-        def add(pairs: np.ndarray, name: str) -> None:
-            parts.append(pairs.reshape(-1, 2))
-            types.append(np.full(len(pairs), _TYPE_CODE[name], dtype=np.int8))
-
-        for entry in self.files.values():
-            add(entry.syntax_edges, "syntax")
-            add(np.array([[entry.node_ids[0], entry.file_node]]), "file")
-            add(np.array([[entry.file_node, self.dirs[self._folder(entry.path)]]]), "directory")
-            add(entry.call_edges, "call")
-        for folder, node in self.dirs.items():
-            if folder:
-                add(np.array([[node, self.dirs[self._folder(folder)]]]), "directory")
-        if not parts:
-            return np.zeros((0, 2), np.int64), np.zeros(0, np.int8)
+        entries = list(self.files.values())
+        file_pairs = [(e.node_ids[0], e.file_node) for e in entries]
+        dir_pairs = [(e.file_node, self.dirs[self._folder(e.path)]) for e in entries]
+        dir_pairs += [(node, self.dirs[self._folder(folder)]) for folder, node in self.dirs.items() if folder]
+        groups = {
+            "syntax": [e.syntax_edges for e in entries],
+            "file": [np.array(file_pairs, dtype=np.int64).reshape(-1, 2)],
+            "directory": [np.array(dir_pairs, dtype=np.int64).reshape(-1, 2)],
+            "call": [e.call_edges for e in entries],
+        }
+        parts, types = [], []
+        for name, arrays in groups.items():
+            for arr in arrays:
+                parts.append(arr)
+                types.append(np.full(len(arr), _TYPE_CODE[name], dtype=np.int8))
         return np.concatenate(parts).astype(np.int64), np.concatenate(types)
 
     def edge_counts(self) -> dict[str, int]:

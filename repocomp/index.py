@@ -406,6 +406,7 @@ class Index:
 
     # -- queries -------------------------------------------------------------------------------------------------
     def alive_mask(self) -> np.ndarray:
+        """Per fragment id: still present (False for ids whose windows all went away)."""
         return np.fromiter((f is not None for f in self.fragments), dtype=bool, count=len(self.fragments))
 
     def file_lines(self, path: str) -> list[str] | None:
