@@ -10,5 +10,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("bench", help="benchmarks: index, retrieve, lsp")
     verbs = p.add_subparsers(dest="bench", required=True)
-    for name in ("repocomp.bench.index", "repocomp.bench.retrieve"):
+    for name in ("repocomp.bench.index", "repocomp.bench.retrieve", "lsp_server.bench"):
         importlib.import_module(name).register(verbs)
