@@ -212,14 +212,13 @@ def load_config(repo_root: Path | None = None, config_file: Path | None = None) 
 
     A repocomp.toml (or an explicit file) holds the sections at top level, or under [tool.repocomp].
     """
-    if config_file is not None:
-        data = _read_toml(Path(config_file))
-        return config_from_dict(data.get("tool", {}).get("repocomp", data) if "tool" in data else data, str(config_file))
-    if repo_root is not None:
+    own = Path(config_file) if config_file is not None else None
+    if own is None and repo_root is not None and (Path(repo_root) / "repocomp.toml").is_file():
         own = Path(repo_root) / "repocomp.toml"
-        if own.is_file():
-            data = _read_toml(own)
-            return config_from_dict(data.get("tool", {}).get("repocomp", data) if "tool" in data else data, str(own))
+    if own is not None:
+        data = _read_toml(own)
+        return config_from_dict(data.get("tool", {}).get("repocomp", data) if "tool" in data else data, str(own))
+    if repo_root is not None:
         pyproject = Path(repo_root) / "pyproject.toml"
         if pyproject.is_file():
             table = _read_toml(pyproject).get("tool", {}).get("repocomp")
