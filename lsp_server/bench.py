@@ -317,13 +317,21 @@ async def _measure_save_visibility(session: _Session, files: list[Path], rounds:
                 break
             await asyncio.sleep(0.005)
         session.replace(uri, original)
+        version = await _folder_version(session)
         path.write_text(original, encoding="utf-8")
         session.client.text_document_did_save(types.DidSaveTextDocumentParams(
             text_document=types.TextDocumentIdentifier(uri=uri), text=original))
         session.close(uri)
-        await asyncio.sleep(0.3)  # let the restore land before the next round
+        deadline = time.perf_counter() + 10  # let the restore land before the next round
+        while await _folder_version(session) <= version and time.perf_counter() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
     session.close(probe_uri)
     return results
+
+
+async def _folder_version(session: _Session) -> int:
+    return sum(f["version"] for f in (await session.stats())["folders"])
 
 
 async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, keys: int = 5,

@@ -63,7 +63,7 @@ class ServerOptions:
     request_timeout_ms: int = 10_000  # a completion slower than this returns empty ("backend slow")
     max_document_bytes: int = 1_000_000  # larger documents are not completed
     watch_files: bool = True  # watchdog observer for changes made outside the editor
-    debounce_ms: int = 30  # quiet time that closes a batch of file changes
+    debounce_ms: int = 15  # quiet time that closes a batch of file changes (bursts are capped at 300 ms)
 
 
 @dataclass(frozen=True)

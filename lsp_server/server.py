@@ -55,8 +55,10 @@ class DocumentJobs:
         self._latest[key] = ticket
         previous = self._tasks.get(key)
         if previous is not None and not previous.done():
+            started = time.perf_counter()
             previous.cancel()
             await asyncio.wait([previous])  # its backend stream is closed before ours opens
+            logger.debug("superseded the generation for %s in %.1f ms", key, (time.perf_counter() - started) * 1000)
         if self._latest.get(key) != ticket:
             return False, None  # superseded while waiting
         task = asyncio.ensure_future(make())
