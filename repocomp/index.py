@@ -516,7 +516,11 @@ class Index:
         except IndexCorruptError as exc:
             if not build:
                 raise
-            log.warning("%s", exc)
+            index_file = Path(root).resolve() / (config or load_config(root)).index.dir / INDEX_FILE
+            if index_file.exists():
+                log.warning("%s", exc)
+            else:
+                log.info("no index yet at %s; building it", index_file.parent)
         index = cls.build(root, config, progress)
         index.save()
         return index
