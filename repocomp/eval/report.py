@@ -14,10 +14,12 @@ METRICS = (("em", "EM"), ("es", "ES"), ("gt_line_recall", "gt_line_recall"), ("d
 
 
 def run_label(record: dict[str, Any]) -> str:
-    """`<kind> <mode>[+FragRel] [<backend>]`, e.g. `api repocoder+FragRel [none]`."""
+    """`<kind> <mode>[+FragRel][+qrW] [<backend>]`, e.g. `api repocoder+FragRel+qr0.5 [none]`."""
     fragrel = "+FragRel" if record.get("fragrel") and record.get("mode") != "infile" else ""
     kind = record.get("kind") or "?"
-    return f"{kind} {record.get('mode')}{fragrel} [{record.get('backend', '?')}]"
+    qr = record.get("query_relations")
+    qr_label = f"+qr{qr:g}" if qr else ""
+    return f"{kind} {record.get('mode')}{fragrel}{qr_label} [{record.get('backend', '?')}]"
 
 
 def collect(paths: list[str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:

@@ -111,6 +111,7 @@ def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: di
         "mode": options.mode,
         "fragrel": options.fragrel,
         "backend": options.backend,
+        "query_relations": options.query_relations,
         "prediction": prediction,
         "em": float(exact_match(prediction, task.ground_truth)) if scored else None,
         "es": edit_similarity(prediction, task.ground_truth) if scored else None,
