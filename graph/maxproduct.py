@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 
 @numba.njit(cache=True, nogil=True)
-def _bounded_dijkstra(indptr, indices, costs, sources, limit):  # pragma: no cover - compiled
+def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled):  # pragma: no cover - compiled
     n = indptr.shape[0] - 1
     dist = np.full(n, np.inf)
     touched = np.empty(n, np.int64)
@@ -34,7 +34,8 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit):  # pragma: no cov
         heap_d[0] = 0.0
         heap_v[0] = s
         hsize = 1
-        while hsize > 0:
+        settled = 0
+        while hsize > 0 and settled < max_settled:
             d = heap_d[0]
             u = heap_v[0]
             hsize -= 1
@@ -67,6 +68,7 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit):  # pragma: no cov
             out_t[n_out] = u
             out_d[n_out] = d
             n_out += 1
+            settled += 1
             for e in range(indptr[u], indptr[u + 1]):
                 v = indices[e]
                 nd = d + costs[e]
@@ -96,8 +98,13 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit):  # pragma: no cov
     return out_s[:n_out], out_t[:n_out], out_d[:n_out]
 
 
-def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff: float) -> sp.csr_matrix:
+def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff: float,
+                          max_reach: int = 0) -> sp.csr_matrix:
     """Strength of the strongest path from each source to every node it reaches with strength >= cutoff.
+
+    `max_reach` > 0 keeps only the strongest `max_reach` nodes per source (Dijkstra settles them in order of
+    strength): it bounds hubs, e.g. a helper called from thousands of places, whose neighbourhood would
+    otherwise make every caller related to every other.
 
     `adjacency` holds edge costs -log(w) (an explicit 0 is a weight-1 edge). Returns a (len(sources), N) CSR
     matrix of strengths in (cutoff, 1], the source itself included with strength 1.
@@ -107,7 +114,8 @@ def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff:
     if len(sources) == 0:
         return sp.csr_matrix((0, n), dtype=np.float64)
     s, t, d = _bounded_dijkstra(adjacency.indptr.astype(np.int64), adjacency.indices.astype(np.int64),
-                                adjacency.data.astype(np.float64), sources, -np.log(cutoff))
+                                adjacency.data.astype(np.float64), sources, -np.log(cutoff),
+                                max_reach if max_reach > 0 else np.iinfo(np.int64).max)
     # the kernel emits sources in order, so `s` is already sorted: build CSR directly
     indptr = np.zeros(len(sources) + 1, dtype=np.int64)
     np.cumsum(np.bincount(s, minlength=len(sources)), out=indptr[1:])

@@ -46,7 +46,7 @@ def top_k_rows(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
 
 
 def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_nodes_t: sp.csr_matrix | None,
-                   costs: sp.csr_matrix, cutoff: float) -> sp.csr_matrix:
+                   costs: sp.csr_matrix, cutoff: float, max_reach: int = 0) -> sp.csr_matrix:
     """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept."""
     n_frag = fragment_nodes.shape[0]
     sizes = np.asarray(fragment_nodes.sum(axis=1)).ravel()
@@ -56,7 +56,7 @@ def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_nodes_t
         chunk = rows[lo:lo + _ROW_CHUNK]
         sub = fragment_nodes[chunk]
         sources = np.unique(sub.indices)
-        strengths = max_product_strengths(costs, sources, cutoff)  # (len(sources), n_nodes)
+        strengths = max_product_strengths(costs, sources, cutoff, max_reach)  # (len(sources), n_nodes)
         sub = sub[:, sources]  # columns re-indexed to the sources' order
         num = (sub @ strengths @ nodes_t).tocsr()  # (chunk, n_frag)
         num.sort_indices()

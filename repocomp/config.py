@@ -59,12 +59,14 @@ class GraphConfig:
 class RelationConfig:
     cutoff: float = 0.1  # node pairs whose max-product path strength is below this are unrelated
     top_k: int = 32  # relations kept per fragment row
+    max_reach: int = 256  # strongest nodes kept per node (bounds hubs); 0 = no bound
     context_weight: float = 0.0  # Eq. 7 w_rel for fragments of one file; 0 turns it off
     context_combine: str = "max"  # how Eq. 7 joins Eq. 8: "max" or "sum"
 
     def validate(self) -> None:
         _check(0.0 < self.cutoff < 1.0, "cutoff must be in (0, 1)")
         _check(self.top_k > 0, "top_k must be > 0")
+        _check(self.max_reach >= 0, "max_reach must be >= 0")
         _check(0.0 <= self.context_weight < 1.0, "context_weight must be in [0, 1)")
         _check(self.context_combine in ("max", "sum"), "context_combine must be 'max' or 'sum'")
 

@@ -246,7 +246,8 @@ class Index:
 
     def _relation_block(self, rows: np.ndarray) -> sp.csr_matrix:
         rel = self.config.relations
-        block = structure_rows(rows, self._fnodes, self._fragment_nodes_t(), self.graph.cost_matrix(), rel.cutoff)
+        block = structure_rows(rows, self._fnodes, self._fragment_nodes_t(), self.graph.cost_matrix(), rel.cutoff,
+                               rel.max_reach)
         if rel.context_weight > 0:
             positions, file_windows = self._window_positions(rows)
             ctx = context_rows(rows, positions, file_windows, len(self.fragments), rel.context_weight, rel.cutoff)
@@ -402,7 +403,8 @@ class Index:
     def _reach_nodes(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
         if len(seeds) == 0:
             return np.zeros(0, np.int64)
-        return np.unique(max_product_strengths(costs, np.unique(seeds), self.config.relations.cutoff).indices)
+        rel = self.config.relations
+        return np.unique(max_product_strengths(costs, np.unique(seeds), rel.cutoff, rel.max_reach).indices)
 
     # -- queries -------------------------------------------------------------------------------------------------
     def alive_mask(self) -> np.ndarray:
@@ -429,7 +431,8 @@ class Index:
         region = sp.csr_matrix((lens[keep].astype(np.float64), (np.zeros(int(keep.sum()), int), nodes)),
                                shape=(1, self.graph.n_ids))
         sources = np.unique(region.indices)
-        strengths = max_product_strengths(self.graph.cost_matrix(), sources, self.config.relations.cutoff)
+        rel = self.config.relations
+        strengths = max_product_strengths(self.graph.cost_matrix(), sources, rel.cutoff, rel.max_reach)
         num = (region[:, sources] @ strengths @ self._fragment_nodes_t()).toarray().ravel()
         sizes = np.asarray(self._fnodes.sum(axis=1)).ravel()
         denom = sizes * region.sum()

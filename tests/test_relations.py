@@ -76,3 +76,11 @@ def test_context_relation_eq7_within_a_file():
     positions = {2: [("f.py", 2)]}
     rows = context_rows(np.array([2]), positions, {"f.py": [0, 1, 2, 3, 4]}, 5, weight=0.5, cutoff=0.2).toarray()
     np.testing.assert_allclose(rows, [[0.25, 0.5, 0.0, 0.5, 0.25]])
+
+
+def test_max_reach_keeps_the_strongest_nodes_per_source():
+    # a star: centre 0 with leaves of falling weight; a cap of 3 keeps the centre and its two strongest leaves
+    costs = _costs(5, [(0, 1, 0.9), (0, 2, 0.5), (0, 3, 0.8), (0, 4, 0.3)])
+    capped = max_product_strengths(costs, np.array([0]), 0.01, max_reach=3).toarray()
+    np.testing.assert_allclose(capped, [[1, 0.9, 0, 0.8, 0]])
+    np.testing.assert_allclose(max_product_strengths(costs, np.array([0]), 0.01).toarray(), [[1, 0.9, 0.5, 0.8, 0.3]])
