@@ -371,6 +371,8 @@ async def test_shutdown_with_a_request_in_flight(client: LanguageClient, repo: P
 
 @pytest.mark.vllm
 @pytest.mark.slow
+# on 2 shared CPU cores the CPU vLLM sometimes sees the cancel only after its scheduling step; one rerun
+@pytest.mark.flaky(reruns=1)
 async def test_real_vllm_backend_completes_and_superseded_stream_is_aborted(
         client: LanguageClient, repo: Path, vllm_server) -> None:
     options = {"backend": {"name": "vllm", "endpoints": [str(vllm_server)], "model": vllm_server.model,
