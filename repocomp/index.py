@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
+from graph.languages import language_for
 from graph.maxproduct import max_product_strengths
 from graph.parsing import ParsedFile, parse_source
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
@@ -294,8 +295,6 @@ class Index:
                     log.info("%s not indexed: %s", rel, reason)
                 new_texts[rel] = (source.language, source.text) if source is not None else None
             else:
-                from graph.languages import language_for
-
                 language = language_for(rel)
                 ok = language is not None and language in self.config.index.languages and \
                     len(text.encode("utf-8", "surrogatepass")) <= self.config.index.max_file_bytes and "\x00" not in text

@@ -50,7 +50,7 @@ def read_source(root: Path, rel: str, config: Config) -> tuple[SourceFile | None
         data = full.read_bytes()
     except OSError:
         return None, "unreadable"
-    if b"\x00" in data[:8192] or b"\x00" in data:
+    if b"\x00" in data:
         return None, "binary"
     try:
         return SourceFile(rel, language, data.decode("utf-8")), None
