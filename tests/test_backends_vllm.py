@@ -47,9 +47,18 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-async def metrics(url: str) -> str:
+async def metrics(url: str, patience_s: float = 60.0) -> str:
+    """The server's Prometheus text. While the CPU engine generates it can starve the API process on a small
+    machine, so a slow or refused connection is retried: these reads observe the server, they are not under test."""
+    deadline = time.monotonic() + patience_s
     async with httpx.AsyncClient(trust_env=False) as c:
-        return (await c.get(f"{url}/metrics", timeout=5)).text
+        while True:
+            try:
+                return (await c.get(f"{url}/metrics", timeout=15)).text
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
 
 
 # ---- tiny local HTTP servers that misbehave -----------------------------------------------------------------
