@@ -75,7 +75,7 @@ class RelationConfig:
 class RetrievalConfig:
     similarity: str = "jaccard"  # "jaccard" (RepoCoder) or "bm25"
     alpha: float = 0.5  # FragRel Eq. 10; 0 turns FragRel off
-    query_relations: float = 0.0  # weight of cursor-region-to-candidate relations (beyond the paper); 0 = off
+    query_relations: float = 0.25  # weight of cursor-region-to-candidate path strength (beyond the paper); 0 = off
     top_k: int = 10
     iterations: int = 2  # RepoCoder rounds; 1 = vanilla retrieve-then-generate
 

@@ -203,6 +203,7 @@ class Completer:
         alpha = rc.alpha if fragrel is None or fragrel else 0.0
         if fragrel and alpha == 0.0:
             alpha = 0.5  # the paper's value when FragRel is asked for but switched off in the config
+        query_relations = rc.query_relations if fragrel is None or fragrel else 0.0  # off: plain RepoCoder
         rounds_n = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": rc.iterations}[mode]
         anchor = None
         if explain and self.retriever is not None:
@@ -224,7 +225,7 @@ class Completer:
                     query = next_query(before, partial, draft, fc.stride)
                 t = time.perf_counter()
                 res = self.retriever.retrieve(query, path=path, prompt_start_line=context_start_line,
-                                              cursor_line=line, alpha=alpha)
+                                              cursor_line=line, alpha=alpha, query_relations=query_relations)
                 shift = fc.stride if (r == 1 and mode in ("vanilla", "repocoder")) else 0
                 file_cache: dict[str, list[str] | None] = {}
                 blocks = [self._block(h, shift, path, context_start_line, file_cache) for h in res.hits]

@@ -4,9 +4,13 @@ Leak rule (RepoCoder): a fragment is excluded when *all* its locations are in th
 prompt's start line (end_line > prompt_start); fragments wholly above the prompt, or found in any other file,
 stay. Removed fragment ids are never returned.
 
-Query-side relations (beyond the paper, off by default): the lines just before the cursor are themselves nodes
-of the code graph; with weight w > 0, `s_rel += w * rel(region, candidate)` where the region is
-[max(0, cursor_line - window), cursor_line) of the hole's file. The code from the cursor on is never used.
+FragRel's environment (Eq. 9) also hears the hole's file's windows wholly before the cursor: excluded from the
+prompt by the leak rule, they still lend their similarity to the fragments they relate to (see scoring.py).
+
+Query-side relations (beyond the paper): the lines just before the cursor are themselves nodes of the code graph;
+with weight w > 0, `s_rel += w * strength(region, candidate)`, the strongest max-product path from the region
+[max(0, cursor_line - window), cursor_line) of the hole's file to a node of the candidate (a definition the
+region calls directly scores the call weight, 0.8). The code from the cursor on is never used.
 """
 
 from __future__ import annotations
@@ -158,6 +162,13 @@ class Retriever:
                and all(loc.path == path and loc.end_line > prompt_start_line for loc in f.locations)]
         return np.asarray(sorted(out), np.int64)
 
+    def before_cursor(self, path: str, cursor_line: int, ids: np.ndarray) -> np.ndarray:
+        """Those of `ids` with a window in `path` wholly before `cursor_line` (code written, not code to come)."""
+        frags = self.index.fragments
+        keep = [i for i in ids.tolist() if (f := frags[i]) is not None
+                and any(loc.path == path and loc.end_line <= cursor_line for loc in f.locations)]
+        return np.asarray(keep, np.int64)
+
     def covering(self, path: str, line: int) -> int | None:
         """The fragment whose window in `path` covers `line` and starts latest (the cursor's own fragment)."""
         ids = self._file_fragment_ids(path)
@@ -192,14 +203,16 @@ class Retriever:
         available = np.zeros(n, bool)
         nonempty = self.index.term_index.nonempty()
         available[: len(nonempty)] = nonempty
-        excluded = np.zeros(0, np.int64)
+        excluded = lenders = np.zeros(0, np.int64)
         if path is not None:
             excluded = self.leaked(path, prompt_start_line)
             available[excluded[excluded < n]] = False
+            if cursor_line is not None:
+                lenders = self.before_cursor(path, cursor_line, excluded[excluded < n])
         extra = None
         if w_query > 0.0 and path is not None and cursor_line is not None:
             window = self.config.fragments.window
-            rel = np.asarray(self.index.region_relation(path, max(0, cursor_line - window), cursor_line), np.float32)
+            rel = np.asarray(self.index.region_strength(path, max(0, cursor_line - window), cursor_line), np.float32)
             extra = np.float32(w_query) * rel
         t2 = time.perf_counter()
         timings["leak"] = (t2 - t1) * 1e3
@@ -208,7 +221,7 @@ class Retriever:
             s_ind = np.concatenate([s_ind, np.zeros(n - len(s_ind), np.float32)])
         w = self.index.relations
         scores = fragrel_scores(s_ind, w, alpha, available=available, extra=extra,
-                                drop_diagonal=self._has_diagonal(w))
+                                drop_diagonal=self._has_diagonal(w), lenders=lenders)
         t3 = time.perf_counter()
         timings["fragrel"] = (t3 - t2) * 1e3
 

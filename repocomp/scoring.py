@@ -5,7 +5,10 @@
 
 Fragments that are not in the memory for this request (removed, or excluded by the leak rule) are dropped from
 both sums: they must neither lend their score to their neighbours (that would leak the hole's own code through
-the relation graph) nor dilute the neighbours' averages.
+the relation graph) nor dilute the neighbours' averages. The one exception is `lenders`: the hole's file's
+windows wholly before the cursor. They are not shown (the in-file context has them) but they are the code being
+written, the strongest evidence of which definitions it needs, so they lend their s_ind through their own rows
+of W (w_ji = w_ij by Eq. 8; their rows are the ones an incremental update recomputes first).
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ def _fit(v: np.ndarray, n: int) -> np.ndarray:
 
 
 def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarray | None = None,
-                       drop_diagonal: bool = True) -> np.ndarray:
-    """Eq. 9 for every row of W: weighted mean of the available neighbours' independent scores.
+                       drop_diagonal: bool = True, lenders: np.ndarray | None = None) -> np.ndarray:
+    """Eq. 9 for every row of W: weighted mean of the available neighbours' (and `lenders'`) independent scores.
 
     One sparse product with two right-hand columns computes numerator and denominator together. A stored
     diagonal is subtracted (Eq. 9 is over the *other* fragments) unless the caller knows W has none.
+    `lenders` (ids, not available themselves) add w_ji * s_ind_j from their own rows j.
     """
     n = w.shape[0]
     s = _fit(np.asarray(s_ind, np.float32), w.shape[1])
@@ -50,6 +54,15 @@ def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarra
     prod = np.asarray(w @ rhs, dtype=np.float64)
     if drop_diagonal and w.shape[0] == w.shape[1]:
         prod -= w.diagonal().astype(np.float64)[:, None] * rhs[:n]
+    if lenders is not None and len(lenders):
+        lenders = lenders[lenders < min(n, len(s))]
+        rows = w[lenders]
+        if drop_diagonal:
+            rows = rows.tolil()
+            rows[np.arange(len(lenders)), lenders] = 0.0
+            rows = rows.tocsr()
+        lend = np.column_stack([s[lenders], np.ones(len(lenders), np.float32)])
+        prod += np.asarray(rows.T @ lend, dtype=np.float64)[:n]
     num, den = prod[:, 0], prod[:, 1]
     out = np.zeros(n, np.float32)
     np.divide(num, den, out=out, where=den > 1e-12, casting="unsafe")
@@ -58,20 +71,24 @@ def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarra
 
 def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
                    available: np.ndarray | None = None, extra: np.ndarray | None = None,
-                   drop_diagonal: bool = True) -> FragRelScores:
+                   drop_diagonal: bool = True, lenders: np.ndarray | None = None) -> FragRelScores:
     """s_ind, s_env and s_rel (+ `extra`, e.g. the query-side relation term) over all fragment ids.
 
     Unavailable fragments get s_ind = s_env = s_rel = 0 and must be skipped by the caller when ranking.
     """
     n = len(s_ind)
-    s_ind = np.asarray(s_ind, np.float32)
+    s_ind = s_raw = np.asarray(s_ind, np.float32)
     if available is not None:
         s_ind = np.where(_fit(available, n), s_ind, np.float32(0.0)).astype(np.float32)
     if w is None or alpha == 0.0 or w.nnz == 0:
         s_env = np.zeros(n, np.float32)
     else:
-        s_env = _fit(environment_scores(w, s_ind, None if available is None else _fit(available, n),
-                                        drop_diagonal), n)
+        s_lend = s_ind
+        if available is not None and lenders is not None:  # s_ind above is zeroed where not available
+            s_lend = s_ind.copy()
+            s_lend[lenders] = s_raw[lenders]
+        s_env = _fit(environment_scores(w, s_lend, None if available is None else _fit(available, n),
+                                        drop_diagonal, lenders), n)
     s_rel = s_ind + np.float32(alpha) * s_env
     if extra is not None:
         s_rel = s_rel + _fit(np.asarray(extra, np.float32), n)

@@ -9,7 +9,7 @@ import pytest
 
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.eval.runner import EvalOptions, read_results, run_eval, summarize, task_buffer
+from repocomp.eval.runner import EvalOptions, eval_config, read_results, run_eval, summarize, task_buffer
 from repocomp.eval.tasks import Task, load_tasks, make_tasks, write_tasks
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "eval_repo"
@@ -247,5 +247,19 @@ def test_cli_make_tasks_eval_resume_and_report(tmp_path, capsys):
     assert summary["tasks"] == 4 and summary["def_hit"] is not None
     capsys.readouterr()
     assert main(["eval", "report", str(out), "--png", str(tmp_path / "c.png")]) == 0
-    assert "| api vanilla+FragRel [extractive] | " in capsys.readouterr().out
+    assert "| api vanilla+FragRel+qr0.25 [extractive] | " in capsys.readouterr().out
     assert main(["eval", str(tmp_path / "missing.jsonl"), "--repos", str(repos)]) == 2
+
+
+def test_fragrel_switch_turns_every_relation_off_and_records_what_ran(tmp_path):
+    cfg = eval_config(Config(), EvalOptions(fragrel=False, query_relations=0.5))
+    assert cfg.retrieval.alpha == 0.0 and cfg.retrieval.query_relations == 0.0  # plain RepoCoder
+    on = eval_config(Config(), EvalOptions())
+    assert on.retrieval.alpha == Config().retrieval.alpha and on.retrieval.query_relations == 0.25
+    repos = _repos(tmp_path)
+    run_eval(TASKS[:1], repos, EvalOptions(fragrel=False), Config(), out=tmp_path / "off.jsonl",
+             progress=False, engine_factory=_factory({}))
+    run_eval(TASKS[:1], repos, EvalOptions(query_relations=0.5), Config(), out=tmp_path / "on.jsonl",
+             progress=False, engine_factory=_factory({}))
+    assert read_results(tmp_path / "off.jsonl")[0]["query_relations"] == 0.0
+    assert read_results(tmp_path / "on.jsonl")[0]["query_relations"] == 0.5

@@ -200,3 +200,40 @@ def test_cli_json_summary(repo, capsys):
     assert summary["relation_nonzeros"] > 0 and summary["index_bytes"] > 0
     assert set(summary["phases_s"]) >= {"walk", "parse", "graph", "relations", "term_index", "write"}
     assert os.path.exists(summary["index_dir"])
+
+
+def _line_nodes(index: Index, path: str, start: int, end: int) -> set[int]:
+    entry = index.files[path]
+    parsed = entry.parsed
+    return {int(entry.node_ids[parsed.line_owner[i]]) for i in range(start, min(end, parsed.n_lines))
+            if parsed.line_len[i] > 0}
+
+
+def test_region_strength_is_the_strongest_path_to_any_node_of_a_fragment(repo):
+    """Query-side relation: per fragment, the max-product path from the region's nodes to its nodes (networkx)."""
+    import math
+
+    import networkx as nx
+
+    cfg = config_from_dict({"fragments": {"window": 4, "stride": 2}, "relations": {"cutoff": 0.05}})
+    index = Index.build(repo, cfg)
+    got = index.region_strength("app.py", 6, 8)  # `engine = Engine(3)`, `engine.start()`
+    g = index.to_networkx()
+    for _, _, d in g.edges(data=True):
+        d["cost"] = -math.log(d["weight"])
+    best: dict[int, float] = {}
+    for s in _line_nodes(index, "app.py", 6, 8):
+        for t, cost in nx.single_source_dijkstra_path_length(g, s, weight="cost").items():
+            best[t] = max(best.get(t, 0.0), math.exp(-cost))
+    expected = np.zeros(len(index.fragments))
+    for f in index.fragments:
+        if f is not None:
+            nodes = set().union(*(_line_nodes(index, loc.path, loc.start_line, loc.end_line) for loc in f.locations))
+            expected[f.id] = max((best.get(n, 0.0) for n in nodes), default=0.0)
+    expected[expected < 0.05] = 0.0
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    # the call `Engine(3)` reaches the class definition in pkg/core.py through one call edge
+    engine_def = next(f.id for f in index.fragments if f and any(
+        loc.path == "pkg/core.py" and loc.start_line <= 7 < loc.end_line for loc in f.locations))
+    assert got[engine_def] >= cfg.graph.call - 1e-6
+    assert not index.region_strength("app.py", 8, 8).any()  # an empty region relates to nothing

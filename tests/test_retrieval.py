@@ -78,7 +78,7 @@ class FakeIndex:
         self.term_index.set_rows(gone + new, [None] * len(gone) + [self.fragments[i].text for i in new])  # type: ignore[union-attr]
         self._rebuild_w()
 
-    def region_relation(self, path: str, start_line: int, end_line: int) -> np.ndarray:
+    def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray:
         self.region_calls.append((path, start_line, end_line))
         if self.region_values is None:
             return np.zeros(len(self.fragments), np.float32)
@@ -182,7 +182,7 @@ def test_fragrel_lifts_related_fragment() -> None:
     assert [h.fragment_id for h in rel.hits] == [ids["a.py"], ids["b.py"], ids["c.py"]]  # b lifted by FragRel
 
 
-def test_query_relations_add_weighted_region_relation() -> None:
+def test_query_relations_add_weighted_region_strength() -> None:
     files = {"a.py": _lines("alpha", 4), "b.py": _lines("beta", 4), "hole.py": _lines("gamma", 30)}
     idx = FakeIndex(files, small_config(window=4, stride=2, alpha=0.0))
     n = len(idx.fragments)
@@ -199,3 +199,24 @@ def test_query_relations_add_weighted_region_relation() -> None:
     np.testing.assert_allclose(on[b_id], off.get(b_id, 0.0) + 0.4, rtol=1e-6)
     r.retrieve(q, path="hole.py", cursor_line=2, query_relations=0.5)
     assert idx.region_calls[-1] == ("hole.py", 0, 2)
+
+
+def test_hole_file_windows_before_the_cursor_lend_but_are_not_shown() -> None:
+    # hole.py: windows [0,2) [2,4) [4,6); the cursor is on line 4, the prompt starts at 0 (all excluded)
+    files = {"hole.py": "x = torch.zeros(3)\ny = 1\nw = 2\nv = 3\nafter = torch.zeros(3)\nu = 4",
+             "b.py": "def helper(y):\n    return y + 1"}
+    idx = FakeIndex(files, small_config(window=2, stride=2, alpha=0.5))
+    wid = {(loc.path, loc.start_line): f.id for f in idx.fragments if f for loc in f.locations}
+    before, after, b = wid[("hole.py", 0)], wid[("hole.py", 4)], wid[("b.py", 0)]
+    # relations live in the lenders' own rows (the rows an incremental update of hole.py recomputes)
+    idx._rel_pairs = {(before, b): 1.0, (after, b): 1.0}
+    idx._rebuild_w()
+    r = Retriever(idx)
+    q = "x = torch.zeros(3)"
+    hits = {h.fragment_id: h for h in r.retrieve(q, path="hole.py", prompt_start_line=0, cursor_line=4).hits}
+    assert set(hits) == {b}  # the hole's file is never shown
+    # only `before` lends (Jaccard 8/10 with the query); `after` is past the cursor
+    np.testing.assert_allclose(hits[b].s_env, 0.8, rtol=1e-6)
+    # with the cursor on line 2, `before` ([0,2)) still lends; with the cursor on line 1 it is not written yet
+    np.testing.assert_allclose(r.retrieve(q, path="hole.py", cursor_line=2).hits[0].s_env, 0.8, rtol=1e-6)
+    assert all(h.s_env == 0.0 for h in r.retrieve(q, path="hole.py", prompt_start_line=0, cursor_line=1).hits)

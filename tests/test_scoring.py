@@ -54,3 +54,17 @@ def test_extra_term_and_size_mismatch() -> None:
     longer = np.append(S_IND, np.float32(0.3))
     r = fragrel_scores(longer, W, alpha=0.5)
     np.testing.assert_allclose(r.s_rel, [0.55, 0.7, 1.0, 0.4, 0.3], rtol=1e-6)
+
+
+def test_lenders_lend_through_their_own_rows_but_are_not_ranked() -> None:
+    # fragment 2 is the hole's file's window before the cursor: excluded from showing, but its score counts
+    avail = np.array([True, True, False, True])
+    r = fragrel_scores(S_IND, W, alpha=0.5, available=avail, lenders=np.array([2]))
+    # s_env_0 = (0.5*0.6 + 0.25*0.9) / (0.5 + 0.25) = 0.7 with w_02 taken from row 2 (w_20 = 0.25)
+    np.testing.assert_allclose(r.s_env, [0.7, 0.2, 0.0, 0.0], rtol=1e-6)
+    assert r.s_rel[2] == 0.0 and r.s_ind[2] == 0.0
+    # a lender's own row is what counts: with row 2 emptied it lends nothing
+    w = W.tolil()
+    w[2, 0] = 0.0
+    r = fragrel_scores(S_IND, w.tocsr(), alpha=0.5, available=avail, lenders=np.array([2]))
+    np.testing.assert_allclose(r.s_env[0], 0.6, rtol=1e-6)

@@ -15,10 +15,11 @@ METRICS = (("em", "EM"), ("es", "ES"), ("gt_line_recall", "gt_line_recall"), ("d
 
 def run_label(record: dict[str, Any]) -> str:
     """`<kind> <mode>[+FragRel][+qrW] [<backend>]`, e.g. `api repocoder+FragRel+qr0.5 [none]`."""
-    fragrel = "+FragRel" if record.get("fragrel") and record.get("mode") != "infile" else ""
+    retrieves = record.get("mode") != "infile"
+    fragrel = "+FragRel" if record.get("fragrel") and retrieves else ""
     kind = record.get("kind") or "?"
     qr = record.get("query_relations")
-    qr_label = f"+qr{qr:g}" if qr else ""
+    qr_label = f"+qr{qr:g}" if qr and retrieves else ""
     return f"{kind} {record.get('mode')}{fragrel}{qr_label} [{record.get('backend', '?')}]"
 
 

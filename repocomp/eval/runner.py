@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -51,10 +51,10 @@ def eval_config(config: Config, options: EvalOptions) -> Config:
     """The engine configuration of one run: vanilla = one round, FragRel off = alpha 0."""
     if options.mode == "vanilla":
         config = config.replace("retrieval", iterations=1)
-    if not options.fragrel:
-        config = config.replace("retrieval", alpha=0.0)
     if options.query_relations is not None:
         config = config.replace("retrieval", query_relations=float(options.query_relations))
+    if not options.fragrel:  # plain RepoCoder: no relations at all
+        config = config.replace("retrieval", alpha=0.0, query_relations=0.0)
     if options.backend != "none":
         config = config.replace("backend", name=options.backend)
     return config
@@ -285,6 +285,7 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
     options.validate()
     config = eval_config(config, options)
+    options = replace(options, query_relations=config.retrieval.query_relations)  # records say what ran
     repos_dir = Path(repos_dir)
     engine_factory = engine_factory or open_engine
     existing = read_results(out) if out else []
