@@ -12,7 +12,6 @@ so nothing that still refers to an old id can silently point at another node).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
 import numpy as np
 import scipy.sparse as sp
@@ -70,9 +69,9 @@ class CodeGraph:
             self.dirs[folder] = node
             self._dir_files[folder] = 0
             if folder:
-                parent = str(PurePosixPath(folder).parent)
-                self._dir_node("" if parent == "." else parent)
-                self._dir_files["" if parent == "." else parent] += 1
+                parent = self._folder(folder)
+                self._dir_node(parent)
+                self._dir_files[parent] += 1
         return node
 
     def _release_dir(self, folder: str) -> None:
@@ -80,13 +79,12 @@ class CodeGraph:
         if self._dir_files[folder] <= 0 and folder:
             self._kill(np.array([self.dirs.pop(folder)]))
             del self._dir_files[folder]
-            parent = str(PurePosixPath(folder).parent)
-            self._release_dir("" if parent == "." else parent)
+            self._release_dir(self._folder(folder))
 
     @staticmethod
     def _folder(path: str) -> str:
-        parent = str(PurePosixPath(path).parent)
-        return "" if parent == "." else parent
+        """"a/b/c.py" -> "a/b", "c.py" -> "" (string work: this runs for every file on every graph change)."""
+        return path.rpartition("/")[0]
 
     # -- files ---------------------------------------------------------------------------------------------------
     def set_file(self, path: str, parsed: ParsedFile) -> FileNodes:

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("extractive", "vllm", "transformers"), help="override [backend] name")
     p.add_argument("--iterations", type=int, metavar="N", help="RepoCoder rounds (1 = vanilla)")
     p.add_argument("--mode", choices=("infile", "vanilla", "repocoder"), default="repocoder")
-    p.add_argument("--no-fragrel", action="store_true", help="rank by similarity alone (alpha = 0)")
+    p.add_argument("--no-fragrel", action="store_true", help="rank by similarity alone (no FragRel, no query-side relations)")
     p.add_argument("--explain", action="store_true", help="show each round's fragments, scores and relations")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--config", type=Path, metavar="FILE", help="repocomp TOML config (default: the repo's)")

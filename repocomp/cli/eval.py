@@ -36,7 +36,7 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("tasks", type=Path, help="RepoEval JSONL tasks file")
     p.add_argument("--repos", type=Path, required=True, help="folder holding the repositories (fpath_tuple[0])")
     p.add_argument("--mode", default="repocoder", choices=("infile", "vanilla", "repocoder", "oracle"))
-    p.add_argument("--no-fragrel", action="store_true", help="turn FragRel off (alpha = 0)")
+    p.add_argument("--no-fragrel", action="store_true", help="plain RepoCoder: FragRel and query-side relations off")
     p.add_argument("--query-relations", type=float, metavar="W", help="weight of query-side relations")
     p.add_argument("--backend", default="none", choices=("none", "extractive", "vllm", "transformers"),
                    help="none = retrieval only (prediction empty, EM/ES null)")
