@@ -55,14 +55,10 @@ def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarra
     if drop_diagonal and w.shape[0] == w.shape[1]:
         prod -= w.diagonal().astype(np.float64)[:, None] * rhs[:n]
     if lenders is not None and len(lenders):
+        # a lender's own entry (w_jj) lands on the lender itself, which is not available: no need to drop it
         lenders = lenders[lenders < min(n, len(s))]
-        rows = w[lenders]
-        if drop_diagonal:
-            rows = rows.tolil()
-            rows[np.arange(len(lenders)), lenders] = 0.0
-            rows = rows.tocsr()
         lend = np.column_stack([s[lenders], np.ones(len(lenders), np.float32)])
-        prod += np.asarray(rows.T @ lend, dtype=np.float64)[:n]
+        prod += np.asarray(w[lenders].T @ lend, dtype=np.float64)[:n]
     num, den = prod[:, 0], prod[:, 1]
     out = np.zeros(n, np.float32)
     np.divide(num, den, out=out, where=den > 1e-12, casting="unsafe")

@@ -287,6 +287,7 @@ async def test_cancellation_aborts_request_on_server(vllm_server, via: str) -> N
     b = VLLMBackend([vllm_server], model=vllm_server.model, timeout_s=120)
     before = await metrics(vllm_server)
     aborted_before = vllm_server.log_text().count("Aborted request")
+    added_before = vllm_server.log_text().count("Added request")
     pieces: list[str] = []
     first = asyncio.Event()
 
@@ -300,19 +301,25 @@ async def test_cancellation_aborts_request_on_server(vllm_server, via: str) -> N
         await asyncio.wait_for(first.wait(), 60)
     else:
         task = asyncio.create_task(b.agenerate(req(LONG)))
+        # In the engine now (the server's own log: polling /metrics can lag for seconds on a busy CPU machine)
         deadline = time.monotonic() + 60
-        while metric(await metrics(vllm_server), "vllm:num_requests_running") < 1:  # generating now
+        while vllm_server.log_text().count("Added request") <= added_before:
             assert time.monotonic() < deadline and not task.done()
             await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # generating
     task.cancel()
     t0 = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert time.monotonic() - t0 < 1.0  # cancellation is immediate on our side
+    # Not waiting for the generation's end (tens of seconds): the bound is loose because on 2 cores shared with
+    # the vLLM engine this process itself can get no CPU for seconds (4.8 s seen in CI-like runs).
+    assert time.monotonic() - t0 < 10.0
     assert b.endpoints[0].in_flight == 0
 
     # The server stops generating: nothing running, the token counter freezes, no request finished normally.
-    deadline = time.monotonic() + 10
+    # (How many tokens it makes before the abort arrives depends on how starved its API process is: on 2 busy
+    # cores up to two thirds of LONG were seen, so only "stopped before its end" is asserted.)
+    deadline = time.monotonic() + 30
     while True:
         now = await metrics(vllm_server)
         if metric(now, "vllm:num_requests_running") == 0:
@@ -323,12 +330,12 @@ async def test_cancellation_aborts_request_on_server(vllm_server, via: str) -> N
     await asyncio.sleep(1.0)
     later = await metrics(vllm_server)
     assert metric(later, "vllm:generation_tokens_total") == tokens
-    assert tokens - metric(before, "vllm:generation_tokens_total") < LONG / 2
+    assert tokens - metric(before, "vllm:generation_tokens_total") < LONG
     for reason in ("length", "stop"):
         assert metric(later, "vllm:request_success_total", finished_reason=reason) == metric(
             before, "vllm:request_success_total", finished_reason=reason)
     # And its log says so (the fixture starts it with --enable-log-requests).
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while vllm_server.log_text().count("Aborted request") <= aborted_before:
         assert time.monotonic() < deadline, "no 'Aborted request' in the vLLM log"
         await asyncio.sleep(0.2)

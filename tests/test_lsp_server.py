@@ -371,7 +371,7 @@ async def test_shutdown_with_a_request_in_flight(client: LanguageClient, repo: P
 
 @pytest.mark.vllm
 @pytest.mark.slow
-# on 2 shared CPU cores the CPU vLLM sometimes sees the cancel only after its scheduling step; one rerun
+# on 2 shared CPU cores the CPU vLLM's API process can be starved by its engine and see the cancel late; one rerun
 @pytest.mark.flaky(reruns=1)
 async def test_real_vllm_backend_completes_and_superseded_stream_is_aborted(
         client: LanguageClient, repo: Path, vllm_server) -> None:
@@ -388,14 +388,15 @@ async def test_real_vllm_backend_completes_and_superseded_stream_is_aborted(
     assert not [m for m in warnings(client) if "backend" in m], warnings(client)
     # a long generation superseded by a newer request: vLLM sees its stream go away and aborts it
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"repocomp": {
-        **options, "backend": {**options["backend"], "maxNewTokens": 4000}}}))
+        **options, "backend": {**options["backend"], "maxNewTokens": 10000}}}))  # cannot end before the abort
+    aborted_before = vllm_server.log_text().count("Aborted request")  # the server is shared by the session
     first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
     await asyncio.sleep(1.5)
     assert not first.done()
     second = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
     assert await asyncio.wait_for(first, 10) == ""
-    deadline = time.monotonic() + 20
-    while "Aborted request" not in vllm_server.log_text():
+    deadline = time.monotonic() + 60  # vLLM's API process notices the closed stream late on a busy CPU
+    while vllm_server.log_text().count("Aborted request") <= aborted_before:
         assert time.monotonic() < deadline, "vLLM never aborted the superseded request"
         await asyncio.sleep(0.2)
     # a configuration change stops what is in flight (the old backend is closed): the second answers empty

@@ -48,12 +48,12 @@ class EvalOptions:
 
 
 def eval_config(config: Config, options: EvalOptions) -> Config:
-    """The engine configuration of one run: vanilla = one round, FragRel off = alpha 0."""
+    """The engine configuration of one run: vanilla = one round, FragRel off = no relations at all."""
     if options.mode == "vanilla":
         config = config.replace("retrieval", iterations=1)
     if options.query_relations is not None:
         config = config.replace("retrieval", query_relations=float(options.query_relations))
-    if not options.fragrel:  # plain RepoCoder: no relations at all
+    if not options.fragrel:  # plain RepoCoder
         config = config.replace("retrieval", alpha=0.0, query_relations=0.0)
     if options.backend != "none":
         config = config.replace("backend", name=options.backend)
