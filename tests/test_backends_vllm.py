@@ -47,10 +47,10 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-async def metrics(url: str, patience_s: float = 60.0) -> str:
+async def metrics(url: str) -> str:
     """The server's Prometheus text. While the CPU engine generates it can starve the API process on a small
     machine, so a slow or refused connection is retried: these reads observe the server, they are not under test."""
-    deadline = time.monotonic() + patience_s
+    deadline = time.monotonic() + 60
     async with httpx.AsyncClient(trust_env=False) as c:
         while True:
             try:
@@ -312,7 +312,7 @@ async def test_cancellation_aborts_request_on_server(vllm_server, via: str) -> N
     with pytest.raises(asyncio.CancelledError):
         await task
     # Not waiting for the generation's end (tens of seconds): the bound is loose because on 2 cores shared with
-    # the vLLM engine this process itself can get no CPU for seconds (4.8 s seen in CI-like runs).
+    # the vLLM engine this process itself can get no CPU for seconds (4.8 s seen in a full local run).
     assert time.monotonic() - t0 < 10.0
     assert b.endpoints[0].in_flight == 0
 
