@@ -73,17 +73,12 @@ def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
     Unavailable fragments get s_ind = s_env = s_rel = 0 and must be skipped by the caller when ranking.
     """
     n = len(s_ind)
-    s_ind = s_raw = np.asarray(s_ind, np.float32)
-    if available is not None:
-        s_ind = np.where(_fit(available, n), s_ind, np.float32(0.0)).astype(np.float32)
+    s_raw = np.asarray(s_ind, np.float32)
+    s_ind = s_raw if available is None else np.where(_fit(available, n), s_raw, np.float32(0.0)).astype(np.float32)
     if w is None or alpha == 0.0 or w.nnz == 0:
         s_env = np.zeros(n, np.float32)
-    else:
-        s_lend = s_ind
-        if available is not None and lenders is not None:  # s_ind above is zeroed where not available
-            s_lend = s_ind.copy()
-            s_lend[lenders] = s_raw[lenders]
-        s_env = _fit(environment_scores(w, s_lend, None if available is None else _fit(available, n),
+    else:  # environment_scores masks by `available` itself; lenders need their raw scores
+        s_env = _fit(environment_scores(w, s_raw, None if available is None else _fit(available, n),
                                         drop_diagonal, lenders), n)
     s_rel = s_ind + np.float32(alpha) * s_env
     if extra is not None:
