@@ -180,18 +180,12 @@ async def test_stall_mid_stream_times_out() -> None:
         await b.aclose()
 
 
-async def test_malformed_stream() -> None:
-    async with local_server(_garbage) as url:
+@pytest.mark.parametrize("handler, error", [(_garbage, "malformed stream.*not JSON"),
+                                             (_no_done, "without \\[DONE\\]")], ids=["malformed", "truncated"])
+async def test_broken_stream_is_a_clear_error(handler: Handler, error: str) -> None:
+    async with local_server(handler) as url:
         b = VLLMBackend([url], model="m", timeout_s=5)
-        with pytest.raises(BackendError, match="malformed stream.*not JSON"):
-            await b.agenerate(req())
-        await b.aclose()
-
-
-async def test_truncated_stream() -> None:
-    async with local_server(_no_done) as url:
-        b = VLLMBackend([url], model="m", timeout_s=5)
-        with pytest.raises(BackendError, match="without \\[DONE\\]"):
+        with pytest.raises(BackendError, match=error):
             await b.agenerate(req())
         await b.aclose()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,12 @@ class Blackhole:
         finally:
             self.closed.append(time.monotonic())
             writer.close()
+
+    async def wait_for(self, check: Callable[["Blackhole"], bool], timeout_s: float = 2.0) -> None:
+        """Until `check(self)` holds or `timeout_s` passed (callers assert what they need)."""
+        deadline = time.monotonic() + timeout_s
+        while not check(self) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         if self.server is not None:
@@ -167,10 +174,7 @@ async def test_superseded_request_is_cancelled_and_its_stream_closed(client: Lan
         await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60}})
         uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
         first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
-        for _ in range(100):
-            if hole.opened:
-                break
-            await asyncio.sleep(0.02)
+        await hole.wait_for(lambda h: h.opened >= 1)
         assert hole.opened >= 1, "the backend never saw the first request"
         t0 = time.monotonic()
         msg_id = "second-request"
@@ -181,26 +185,17 @@ async def test_superseded_request_is_cancelled_and_its_stream_closed(client: Lan
             msg_id=msg_id))
         assert await asyncio.wait_for(first, 5) == ""  # superseded: answered empty, promptly
         superseded_after = time.monotonic() - t0
-        for _ in range(100):
-            if hole.closed:
-                break
-            await asyncio.sleep(0.02)
+        await hole.wait_for(lambda h: len(h.closed) >= 1)
         assert hole.closed, "the first request's backend stream was not closed"
         assert superseded_after < 1.0, superseded_after
         # $/cancelRequest cancels the second one (it hangs on the blackhole) and closes its stream too
-        for _ in range(100):
-            if hole.opened >= 2:
-                break
-            await asyncio.sleep(0.02)
+        await hole.wait_for(lambda h: h.opened >= 2)
         closed_before = len(hole.closed)
         client.protocol.notify("$/cancelRequest", types.CancelParams(id=msg_id))
         with pytest.raises(Exception) as exc:
             await asyncio.wait_for(second, 5)
         assert "cancel" in str(exc.value).lower()
-        for _ in range(100):
-            if len(hole.closed) > closed_before:
-                break
-            await asyncio.sleep(0.02)
+        await hole.wait_for(lambda h: len(h.closed) > closed_before)
         assert len(hole.closed) > closed_before
         s = await stats(client)
         assert s["superseded"] >= 1 and s["cancelled"] >= 1
@@ -351,10 +346,7 @@ async def test_shutdown_with_a_request_in_flight(client: LanguageClient, repo: P
         await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60}})
         uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
         pending = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
-        for _ in range(100):
-            if hole.opened:
-                break
-            await asyncio.sleep(0.02)
+        await hole.wait_for(lambda h: h.opened >= 1)
         t0 = time.monotonic()
         await asyncio.wait_for(client.shutdown_async(None), 5)
         await asyncio.wait([pending], timeout=5)
