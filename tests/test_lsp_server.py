@@ -19,17 +19,29 @@ from lsp_helpers import (CHECKOUT, EXPECTED, SERVER_CMD, copy_repo, end_of, fold
                          make_client, open_doc, stats, wait_ready, wait_version, warnings)
 
 
+async def shut_down(lsp_client: LanguageClient, timeout_s: float = 30.0) -> None:
+    """shutdown + exit, bounded: pytest-lsp waits for the server process without a limit, so a server that does
+    not exit would hang the whole suite (seen once, after a failed real-vLLM test). Kill it and fail instead."""
+    try:
+        await asyncio.wait_for(lsp_client.shutdown_session(), timeout_s)
+    except TimeoutError:
+        server = getattr(lsp_client, "_server", None)  # pytest-lsp keeps the server process here
+        if server is not None and server.returncode is None:
+            server.kill()
+        pytest.fail(f"the language server did not shut down within {timeout_s:g} s (killed)")
+
+
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
 async def client(lsp_client: LanguageClient):
     yield
-    await lsp_client.shutdown_session()
+    await shut_down(lsp_client)
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=[*SERVER_CMD, "--no-watch"],
                                                     client_factory=make_client))
 async def nowatch_client(lsp_client: LanguageClient):
     yield
-    await lsp_client.shutdown_session()
+    await shut_down(lsp_client)
 
 
 @pytest.fixture
