@@ -151,12 +151,31 @@ def warnings(client: LanguageClient) -> list[str]:
 
 
 def make_client() -> LanguageClient:
-    """pytest-lsp's client, plus a `client/registerCapability` handler (the server registers file watchers)."""
+    """pytest-lsp's client, plus a `client/registerCapability` handler (the server registers file watchers), and
+    safe to stop waiting for a request (`asyncio.wait_for` timing out) before its answer arrives."""
     client = make_test_lsp_client()
     client.registrations = []  # type: ignore[attr-defined]
+    _drop_late_responses(client)
 
     @client.feature(types.CLIENT_REGISTER_CAPABILITY)
     def register(params: types.RegistrationParams) -> None:
         client.registrations.extend(params.registrations)  # type: ignore[attr-defined]
 
     return client
+
+
+def _drop_late_responses(client: LanguageClient) -> None:
+    """pygls 2.1.1 settles a request's future when the answer arrives even if the caller stopped waiting (its
+    future was cancelled): InvalidStateError, which pytest-lsp takes for a fatal server error, so one timed-out
+    request broke the session and its teardown (pygls#621, fixed after 2.1.1). Drop such answers instead."""
+    protocol = client.protocol
+    handle_response = protocol._handle_response
+
+    def handle(msg_id: Any, result: Any = None, error: Any = None) -> None:
+        future = protocol._request_futures.get(msg_id)
+        if future is not None and future.cancelled():
+            del protocol._request_futures[msg_id]
+            return
+        handle_response(msg_id, result, error)
+
+    protocol._handle_response = handle  # type: ignore[method-assign]
