@@ -168,11 +168,8 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log_fh:
         # Its own process group (killed whole at the end) but not its own session: a session is a scheduler
-        # autogroup, where `nice` would not count against our processes. Niced because on 2 cores its engine
-        # takes both while generating and starved the code under test (pytest, the language server) for tens
-        # of seconds, which broke every timing in the tests that share the machine with it.
-        proc = subprocess.Popen(["nice", "-n", "10", *cmd], stdout=log_fh, stderr=subprocess.STDOUT, env=env,
-                                process_group=0)
+        # autogroup, where the `nice` below would not count against our processes.
+        proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env, process_group=0)
     try:
         deadline = time.monotonic() + VLLM_STARTUP_TIMEOUT_S
         while True:
@@ -188,6 +185,10 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
                 tail = log_path.read_text(errors="replace")[-4000:]
                 pytest.fail(f"vLLM server not ready after {VLLM_STARTUP_TIMEOUT_S:g}s; log tail:\n{tail}", pytrace=False)
             time.sleep(0.5)
+        # Niced once started (starting takes minutes of CPU): on 2 cores its engine takes both while generating
+        # and starved the code under test (pytest, the language server) for tens of seconds, which broke the
+        # timing of every test sharing the machine with it.
+        os.setpriority(os.PRIO_PGRP, proc.pid, 10)
         server = VLLMServer(url)
         server.log_path = log_path
         server.model = str(tiny_model_dir)
