@@ -30,8 +30,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _watched(item: pytest.Item) -> Iterator[None]:
-    # Per phase, not per test: pytest cancels the one faulthandler timer after a failure, so a timer armed for
-    # the whole protocol would not cover a rerun or the teardown.
+    # Per phase, not per test: pytest cancels the one faulthandler timer when a test fails, so a timer armed
+    # for the whole test would not cover its teardown (where a server that does not exit hangs).
     faulthandler.dump_traceback_later(PHASE_LIMIT_S, exit=True, file=item.config.stash[_STDERR_FD])
     try:
         return (yield)
@@ -66,11 +66,8 @@ class VLLMServer(str):
     model: str
     process: subprocess.Popen[bytes]
 
-    def log_text(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
     def log_count(self, needle: str) -> int:
-        return self.log_text().count(needle)
+        return self.log_path.read_text(encoding="utf-8", errors="replace").count(needle)
 
     async def wait_for_log(self, needle: str, above: int, timeout_s: float, what: str,
                            still: Callable[[], bool] = lambda: True) -> None:
