@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -68,6 +68,7 @@ class Blackhole:
         self.opened = 0
         self.closed: list[float] = []
         self.server: asyncio.Server | None = None
+        self.url = ""
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -92,6 +93,15 @@ class Blackhole:
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
+
+
+@pytest.fixture
+async def hole() -> AsyncIterator[Blackhole]:
+    """A started Blackhole; `hole.url` is its endpoint."""
+    blackhole = Blackhole()
+    blackhole.url = await blackhole.start()
+    yield blackhole
+    await blackhole.stop()
 
 
 async def test_initialize_advertises_inline_completion_and_sync(client: LanguageClient, repo: Path) -> None:
@@ -191,58 +201,50 @@ async def test_inline_completion_mid_line_after_emoji(client: LanguageClient, re
     assert text.strip().startswith("format_price(price)"), text  # not "ormat_price(...)"
 
 
-async def test_a_request_the_client_stopped_waiting_for_breaks_nothing(client: LanguageClient, repo: Path) -> None:
+async def test_a_request_the_client_stopped_waiting_for_breaks_nothing(
+        client: LanguageClient, repo: Path, hole: Blackhole) -> None:
     """The answer to a request the test gave up on arrives later (here: the server's own timeout over a backend
     that never answers); the session goes on and shuts down cleanly (the test client drops that answer)."""
-    hole = Blackhole()
-    endpoint = await hole.start()
-    try:
-        await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60},
-                                        "server": {"requestTimeoutMs": 1000}})
-        uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(inline(client, uri, end_of(CHECKOUT)), 0.2)
-        await hole.wait_for(lambda h: len(h.closed) >= 1, 10)  # the server timed out and answered by now
-        s = await stats(client)
-        assert s["failed"] == 1 and client.error is None
-    finally:
-        await hole.stop()
+    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 60},
+                                    "server": {"requestTimeoutMs": 1000}})
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(inline(client, uri, end_of(CHECKOUT)), 0.2)
+    await hole.wait_for(lambda h: len(h.closed) >= 1, 10)  # the server timed out and answered by now
+    s = await stats(client)
+    assert s["failed"] == 1 and client.error is None
 
 
-async def test_superseded_request_is_cancelled_and_its_stream_closed(client: LanguageClient, repo: Path) -> None:
-    hole = Blackhole()
-    endpoint = await hole.start()
-    try:
-        await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60}})
-        uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
-        first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
-        await hole.wait_for(lambda h: h.opened >= 1)
-        assert hole.opened >= 1, "the backend never saw the first request"
-        t0 = time.monotonic()
-        msg_id = "second-request"
-        second = asyncio.ensure_future(client.protocol.send_request_async(
-            types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri), position=end_of(CHECKOUT),
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)),
-            msg_id=msg_id))
-        assert await asyncio.wait_for(first, 5) == ""  # superseded: answered empty, promptly
-        superseded_after = time.monotonic() - t0
-        await hole.wait_for(lambda h: len(h.closed) >= 1)
-        assert hole.closed, "the first request's backend stream was not closed"
-        assert superseded_after < 1.0, superseded_after
-        # $/cancelRequest cancels the second one (it hangs on the blackhole) and closes its stream too
-        await hole.wait_for(lambda h: h.opened >= 2)
-        closed_before = len(hole.closed)
-        client.protocol.notify("$/cancelRequest", types.CancelParams(id=msg_id))
-        with pytest.raises(Exception) as exc:
-            await asyncio.wait_for(second, 5)
-        assert "cancel" in str(exc.value).lower()
-        await hole.wait_for(lambda h: len(h.closed) > closed_before)
-        assert len(hole.closed) > closed_before
-        s = await stats(client)
-        assert s["superseded"] >= 1 and s["cancelled"] >= 1
-    finally:
-        await hole.stop()
+async def test_superseded_request_is_cancelled_and_its_stream_closed(
+        client: LanguageClient, repo: Path, hole: Blackhole) -> None:
+    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 60}})
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+    await hole.wait_for(lambda h: h.opened >= 1)
+    assert hole.opened >= 1, "the backend never saw the first request"
+    t0 = time.monotonic()
+    msg_id = "second-request"
+    second = asyncio.ensure_future(client.protocol.send_request_async(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=end_of(CHECKOUT),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)),
+        msg_id=msg_id))
+    assert await asyncio.wait_for(first, 5) == ""  # superseded: answered empty, promptly
+    superseded_after = time.monotonic() - t0
+    await hole.wait_for(lambda h: len(h.closed) >= 1)
+    assert hole.closed, "the first request's backend stream was not closed"
+    assert superseded_after < 1.0, superseded_after
+    # $/cancelRequest cancels the second one (it hangs on the blackhole) and closes its stream too
+    await hole.wait_for(lambda h: h.opened >= 2)
+    closed_before = len(hole.closed)
+    client.protocol.notify("$/cancelRequest", types.CancelParams(id=msg_id))
+    with pytest.raises(Exception) as exc:
+        await asyncio.wait_for(second, 5)
+    assert "cancel" in str(exc.value).lower()
+    await hole.wait_for(lambda h: len(h.closed) > closed_before)
+    assert len(hole.closed) > closed_before
+    s = await stats(client)
+    assert s["superseded"] >= 1 and s["cancelled"] >= 1
 
 
 async def test_robustness_empty_results_and_one_warning_per_kind(client: LanguageClient, repo: Path) -> None:
@@ -381,27 +383,23 @@ async def test_outside_change_seen_by_the_file_watcher(client: LanguageClient, r
         await asyncio.sleep(0.05)
 
 
-async def test_shutdown_with_a_request_in_flight(client: LanguageClient, repo: Path) -> None:
-    hole = Blackhole()
-    endpoint = await hole.start()
-    try:
-        # the backend would keep the request 300 s; shutdown must not wait for it (bounds are loose for busy CI)
-        await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 300},
-                                        "server": {"requestTimeoutMs": 300_000}})
-        uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
-        pending = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
-        await hole.wait_for(lambda h: h.opened >= 1)
-        t0 = time.monotonic()
-        await asyncio.wait_for(client.shutdown_async(None), 30)
-        await asyncio.wait([pending], timeout=30)
-        assert pending.done()
-        client.exit(None)
-        assert client._server is not None
-        code = await asyncio.wait_for(client._server.wait(), 60)
-        assert code == 0
-        assert time.monotonic() - t0 < 60
-    finally:
-        await hole.stop()
+async def test_shutdown_with_a_request_in_flight(
+        client: LanguageClient, repo: Path, hole: Blackhole) -> None:
+    # the backend would keep the request 300 s; shutdown must not wait for it (bounds are loose for busy CI)
+    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 300},
+                                    "server": {"requestTimeoutMs": 300_000}})
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    pending = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+    await hole.wait_for(lambda h: h.opened >= 1)
+    t0 = time.monotonic()
+    await asyncio.wait_for(client.shutdown_async(None), 30)
+    await asyncio.wait([pending], timeout=30)
+    assert pending.done()
+    client.exit(None)
+    assert client._server is not None
+    code = await asyncio.wait_for(client._server.wait(), 60)
+    assert code == 0
+    assert time.monotonic() - t0 < 60
 
 
 @pytest.mark.vllm
