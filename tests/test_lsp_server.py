@@ -70,10 +70,9 @@ class Blackhole:
         self.server: asyncio.Server | None = None
         self.url = ""
 
-    async def start(self) -> str:
+    async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.opened += 1
@@ -99,7 +98,7 @@ class Blackhole:
 async def hole() -> AsyncIterator[Blackhole]:
     """A started Blackhole; `hole.url` is its endpoint."""
     blackhole = Blackhole()
-    blackhole.url = await blackhole.start()
+    await blackhole.start()
     yield blackhole
     await blackhole.stop()
 
