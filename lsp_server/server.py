@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from lsp_server import convert
+from lsp_server import convert, transport
 from lsp_server.options import Options, apply_options, parse_options
+from lsp_server.protocol import RepocompProtocol
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
 from repocomp.config import Config, load_config
 from repocomp.errors import BackendError, RepocompError
@@ -101,7 +102,9 @@ class RepocompServer(LanguageServer):
     """Server state: options, per-folder indexes, engines (completers and backends), in-flight jobs."""
 
     def __init__(self, *, build_index: bool = True, watch_files: bool | None = None) -> None:
-        super().__init__(SERVER_NAME, _version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__(SERVER_NAME, _version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=RepocompProtocol)
+        self.protocol: RepocompProtocol
         self.options = Options()
         self.build_index = build_index
         self.watch_override = watch_files
@@ -116,6 +119,16 @@ class RepocompServer(LanguageServer):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._progress_tokens: dict[Path, str] = {}
         self._progress_last: dict[Path, float] = {}
+
+    # ----- transport (ours, not pygls': see lsp_server.framing and lsp_server.protocol) -----
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> int:  # type: ignore[override]
+        """Serve on stdio until `exit` or the end of input; the exit code (1 for `exit` without `shutdown`)."""
+        return transport.serve_stdio(self, stdin, stdout)
+
+    def start_tcp(self, host: str, port: int) -> int:  # type: ignore[override]
+        """Serve one TCP client until `exit` or it disconnects; the exit code."""
+        return transport.serve_tcp(self, host, port)
 
     # ----- messages -----
 

@@ -62,8 +62,5 @@ def run(args: argparse.Namespace) -> int:
         for name in ("pygls",):
             logging.getLogger(name).addHandler(handlers[-1])
 
-    if address is None:
-        server.start_io()
-    else:
-        server.start_tcp(*address)
-    return 0
+    # the LSP exit code: 0 after shutdown + exit, 1 for exit without shutdown
+    return server.start_io() if address is None else server.start_tcp(*address)
