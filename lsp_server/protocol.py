@@ -75,8 +75,6 @@ class RepocompProtocol(LanguageServerProtocol):
             else:
                 logger.warning("dropped notification %r: %s", method, message)
             return
-        if method == types.INITIALIZE:
-            self.initialize_received = True
         self._dispatch(data, request_id=data["id"] if is_request else None)
 
     def _refusal(self, method: str) -> tuple[types.ErrorCodes, str] | None:
@@ -92,6 +90,8 @@ class RepocompProtocol(LanguageServerProtocol):
         return None
 
     def _dispatch(self, data: dict[str, Any], request_id: int | str | None) -> None:
+        if "method" in data:
+            data.setdefault("params", None)  # JSON-RPC lets params be left out; pygls' generic types need the key
         try:
             message = self.structure_message(data)
         except Exception as exc:  # pygls raises JsonRpcInvalidParams / JsonRpcInternalError from cattrs errors
@@ -102,12 +102,14 @@ class RepocompProtocol(LanguageServerProtocol):
             else:
                 logger.warning("dropped message %r with invalid params: %s", data.get("method"), _short(cause))
             return
+        if data.get("method") == types.INITIALIZE:
+            self.initialize_received = True  # only a well-formed initialize starts the session
         self.handle_message(message)
 
     def reply_error(self, request_id: int | str | None, code: int, message: str) -> None:
-        logger.warning("answering %s with error %d: %s", request_id, int(code), message)
-        self._send_data(types.ResponseErrorMessage(id=request_id,
-                                                   error=types.ResponseError(code=int(code), message=message)))
+        logger.debug("answering %s with error %d: %s", request_id, int(code), message)
+        # a plain dict: lsprotocol's ResponseErrorMessage drops "id": null, which JSON-RPC requires here
+        self._send_data({"jsonrpc": self.VERSION, "id": request_id, "error": {"code": int(code), "message": message}})
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
