@@ -84,7 +84,7 @@ class FrameReader:
                 if not value.isdigit():
                     raise MalformedFrame(f"Content-Length is not a number: {bytes(value[:30])!r}")
                 if len(value) > 18 or int(value) > self.max_message_bytes:
-                    raise MalformedFrame(f"Content-Length {value.decode()} is over the "
+                    raise MalformedFrame(f"Content-Length {value[:20].decode()} is over the "
                                          f"{self.max_message_bytes} byte limit; the body is dropped")
                 length = int(value)
         return await self._read_exactly(length)
