@@ -3,6 +3,15 @@
 Why numba and not `scipy.sparse.csgraph.dijkstra`: csgraph returns a dense row of length N per source even with
 `limit=`, so a full pass costs O(N^2) memory traffic (measured on diffusers, 37k nodes: see README). With a
 cutoff each source only reaches a small neighbourhood; this kernel touches only that and emits sparse triples.
+
+Hubs relay locally. A node with more than `HUB_DEGREE` neighbours (a module root with thousands of top-level
+statements, a helper called from thousands of places, a folder of thousands of files) passes a path on only to
+the `HUB_WINDOW` neighbours either side, in node-id order, of the node the path came from and of the hub itself.
+Ids follow parse order, so a module root relays a statement to the statements nearest it in the file and to its
+file node and first statements (the imports); a popular definition relays a caller to the callers nearest it and
+to its own parent and body. Without this every path through a hub relaxes all its edges: a file of 20k top-level
+statements cost 20k x 20k steps (19 s). A hub that is itself the source still reaches every neighbour, and nodes
+of degree <= `HUB_DEGREE` relay to all of theirs, so graphs without hubs get exactly the max-product strengths.
 """
 
 from __future__ import annotations
@@ -11,11 +20,19 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+HUB_WINDOW = 64  # a hub relays a path to this many neighbours either side of the incoming node and of itself
+HUB_DEGREE = 4 * HUB_WINDOW + 2  # above this many neighbours a node is a hub (at most this many relayed per path)
+# Sources per kernel call where callers keep only a reduction of the rows: each source emits up to `max_reach`
+# triples, so 100k sources at once (one file of 100k statements) held 25M of them (over 1 GB).
+SOURCE_CHUNK = 8192
+
 
 @numba.njit(cache=True, nogil=True)
-def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled):  # pragma: no cover - compiled
+def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, window,  # pragma: no cover - compiled
+                      hub_degree):
     n = indptr.shape[0] - 1
     dist = np.full(n, np.inf)
+    pred = np.full(n, -1, np.int64)  # the node each tentative distance came from (-1: the source)
     touched = np.empty(n, np.int64)
     cap = max(16, sources.shape[0] * 32)
     out_s = np.empty(cap, np.int64)
@@ -69,7 +86,21 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled):  # p
             out_d[n_out] = d
             n_out += 1
             settled += 1
-            for e in range(indptr[u], indptr[u + 1]):
+            # neighbours to relay to: [lo0, hi0) and [lo1, hi1) (the whole row unless u is a hub)
+            lo0, hi0 = indptr[u], indptr[u + 1]
+            lo1, hi1 = hi0, hi0
+            if hi0 - lo0 > hub_degree and pred[u] >= 0:
+                row = indices[lo0:hi0]  # sorted by neighbour id
+                at = lo0 + np.searchsorted(row, pred[u])
+                own = lo0 + np.searchsorted(row, u)
+                lo1, hi1 = max(lo0, own - window), min(hi0, own + window)
+                lo0, hi0 = max(lo0, at - window), min(hi0, at + window + 1)
+                if lo1 < hi0 and lo0 < hi1:  # overlapping windows: one range
+                    lo0, hi0 = min(lo0, lo1), max(hi0, hi1)
+                    lo1 = hi1
+            n0 = hi0 - lo0
+            for k in range(n0 + hi1 - lo1):
+                e = lo0 + k if k < n0 else lo1 + k - n0
                 v = indices[e]
                 nd = d + costs[e]
                 if nd <= limit and nd < dist[v]:
@@ -77,6 +108,7 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled):  # p
                         touched[n_touch] = v
                         n_touch += 1
                     dist[v] = nd
+                    pred[v] = u
                     if hsize == hcap:
                         hcap *= 2
                         heap_d = np.concatenate((heap_d, np.empty(hcap - hsize, np.float64)))
@@ -95,6 +127,7 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled):  # p
                     heap_v[i] = v
         for t in range(n_touch):
             dist[touched[t]] = np.inf
+            pred[touched[t]] = -1
     return out_s[:n_out], out_t[:n_out], out_d[:n_out]
 
 
@@ -104,19 +137,34 @@ def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff:
 
     `max_reach` > 0 keeps only the strongest `max_reach` nodes per source (Dijkstra settles them in order of
     strength): it bounds hubs, e.g. a helper called from thousands of places, whose neighbourhood would
-    otherwise make every caller related to every other.
+    otherwise make every caller related to every other. Hubs relay only locally (`HUB_WINDOW`, see the module
+    docstring), whatever `max_reach` is.
 
     `adjacency` holds edge costs -log(w) (an explicit 0 is a weight-1 edge). Returns a (len(sources), N) CSR
     matrix of strengths in (cutoff, 1], the source itself included with strength 1.
     """
     sources = np.ascontiguousarray(sources, dtype=np.int64)
+    if not adjacency.has_sorted_indices:  # hubs find their windows by binary search in the row
+        adjacency = adjacency.sorted_indices()
     n = adjacency.shape[0]
     if len(sources) == 0:
         return sp.csr_matrix((0, n), dtype=np.float64)
     s, t, d = _bounded_dijkstra(adjacency.indptr.astype(np.int64), adjacency.indices.astype(np.int64),
                                 adjacency.data.astype(np.float64), sources, -np.log(cutoff),
-                                max_reach if max_reach > 0 else np.iinfo(np.int64).max)
+                                max_reach if max_reach > 0 else np.iinfo(np.int64).max, HUB_WINDOW, HUB_DEGREE)
     # the kernel emits sources in order, so `s` is already sorted: build CSR directly
     indptr = np.zeros(len(sources) + 1, dtype=np.int64)
     np.cumsum(np.bincount(s, minlength=len(sources)), out=indptr[1:])
     return sp.csr_matrix((np.exp(-d), t, indptr), shape=(len(sources), n))
+
+
+def source_chunks(sources: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(offset, run) for runs of `SOURCE_CHUNK` sources, for callers that reduce the strengths run by run."""
+    return [(lo, sources[lo:lo + SOURCE_CHUNK]) for lo in range(0, len(sources), SOURCE_CHUNK)]
+
+
+def reached_nodes(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff: float, max_reach: int = 0) -> np.ndarray:
+    """The nodes some source reaches with strength >= cutoff (sorted, unique), in bounded memory."""
+    parts = [np.unique(max_product_strengths(adjacency, chunk, cutoff, max_reach).indices)
+             for _, chunk in source_chunks(np.asarray(sources, dtype=np.int64))]
+    return np.unique(np.concatenate(parts)).astype(np.int64) if parts else np.zeros(0, np.int64)

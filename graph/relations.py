@@ -12,7 +12,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from graph.maxproduct import max_product_strengths
+from graph.maxproduct import max_product_strengths, source_chunks
 
 _ROW_CHUNK = 2048  # fragment rows folded at once: bounds the memory of the intermediate products
 
@@ -56,9 +56,12 @@ def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_nodes_t
         chunk = rows[lo:lo + _ROW_CHUNK]
         sub = fragment_nodes[chunk]
         sources = np.unique(sub.indices)
-        strengths = max_product_strengths(costs, sources, cutoff, max_reach)  # (len(sources), n_nodes)
-        sub = sub[:, sources]  # columns re-indexed to the sources' order
-        num = (sub @ strengths @ nodes_t).tocsr()  # (chunk, n_frag)
+        sub = sub[:, sources].tocsc()  # columns re-indexed to the sources' order
+        num = sp.csr_matrix((len(chunk), n_frag))
+        for at, src in source_chunks(sources):
+            strengths = max_product_strengths(costs, src, cutoff, max_reach)  # (len(src), n_nodes)
+            num = num + sub[:, at:at + len(src)] @ strengths @ nodes_t  # (chunk, n_frag)
+        num = num.tocsr()
         num.sort_indices()
         r = np.repeat(np.arange(len(chunk)), np.diff(num.indptr))
         denom = sizes[chunk][r] * sizes[num.indices]

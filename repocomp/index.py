@@ -21,7 +21,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
 from graph.languages import language_for
-from graph.maxproduct import max_product_strengths
+from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.parsing import ParsedFile, parse_source
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
 from graph.resolve import Resolver, make_symbols
@@ -403,7 +403,7 @@ class Index:
         if len(seeds) == 0:
             return np.zeros(0, np.int64)
         rel = self.config.relations
-        return np.unique(max_product_strengths(costs, np.unique(seeds), rel.cutoff, rel.max_reach).indices)
+        return reached_nodes(costs, np.unique(seeds), rel.cutoff, rel.max_reach)
 
     # -- queries -------------------------------------------------------------------------------------------------
     def alive_mask(self) -> np.ndarray:
