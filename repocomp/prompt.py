@@ -116,8 +116,21 @@ def render_block(src: BlockSource) -> str:
     return "\n".join(lines) + "\n"
 
 
+_CHARS_PER_TOKEN = 8  # generous: a longer average is rare even in minified code
+
+
+def _line_end_that_fits(line: str, budget: int, count: TokenCounter) -> str:
+    """The end of one line too long for `budget` tokens (minified code): its last `budget x 8` characters, then a
+    quarter cut off the front until it fits, so a huge line costs a few counts of at most that many characters."""
+    tail = line[-max(budget, 1) * _CHARS_PER_TOKEN :]
+    while tail and count(tail + "\n") > budget:
+        tail = tail[len(tail) // 4 + 1 :]
+    return tail
+
+
 def _tail_that_fits(text: str, budget: int, count: TokenCounter) -> str:
-    """The longest run of whole last lines of `text` within `budget` tokens (the partial last line always kept)."""
+    """The longest run of whole last lines of `text` within `budget` tokens; the partial last line is always kept,
+    cut to its end when it alone is over the budget."""
     lines = text.split("\n")
     kept: list[str] = []
     used = 0
@@ -125,6 +138,9 @@ def _tail_that_fits(text: str, budget: int, count: TokenCounter) -> str:
         cost = count(line + "\n")
         if i > 0 and used + cost > budget:
             break
+        if cost > budget:
+            line = _line_end_that_fits(line, budget, count)
+            cost = count(line + "\n")
         kept.append(line)
         used += cost
     return "\n".join(reversed(kept))

@@ -11,6 +11,11 @@ Rules, in order (candidates are tried best-first; the first that yields text win
 
 The proposal is capped at about `max_new_tokens` code tokens and cut at the first stop sequence; callers cut it
 to the completion kind with `repocomp.postprocess`.
+
+Work is bounded on long lines (minified or generated code): the cursor line's key is its last `KEY_CHARS`
+characters at most, at most `MAX_KEYS` shorter tails are tried, and only the first `SCAN_CHARS` characters of a
+candidate line are searched. A request then costs O(MAX_KEYS x SCAN_CHARS) per candidate line whatever the line
+lengths; keeping every tail of a 990 kB cursor line (all of its suffixes) took 16 GB.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ log = logging.getLogger(__name__)
 
 _TOKEN = re.compile(r"\w+|[^\w\s]|\n")
 MIN_KEY_CHARS = 4  # shorter line tails match almost anywhere and propose noise
+KEY_CHARS = 256  # the cursor line's key ends at the cursor and is at most this long (from a token start)
+MAX_KEYS = 32  # tails of the key tried after the key itself
+SCAN_CHARS = 4096  # a candidate line is searched in its first this many characters
 
 
 def _indent(line: str) -> int:
@@ -39,17 +47,34 @@ def _cap_tokens(text: str, max_tokens: int) -> str:
     return text
 
 
+def _key(typed: str) -> str:
+    """The cursor line's text to match: stripped, and cut to its last `KEY_CHARS` characters at a token start."""
+    cur = typed.strip()
+    if len(cur) <= KEY_CHARS:
+        return cur
+    m = _TOKEN.search(cur, len(cur) - KEY_CHARS)
+    return cur[m.start() :] if m else cur[-KEY_CHARS:]
+
+
 def _keys(cur: str) -> list[str]:
-    """`cur`, then its shorter tails starting at a token (`total = f(` -> `= f(`, `f(`), longest first."""
+    """`cur`, then at most `MAX_KEYS` of its shorter tails starting at a token (`total = f(` -> `= f(`, `f(`),
+    longest first."""
     keys = [cur]
     for m in _TOKEN.finditer(cur):
+        if len(keys) > MAX_KEYS:
+            break
         tail = cur[m.start() :].strip()
         if m.start() and len(tail) >= MIN_KEY_CHARS and re.search(r"\w", tail) and tail not in keys:
             keys.append(tail)
     return keys
 
 
-def _after_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
+def _split(candidates: tuple[str, ...]) -> list[list[str]]:
+    """Each candidate's lines, each cut to its first `SCAN_CHARS` characters (split once per request)."""
+    return [[line[:SCAN_CHARS] for line in cand.split("\n")] for cand in candidates]
+
+
+def _after_line_prefix(cur: str, candidates: list[list[str]]) -> str | None:
     found = _match_line_prefix(cur, candidates)
     if found is None:
         # The exact line is nowhere: its tail may be (`total = compute(` vs `result = compute(`).
@@ -60,16 +85,15 @@ def _after_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
     return found
 
 
-def _match_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
+def _match_line_prefix(cur: str, candidates: list[list[str]]) -> str | None:
     for aligned in (True, False):  # line-start matches beat matches anywhere in a line
-        for cand in candidates:
-            lines = cand.split("\n")
+        for lines in candidates:
             for i, line in enumerate(lines):
-                stripped = line.strip()
                 if aligned:
-                    if not stripped.startswith(cur) or len(stripped) == len(cur):
+                    body = line.lstrip()
+                    if not body.startswith(cur) or len(body.rstrip()) == len(cur):
                         continue
-                    rest = line.lstrip()[len(cur) :]
+                    rest = body[len(cur) :]
                 else:
                     pos = line.find(cur)
                     if pos < 0 or not line[pos + len(cur) :].strip():
@@ -79,11 +103,10 @@ def _match_line_prefix(cur: str, candidates: tuple[str, ...]) -> str | None:
     return None
 
 
-def _after_previous_line(prev: str, prev_indent: int, typed: str, candidates: tuple[str, ...]) -> str | None:
+def _after_previous_line(prev: str, prev_indent: int, typed: str, candidates: list[list[str]]) -> str | None:
     """Lines after the candidate line equal to `prev`, re-indented to the buffer; `typed` = cursor line so far."""
-    key = prev.strip()
-    for cand in candidates:
-        lines = cand.split("\n")
+    key = prev.strip()[:SCAN_CHARS]
+    for lines in candidates:
         for i, line in enumerate(lines[:-1]):
             if line.strip() != key:
                 continue
@@ -111,17 +134,29 @@ def _after_previous_line(prev: str, prev_indent: int, typed: str, candidates: tu
     return None
 
 
+def _previous_line(head: str) -> str:
+    """The last non-blank line of `head`, found from the end (the whole buffer is never split)."""
+    end = len(head)
+    while end > 0:
+        start = head.rfind("\n", 0, end) + 1
+        if head[start:end].strip():
+            return head[start:end]
+        end = start - 1
+    return ""
+
+
 def extract_continuation(prefix: str, candidates: tuple[str, ...]) -> str:
     """The extractive proposal for the cursor at the end of `prefix` (see the module docstring)."""
     head, _, typed = prefix.rpartition("\n")
-    cur = typed.strip()
+    cur = _key(typed)
+    lines = _split(candidates)
     if cur:
-        found = _after_line_prefix(cur, candidates)
+        found = _after_line_prefix(cur, lines)
         if found is not None:
             return found
-    prev = next((ln for ln in reversed(head.split("\n")) if ln.strip()), "")
+    prev = _previous_line(head)
     if prev:
-        found = _after_previous_line(prev, _indent(prev), typed, candidates)
+        found = _after_previous_line(prev, _indent(prev), typed, lines)
         if found is not None:
             return found
     return ""
