@@ -102,10 +102,14 @@ class PromptConfig:
         _check(self.fim in ("none", "codellama", "starcoder"), "fim must be 'none', 'codellama' or 'starcoder'")
 
 
+BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers")
+
+
 @dataclass(frozen=True)
 class BackendConfig:
-    name: str = "extractive"  # "extractive", "vllm" or "transformers"
-    model: str = "codellama/CodeLlama-7b-hf"
+    # "auto": the local model in process when one is prepared (`repocomp model prepare`), else "extractive"
+    name: str = "auto"  # "auto", "extractive", "vllm" or "transformers"
+    model: str = ""  # vllm: the served name ("" = ask the server); transformers: a folder ("" = the local model)
     endpoints: tuple[str, ...] = ("http://127.0.0.1:8000",)
     timeout_s: float = 30.0
     connect_timeout_s: float = 3.0
@@ -114,9 +118,11 @@ class BackendConfig:
     temperature: float = 0.0
     fallback: str = "extractive"  # backend used when the configured one fails; "" = none
     device: str = "cpu"  # transformers backend
+    dtype: str = "auto"  # transformers backend: "auto" (the checkpoint's), "float32" or "bfloat16"
 
     def validate(self) -> None:
-        _check(self.name in ("extractive", "vllm", "transformers"), "name must be extractive, vllm or transformers")
+        _check(self.name in BACKEND_NAMES, f"name must be one of {', '.join(BACKEND_NAMES)}")
+        _check(self.dtype in ("auto", "float32", "bfloat16"), "dtype must be 'auto', 'float32' or 'bfloat16'")
         _check(self.fallback in ("", "extractive"), "fallback must be 'extractive' or ''")
         _check(self.timeout_s > 0 and self.connect_timeout_s > 0, "timeouts must be > 0")
         _check(self.retries >= 0, "retries must be >= 0")

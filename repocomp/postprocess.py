@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 
-__all__ = ["KINDS", "choose_kind", "postprocess", "open_brackets"]
+__all__ = ["KINDS", "choose_kind", "is_finished", "postprocess", "open_brackets"]
 
 log = logging.getLogger(__name__)
 
@@ -173,18 +173,37 @@ def _strip_suffix_duplicate(text: str, suffix: str) -> str:
     return text
 
 
-def postprocess(text: str, kind: str, prefix: str, suffix: str) -> str:
-    """The part of `text` (the raw continuation of `prefix`) to insert before `suffix`, cut for `kind`."""
+def _cut(text: str, kind: str, prefix: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown completion kind {kind!r}: use one of {', '.join(KINDS)}")
     if kind == "auto":
         kind = choose_kind(prefix, text)
     line_prefix = prefix.rpartition("\n")[2]
     if kind == "line":
-        out = _cut_line(text, line_prefix)
-    elif kind == "statement":
-        out = _cut_statement(text, line_prefix)
-    else:
-        out = _cut_function(text, prefix)
-    out = _strip_suffix_duplicate(out, suffix)
+        return _cut_line(text, line_prefix)
+    if kind == "statement":
+        return _cut_statement(text, line_prefix)
+    return _cut_function(text, prefix)
+
+
+def is_finished(text: str, kind: str, prefix: str) -> bool:
+    """Whether generating more after `text` can no longer change what `postprocess` keeps (so a backend may stop).
+
+    True once the cut is decided by text *after* it: a line break after a complete line or statement, or a
+    non-blank line that ends a function. A continuation with nothing but blanks so far is never finished.
+    """
+    if kind == "auto":
+        kind = choose_kind(prefix, text)
+    if kind == "line" and prefix.rpartition("\n")[2].strip():
+        return "\n" in text  # the cursor line has code: it ends at the first line break, even an immediate one
+    cut = _cut(text, kind, prefix)
+    if not cut.strip():
+        return False
+    rest = text[text.find(cut) + len(cut):]
+    return bool(rest.strip()) or (kind != "function" and "\n" in rest)
+
+
+def postprocess(text: str, kind: str, prefix: str, suffix: str) -> str:
+    """The part of `text` (the raw continuation of `prefix`) to insert before `suffix`, cut for `kind`."""
+    out = _strip_suffix_duplicate(_cut(text, kind, prefix), suffix)
     return out.rstrip() if "\n" not in out else out.rstrip(" \t\n")

@@ -193,3 +193,28 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         yield server
     finally:
         _stop_process_group(proc)
+
+
+# ---- the real local model (Gemma 3 270M, prepared by `.ci/setup` with `repocomp model prepare`) ---------------
+
+from repocomp.local_model import LocalModel, default_model_dir, prepared  # noqa: E402
+
+_PREPARED_MODEL_DIR = default_model_dir()  # read before any test changes the environment
+
+
+@pytest.fixture(autouse=True)
+def _no_local_model_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests see no prepared model (the default backend is then extractive, and budgets use the estimate), and
+    no hint stamps or indexes land in the user's cache; tests about the real model ask for `local_model`."""
+    cache = tmp_path_factory.getbasetemp() / "xdg-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("REPOCOMP_MODEL_DIR", str(cache / "no-model"))
+
+
+@pytest.fixture(scope="session")
+def local_model() -> LocalModel:
+    model = prepared(_PREPARED_MODEL_DIR)
+    if model is None:
+        pytest.fail(f"no prepared local model at {_PREPARED_MODEL_DIR}: run `bash .ci/setup` "
+                    "(or `repocomp model prepare`)", pytrace=False)
+    return model

@@ -82,3 +82,18 @@ async def test_missing_model_falls_back_to_extractive(tmp_path: Path) -> None:
                           max_new_tokens=8)
     gen = await backend.agenerate(r)
     assert gen.backend == "extractive" and gen.text == "1)" and "transformers" in gen.error
+
+
+async def test_generation_stops_once_the_completion_is_finished(hf_backend: TransformersBackend) -> None:
+    full, n_full = hf_backend._generate(req(24), threading.Event())
+    seen: list[str] = []
+
+    def finished(text: str) -> bool:
+        seen.append(text)
+        return len(text) >= 3
+
+    early = GenerationRequest(prompt=PROMPT, prefix=PROMPT, suffix="", candidates=(), max_new_tokens=24,
+                              finished=finished)
+    text, n = hf_backend._generate(early, threading.Event())
+    assert n_full == 24 and n < 24  # stopped as soon as the predicate held, not at max_new_tokens
+    assert len(text) >= 3 and full.startswith(text) and seen[-1] == text

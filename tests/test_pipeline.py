@@ -78,11 +78,23 @@ def test_repocoder_two_rounds_round2_query_uses_draft() -> None:
     assert "parse_config(data)" in res.rounds[1].query
     assert res.backend == "scripted"
     assert res.text.startswith("parse_config(data)")
-    # the round-2 prompt is what the backend saw last; blocks in prompt order, best last
-    assert backend.requests[-1].prompt == res.prompt
+    # the round-2 prompt is what the backend saw last, without the space after `cfg =` (the model writes it);
+    # blocks in prompt order, best last
+    assert backend.requests[-1].prompt == res.prompt[:-1] and res.prompt.endswith("cfg = ")
     assert res.prompt.endswith("def main(path):\n    with open(path) as fh:\n        data = fh.read()\n    cfg = ")
     assert res.context and res.context[-1].s_rel == max(b.s_rel for b in res.context)
     assert {"retrieve_1", "prompt_1", "generate_1", "retrieve_2", "prompt_2", "total"} <= set(res.timings_ms)
+
+
+def test_space_typed_before_the_cursor_is_left_to_the_model_and_not_doubled() -> None:
+    # A BPE model continues `cfg =` with the token ` parse_config`; the answer must not repeat the typed space.
+    _, comp, backend = make([" parse_config(data)\n"], iterations=1)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), mode="vanilla")
+    assert backend.requests[0].prompt.endswith("    cfg =") and res.text == "parse_config(data)"
+    # pure indentation stays in the prompt: there the next token starts the code itself
+    _, comp, backend = make(["log(cfg)\n"], iterations=1)
+    res = comp.complete("hole.py", HOLE, 6, len("    "), mode="vanilla")
+    assert backend.requests[0].prompt.endswith("\n    ") and res.text == "log(cfg)"
 
 
 def test_first_round_blocks_show_what_follows_the_match_and_hole_file_is_excluded() -> None:

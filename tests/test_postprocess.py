@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from repocomp.postprocess import choose_kind, open_brackets, postprocess
+from repocomp.postprocess import choose_kind, is_finished, open_brackets, postprocess
 
 
 def test_line_cuts_at_end_of_line() -> None:
@@ -109,3 +109,19 @@ def test_unrelated_suffix_leaves_the_text_alone() -> None:
 def test_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown completion kind"):
         postprocess("x", "paragraph", "", "")
+
+
+@pytest.mark.parametrize("text, prefix, finished", [
+    ("foo(x)", "a = ", False),  # the line may go on
+    ("foo(x)\n", "a = ", True),  # a line break ends the cursor's line
+    ("\n", "a = 1", True),  # code on the cursor line: an immediate line break is the (empty) answer
+    ("\n\n", "x = 1\n", False),  # an empty cursor line: blank lines before the code do not count
+    ("bar(1,\n", "y = (", False),  # an open bracket: the statement goes on
+    ("1, 2)\nz", "y = (", True),
+    ("    return 1\n\n", "def f():\n", False),  # a function body may go on after a blank line
+    ("    return 1\n\ndef g", "def f():\n", True),  # ... and ends at the next line at the def's indentation
+])
+def test_is_finished_once_more_text_cannot_change_the_cut(text: str, prefix: str, finished: bool) -> None:
+    assert is_finished(text, "auto", prefix) is finished
+    if finished:  # whatever follows, postprocessing keeps the same completion
+        assert postprocess(text + "more()\n  x", "auto", prefix, "") == postprocess(text, "auto", prefix, "")

@@ -3,6 +3,8 @@
 - `vllm`: a vLLM server (or several) over its OpenAI-compatible `/v1/completions` HTTP API, streaming.
 - `transformers`: in-process generation with a local causal LM (torch and transformers imported lazily).
 - `extractive`: no model: the continuation found in the best retrieved fragment.
+- `auto` (the default): `transformers` with the local model when one is prepared, else `extractive`
+  (`repocomp.local_model`).
 
 `make_backend(config)` builds the configured one; with `fallback = "extractive"` a failing primary is answered
 by the extractive backend instead, and `Generation.backend` says which one answered (`Generation.error` why the
@@ -12,7 +14,7 @@ primary did not). Every failure a user can cause surfaces as `repocomp.errors.Ba
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -41,6 +43,8 @@ class GenerationRequest:
     max_new_tokens: int
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
+    # True once more text cannot change the completion kept (postprocess.is_finished): backends stop there
+    finished: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,11 @@ def make_backend(config: BackendConfig) -> Backend:
     """
     from repocomp.backends.extractive import ExtractiveBackend
 
+    if config.name == "auto" or (config.name == "transformers" and not config.model):
+        from repocomp.config import Config
+        from repocomp.local_model import resolve
+
+        config = resolve(Config(backend=config)).backend
     if config.name == "extractive":
         return ExtractiveBackend()
     primary: Backend
@@ -131,7 +140,7 @@ def make_backend(config: BackendConfig) -> Backend:
 
             primary = TransformersBackend.from_config(config)
         else:
-            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm or transformers")
+            raise BackendError(f"unknown backend {config.name!r}: use auto, extractive, vllm or transformers")
     except BackendError:
         if config.fallback != "extractive":
             raise

