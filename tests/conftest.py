@@ -206,7 +206,7 @@ _PREPARED_MODEL_DIR = default_model_dir()  # read before any test changes the en
 def _no_local_model_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Tests see no prepared model (the default backend is then extractive, and budgets use the estimate), and
     no hint stamps or indexes land in the user's cache; tests about the real model ask for `local_model`."""
-    cache = tmp_path_factory.getbasetemp() / "xdg-cache"
+    cache = tmp_path_factory.mktemp("xdg-cache")  # per test: a hint shown in one test is not "already shown" in another
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.setenv("REPOCOMP_MODEL_DIR", str(cache / "no-model"))
 

@@ -21,7 +21,7 @@ from repocomp.errors import RepocompError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTENT_REPO = REPO_ROOT / "fixtures" / "content_repo"
-HOLE_LINE = 14  # 1-based: `    total_cents = currency.quaxify_amount_cents(...)` in ledger/refunds.py
+HOLE_LINE = 14  # 1-based: `    total_cents = ` in ledger/refunds.py, to be completed with EXPECTED
 EXPECTED = "currency.quaxify_amount_cents(subtotal + tax, refund.currency)"
 
 
@@ -80,14 +80,12 @@ def test_prepare_rejects_what_is_not_a_model(tmp_path: Path) -> None:
 
 # ---- choosing it by default --------------------------------------------------------------------------------------
 
-def test_auto_is_extractive_without_a_model_and_the_cli_says_once_how_to_get_one(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    shutil.copytree(CONTENT_REPO, repo)
+def test_auto_is_extractive_without_a_model_and_the_cli_says_once_how_to_get_one(hole_repo: Path) -> None:
     assert local_model.resolve(Config()).backend.name == "extractive"
-    first = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}:19", cwd=repo, timeout=120)
+    first = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", cwd=hole_repo, timeout=120)
     assert first.returncode == 0, first.stderr
     assert "extractive backend" in first.stderr and "repocomp model prepare" in first.stderr
-    second = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}:19", cwd=repo, timeout=120)
+    second = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", cwd=hole_repo, timeout=120)
     assert second.returncode == 0 and "repocomp model prepare" not in second.stderr
 
 
@@ -107,14 +105,10 @@ def test_auto_is_the_local_model_once_prepared_and_budgets_use_its_tokenizer(
 
 @pytest.fixture(scope="module")
 def hole_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The content fixture with the hole line cut after `total_cents = ` (the rest is what the model must write)."""
+    """A copy of the content fixture, whose hole line stops after `total_cents = ` (the README's example too)."""
     repo = tmp_path_factory.mktemp("content") / "repo"
     shutil.copytree(CONTENT_REPO, repo)
-    path = repo / "ledger" / "refunds.py"
-    lines = path.read_text().split("\n")
-    assert lines[HOLE_LINE - 1].strip() == "total_cents = " + EXPECTED
-    lines[HOLE_LINE - 1] = "    total_cents = "
-    path.write_text("\n".join(lines))
+    assert (repo / "ledger" / "refunds.py").read_text().split("\n")[HOLE_LINE - 1] == "    total_cents = "
     return repo
 
 

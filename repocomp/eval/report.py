@@ -23,8 +23,8 @@ def run_label(record: dict[str, Any]) -> str:
     return f"{kind} {record.get('mode')}{fragrel}{qr_label} [{record.get('backend', '?')}]"
 
 
-def collect(paths: list[str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
-    """Summary per run label over all given results files (a label's records may span several files)."""
+def collect_records(paths: list[str | os.PathLike[str]]) -> dict[str, list[dict[str, Any]]]:
+    """Records per run label over all given results files (a label's records may span several files)."""
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for path in paths:
         records = read_results(path)
@@ -32,7 +32,47 @@ def collect(paths: list[str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
             raise RepocompError(f"results file {path} not found")
         for r in records:
             runs[run_label(r)].append(r)
-    return {label: summarize(records) for label, records in runs.items()}
+    return dict(runs)
+
+
+def collect(paths: list[str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
+    """Summary per run label over all given results files."""
+    return {label: summarize(records) for label, records in collect_records(paths).items()}
+
+
+def baseline_label(label: str) -> str:
+    """Plain RepoCoder (no relations) of the same kind and backend: what every difference is measured against."""
+    kind, _, rest = label.partition(" ")
+    return f"{kind} repocoder [{rest.rpartition('[')[2]}"
+
+
+def intervals_markdown(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """EM and ES of each run with 95% intervals, and the paired difference from plain RepoCoder on the same tasks."""
+    from repocomp.eval.intervals import metric_interval, paired_difference
+
+    out = []
+    for key, title in (("em", "EM"), ("es", "ES")):
+        rows = [(label, metric_interval(records, key)) for label, records in sorted(runs.items())]
+        rows = [(label, iv) for label, iv in rows if iv is not None]
+        if not rows:
+            continue
+        out.append(f"**{title}** (%, mean over repositories; 95% bootstrap intervals; differences paired by task "
+                   "against plain RepoCoder of the same kind)\n")
+        out.append(f"| run | tasks | {title} | 95% interval | vs plain RepoCoder | 95% interval | verdict |")
+        out.append("|---|---:|---:|---|---:|---|---|")
+        for label, iv in rows:
+            base = baseline_label(label)
+            diff = paired_difference(runs[label], runs[base], key) if base in runs and base != label else None
+            if diff is None:
+                cells = ["", "", "baseline" if base == label else ""]
+            else:
+                verdict = ("better" if diff.low > 0 else "worse") if diff.excludes_zero else "no difference"
+                cells = [f"{100 * diff.value:+.2f}", f"[{100 * diff.low:+.2f}, {100 * diff.high:+.2f}]",
+                         f"{verdict} ({diff.tasks} paired)"]
+            out.append(f"| {label} | {iv.tasks} | {100 * iv.value:.2f} | [{100 * iv.low:.2f}, {100 * iv.high:.2f}] | "
+                       + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def _fmt(value: float | None, pct: bool = True) -> str:
@@ -61,9 +101,13 @@ def markdown(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def bar_chart(summaries: dict[str, dict[str, Any]], png: str | os.PathLike[str]) -> None:
-    """Grouped bars: one panel per metric with values, one bar per run (mean over repositories)."""
+def bar_chart(summaries: dict[str, dict[str, Any]], png: str | os.PathLike[str],
+              runs: dict[str, list[dict[str, Any]]] | None = None) -> None:
+    """Grouped bars: one panel per metric with values, one bar per run (mean over repositories); with the runs'
+    records, EM and ES bars carry their 95% bootstrap intervals."""
     import matplotlib
+
+    from repocomp.eval.intervals import metric_interval
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -75,7 +119,12 @@ def bar_chart(summaries: dict[str, dict[str, Any]], png: str | os.PathLike[str])
     for ax, (key, title) in zip(axes[0], metrics):
         values = [100 * (summaries[lb][key] or 0.0) for lb in labels]
         colors = [f"C{i % 10}" for i in range(len(labels))]
-        ax.bar(range(len(labels)), values, color=colors)
+        errors = None
+        if runs is not None and key in ("em", "es"):
+            ivs = [metric_interval(runs[lb], key) for lb in labels]
+            errors = [[v - 100 * iv.low if iv else 0.0 for v, iv in zip(values, ivs)],
+                      [100 * iv.high - v if iv else 0.0 for v, iv in zip(values, ivs)]]
+        ax.bar(range(len(labels)), values, color=colors, yerr=errors, capsize=2)
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         ax.set_title(title)
