@@ -107,13 +107,16 @@ def _make_tasks(a: argparse.Namespace) -> int:
 
 
 def _report(a: argparse.Namespace) -> int:
-    from repocomp.eval.report import bar_chart, collect, markdown
+    from repocomp.eval.report import bar_chart, collect_records, intervals_markdown, markdown
+    from repocomp.eval.runner import summarize
 
-    summaries = collect(a.results)
+    runs = collect_records(a.results)
+    summaries = {label: summarize(records) for label, records in runs.items()}
     if not summaries:
         raise RepocompError("no results in the given files")
     print(markdown(summaries), end="")
+    print(intervals_markdown(runs), end="")
     if a.png:
-        bar_chart(summaries, a.png)
+        bar_chart(summaries, a.png, runs)
         print(f"chart written to {a.png}", file=sys.stderr)
     return 0
