@@ -8,6 +8,7 @@ full rebuild.
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections.abc import Callable
@@ -28,9 +29,10 @@ from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config, load_config
 from repocomp.errors import IndexCorruptError, RepocompError
 from repocomp.fragments import Fragment, Location, window_spans, window_text
-from repocomp.store import INDEX_FILE, read_state, write_state
+from repocomp import index_codec
+from repocomp.store import INDEX_FILE, fallback_dir, read_state, write_state
 from repocomp.term_index import TermIndex
-from repocomp.walk import WalkResult, read_source, walk_repository
+from repocomp.walk import WalkResult, addressable, read_source, walk_repository
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +89,14 @@ class Index:
         self._pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
         self._pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
         self.summary = IndexSummary()
+        self._store_dir: Path | None = None  # set when the index lives in the user's cache instead
 
     # -- paths ---------------------------------------------------------------------------------------------------
     @property
     def index_dir(self) -> Path:
+        """Where the index is stored: `[index] dir`, or the user's cache when that could not be written."""
+        if self._store_dir is not None:
+            return self._store_dir
         folder = Path(self.config.index.dir)
         return folder if folder.is_absolute() else self.root / folder
 
@@ -296,7 +302,7 @@ class Index:
                 new_texts[rel] = (source.language, source.text) if source is not None else None
             else:
                 language = language_for(rel)
-                ok = language is not None and language in self.config.index.languages and \
+                ok = language is not None and language in self.config.index.languages and addressable(rel) and \
                     len(text.encode("utf-8", "surrogatepass")) <= self.config.index.max_file_bytes and "\x00" not in text
                 new_texts[rel] = (language, text) if ok else None
         new_texts = {p: v for p, v in new_texts.items()
@@ -473,50 +479,77 @@ class Index:
         s.notes = walked.notes[:50]
         s.parse_errors = sum(1 for e in self.files.values() if e.parsed.has_errors)
 
-    def _state(self) -> dict[str, Any]:
-        return {
-            "root": str(self.root), "config": self.config.to_dict(), "files": self.files,
-            "fragments": self.fragments, "graph": self.graph, "resolver": self.resolver,
-            "term_index": self.term_index.state(), "relations": self.relations, "summary": self.summary,
-        }
-
     def save(self) -> Path:
+        """Write the index file; a repository that cannot be written gets it in the user's cache (said once)."""
         self.refresh_relations()
         t = time.perf_counter()
-        target = write_state(self.index_dir, self._state())
+        meta, arrays = index_codec.encode(self)
+        try:
+            target = write_state(self.index_dir, meta, arrays)
+        except PermissionError as exc:
+            target = self._write_fallback(meta, arrays, exc)
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise RepocompError(f"cannot write the index to {self.index_dir}: {exc.strerror or exc}") from None
+            target = self._write_fallback(meta, arrays, exc)
         self.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
         self.summary.index_bytes = target.stat().st_size
         return target
 
+    def _write_fallback(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], exc: OSError) -> Path:
+        folder = fallback_dir(self.root)
+        if folder == self.index_dir:
+            raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
+        log.warning("cannot write the index to %s (%s); keeping it in %s instead", self.index_dir,
+                    exc.strerror or exc, folder)
+        try:
+            target = write_state(folder, meta, arrays)
+        except OSError as exc2:
+            raise RepocompError(f"cannot write the index to {self.index_dir} ({exc.strerror or exc}) nor to "
+                                f"{folder} ({exc2.strerror or exc2})") from None
+        self._store_dir = folder
+        return target
+
     @classmethod
     def load(cls, root: str | Path, config: Config | None = None) -> "Index":
+        """The stored index: `[index] dir`, else the user's cache (where a read-only repository's index goes)."""
         root = Path(root)
         config = config or load_config(root)
         index = cls(root, config)
-        state = read_state(index.index_dir)
         try:
-            stored = state["config"]
-            for section in _STRUCTURAL_SECTIONS:
-                if stored.get(section) != config.to_dict()[section]:
-                    raise IndexCorruptError(f"the index at {index.index_dir} was built with other [{section}] "
-                                            "settings; rebuilding")
-            index.files = state["files"]
-            index.fragments = state["fragments"]
-            index._by_text = {f.text: f.id for f in index.fragments if f is not None}
-            index.graph = state["graph"]
-            index.resolver = state["resolver"]
-            index.term_index = TermIndex.from_state(state["term_index"])
-            index.relations = state["relations"]
-            index.summary = state["summary"]
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise IndexCorruptError(f"{index.index_dir / INDEX_FILE} is corrupt ({exc}); rebuilding") from None
-        index._rebuild_fragment_nodes()
-        return index
+            index._restore(*read_state(index.index_dir))
+            return index
+        except IndexCorruptError as exc:
+            cached = cls(root, config)
+            cached._store_dir = fallback_dir(cached.root)
+            if cached._store_dir == index.index_dir or not (cached._store_dir / INDEX_FILE).is_file():
+                raise
+            try:
+                cached._restore(*read_state(cached.index_dir))
+            except IndexCorruptError:
+                raise exc from None
+            return cached
+
+    def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        stored = meta.get("config")
+        live = index_codec.plain(self.config.to_dict())
+        for section in _STRUCTURAL_SECTIONS:
+            if not isinstance(stored, dict) or stored.get(section) != live[section]:
+                raise IndexCorruptError(f"the index at {self.index_dir} was built with other [{section}] "
+                                        "settings; rebuilding")
+        try:
+            index_codec.decode(self, meta, arrays)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, UnicodeDecodeError) as exc:
+            raise IndexCorruptError(f"{self.index_dir / INDEX_FILE} is corrupt ({type(exc).__name__}: {exc}); "
+                                    "rebuilding") from None
+        self._rebuild_fragment_nodes()
 
     @classmethod
     def open(cls, root: str | Path, config: Config | None = None, build: bool = True,
              progress: Progress | None = None) -> "Index":
-        """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings."""
+        """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings.
+
+        When the index cannot be saved anywhere the built one is used from memory (and that is said)."""
         try:
             return cls.load(root, config)
         except IndexCorruptError as exc:
@@ -528,7 +561,10 @@ class Index:
             else:
                 log.info("no index yet at %s; building it", index_file.parent)
         index = cls.build(root, config, progress)
-        index.save()
+        try:
+            index.save()
+        except RepocompError as exc:
+            log.warning("%s; working from an index in memory", exc)
         return index
 
     # -- export --------------------------------------------------------------------------------------------------

@@ -1,34 +1,65 @@
-"""The index on disk: one versioned file, written atomically.
+"""The index on disk: one versioned file of plain data, written atomically. Reading it can never run code.
 
-Layout: a magic line, a format-version line, then a pickle of the index state. The file is written to a temporary
-name in the same folder, fsynced, then renamed over the old one, so a crash mid-write leaves the previous index
-loadable. Anything unreadable raises `IndexCorruptError`, never a raw traceback.
+Layout: a magic line, a format-version line, the byte length of a JSON header on its own line, the JSON header
+(`{"meta": {...}, "arrays": [names...]}`), then one `.npy` record per named array, in that order. Arrays are
+read with their headers checked first: only bool/int/uint/float dtypes, and never more bytes than the file
+holds, so a crafted file costs at most its own size. There is no pickle anywhere (format 1 was a pickle; a
+repository could ship one that ran code when unpickled).
+
+The file is written to a temporary name in the same folder, fsynced, then renamed over the old one, so a crash
+mid-write leaves the previous index loadable. Temporary files of a write that was killed are removed by the next
+write or open once they are `STALE_TMP_S` old. Anything unreadable raises `IndexCorruptError`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-import pickle
+import stat
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from repocomp.errors import IndexCorruptError
+import numpy as np
+import numpy.lib.format as npy
+
+from repocomp.errors import IndexCorruptError, RepocompError
 
 MAGIC = b"repocomp-index\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 INDEX_FILE = "index.bin"
+TMP_PREFIX, TMP_SUFFIX = ".index-", ".tmp"
+# a temporary file untouched this long belongs to a write that died (a live write touches it constantly)
+STALE_TMP_S = 600.0
+_ARRAY_KINDS = "biuf"  # bool, int, uint, float: dtypes that are plain bytes
+_MAX_HEADER_BYTES = 1 << 31
 
 
-def write_state(folder: Path, state: dict[str, Any]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
+    """Write `meta` (JSON-able) and `arrays` as the index file of `folder`; returns its path.
+
+    Raises `RepocompError` when `folder` or the index file exists as something else; `PermissionError` and
+    other `OSError`s when the folder cannot be written (the caller may fall back to another folder).
+    """
     target = folder / INDEX_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=folder)
+    if folder.exists() and not folder.is_dir():
+        raise RepocompError(f"{folder} is a file, not a folder; remove it or set [index] dir to another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() or (target.exists() and not target.is_file()):
+        raise RepocompError(f"{target} is not a regular file; remove it so the index can be written there")
+    remove_stale_tmp(folder)
+    header = json.dumps({"meta": meta, "arrays": list(arrays)}, separators=(",", ":")).encode()
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(MAGIC)
-            fh.write(f"{FORMAT_VERSION}\n".encode())
-            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.write(MAGIC + f"{FORMAT_VERSION}\n{len(header)}\n".encode() + header)
+            for arr in arrays.values():
+                arr = np.ascontiguousarray(arr)
+                if arr.dtype.kind not in _ARRAY_KINDS:  # a schema bug, not user input
+                    raise TypeError(f"cannot store dtype {arr.dtype}")
+                npy.write_array(fh, arr, allow_pickle=False)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
@@ -38,24 +69,84 @@ def write_state(folder: Path, state: dict[str, Any]) -> Path:
     return target
 
 
-def read_state(folder: Path) -> dict[str, Any]:
+def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(meta, arrays) of the index file of `folder`; `IndexCorruptError` for anything else."""
     target = folder / INDEX_FILE
-    if not target.is_file():
-        raise IndexCorruptError(f"no index at {folder}: run `repocomp index <repo>` to build one")
+    try:
+        st = target.stat()
+    except OSError:
+        raise IndexCorruptError(f"no index at {folder}: run `repocomp index <repo>` to build one") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise IndexCorruptError(f"{target} is not a regular file; remove it and run `repocomp index`")
+    remove_stale_tmp(folder)
     try:
         with target.open("rb") as fh:
-            if fh.readline() != MAGIC:
-                raise IndexCorruptError(f"{target} is not a repocomp index; delete it or run `repocomp index` to rebuild")
-            version = fh.readline().strip()
-            if version != str(FORMAT_VERSION).encode():
-                raise IndexCorruptError(
-                    f"{target} has format version {version.decode(errors='replace')!r}, this repocomp reads "
-                    f"{FORMAT_VERSION}; run `repocomp index` to rebuild it")
-            state = pickle.load(fh)
+            return _read(fh, target, st.st_size)
     except IndexCorruptError:
         raise
-    except Exception as exc:  # truncated or garbled pickle: any error class is possible
-        raise IndexCorruptError(f"{target} is corrupt ({type(exc).__name__}); run `repocomp index` to rebuild it") from None
-    if not isinstance(state, dict):
-        raise IndexCorruptError(f"{target} is corrupt; run `repocomp index` to rebuild it")
-    return state
+    except (OSError, ValueError, TypeError, KeyError, MemoryError, UnicodeDecodeError) as exc:
+        raise IndexCorruptError(f"{target} is corrupt ({type(exc).__name__}); run `repocomp index` to rebuild it"
+                                ) from None
+
+
+def _read(fh: BinaryIO, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    if fh.readline(len(MAGIC)) != MAGIC:
+        raise IndexCorruptError(f"{target} is not a repocomp index; delete it or run `repocomp index` to rebuild")
+    version = fh.readline(16).strip()
+    if version != str(FORMAT_VERSION).encode():
+        raise IndexCorruptError(
+            f"{target} has format version {version.decode(errors='replace')!r}, this repocomp reads "
+            f"{FORMAT_VERSION}; run `repocomp index` to rebuild it")
+    length = int(fh.readline(24))
+    if not 0 < length <= min(size, _MAX_HEADER_BYTES):
+        raise ValueError("header length")
+    header = json.loads(fh.read(length).decode("utf-8"))
+    meta, names = header["meta"], header["arrays"]
+    if not isinstance(meta, dict) or not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError("header layout")
+    arrays = {name: _read_array(fh, size) for name in names}
+    if fh.read(1):
+        raise ValueError("trailing bytes")
+    return meta, arrays
+
+
+def _read_array(fh: BinaryIO, size: int) -> np.ndarray:
+    """One `.npy` record, its header checked before any allocation (dtype kind, byte count within the file)."""
+    major, _ = npy.read_magic(fh)
+    read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
+    shape, fortran, dtype = read_header(fh)
+    if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise ValueError(f"dtype {dtype}")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if count < 0 or count * dtype.itemsize > size - fh.tell():
+        raise ValueError("array larger than the file")
+    arr = np.empty(count, dtype=dtype)
+    if count and fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:
+        raise ValueError("truncated array")
+    return arr.reshape(shape, order="F" if fortran else "C")
+
+
+def remove_stale_tmp(folder: Path, max_age_s: float = STALE_TMP_S) -> int:
+    """Delete temporary files of index writes that died (older than `max_age_s`); how many were removed."""
+    removed = 0
+    now = time.time()
+    try:
+        candidates = list(folder.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}"))
+    except OSError:
+        return 0
+    for tmp in candidates:
+        try:
+            st = tmp.lstat()
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > max_age_s:
+                tmp.unlink()
+                removed += 1
+        except OSError:  # gone already, or a read-only folder: nothing to do
+            continue
+    return removed
+
+
+def fallback_dir(root: Path) -> Path:
+    """Where the index of a repository that cannot be written goes: the user's cache, one folder per root."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(root).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return cache / "repocomp" / "indexes" / f"{root.name}-{digest}"

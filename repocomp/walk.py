@@ -1,14 +1,18 @@
 """Repository walking: which files get indexed, and why the others were skipped.
 
 Respects `.gitignore` files (root and nested, via pathspec), skips `.git` and the index folder, binary files
-(NUL bytes), files over the size limit, unreadable files and symlinks that loop or leave the repository.
-Non-UTF-8 files are decoded with replacement characters and reported. Nothing here stops the run.
+(NUL bytes), files over the size limit, unreadable files, symlinks that loop or leave the repository (a file is
+read only when its real path is inside the root), FIFOs, devices and sockets (never opened: a FIFO would block
+the reader forever) and names with control characters (a newline in a path cannot be addressed as FILE:LINE
+and would break the lines of a prompt). Non-UTF-8 files are decoded with replacement characters and reported.
+Nothing here stops the run.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +21,7 @@ import pathspec
 
 from graph.languages import language_for
 from repocomp.config import Config
+from repocomp.errors import RepocompError
 
 log = logging.getLogger(__name__)
 
@@ -37,36 +42,85 @@ class WalkResult:
     notes: list[str] = field(default_factory=list)  # "path: reason" for the reported ones (non-UTF-8, ...)
 
 
+def addressable(rel: str) -> bool:
+    """A path without control characters (a newline in a name breaks FILE:LINE, prompts and result lines)."""
+    return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in rel)
+
+
+def read_regular(path: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
+    """The bytes of a regular file: (data, None), or (None, "not_regular" | "too_large" | "unreadable").
+
+    Checks the file type before opening (a FIFO would block `open` forever, a device may act on it), opens
+    without blocking, and checks again on the open descriptor in case the file was swapped in between.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, "unreadable"
+    if not stat.S_ISREG(st.st_mode):
+        return None, "not_regular"
+    if st.st_size > max_bytes:
+        return None, "too_large"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None, "unreadable"
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None, "not_regular"
+            data = fh.read(max_bytes + 1)  # a file that grew since the stat stays bounded
+    except OSError:
+        return None, "unreadable"
+    return (None, "too_large") if len(data) > max_bytes else (data, None)
+
+
+def decode_source(data: bytes) -> tuple[str, str | None]:
+    """UTF-8 text, or the text with replacement characters and the reason "non_utf8_replaced"."""
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace"), "non_utf8_replaced"
+
+
+def read_text_file(path: Path, max_bytes: int) -> str:
+    """A file's text as the indexer reads it (non-UTF-8 bytes replaced); `RepocompError` saying why not."""
+    data, reason = read_regular(path, max_bytes)
+    if data is None:
+        why = {"not_regular": "is not a regular file (a FIFO, device or socket is never read)",
+               "too_large": f"is larger than {max_bytes} bytes ([index] max_file_bytes)",
+               }.get(reason or "", "cannot be read")
+        raise RepocompError(f"{path} {why}")
+    return decode_source(data)[0]
+
+
 def read_source(root: Path, rel: str, config: Config) -> tuple[SourceFile | None, str | None]:
-    """Read one file as the indexer would: (file, None) or (None or decoded file, reason it was skipped/noted)."""
+    """Read one file as the indexer would: (file, None) or (None or decoded file, reason it was skipped/noted).
+
+    `root` is the resolved repository root; a file whose real path leaves it is never read."""
     language = language_for(rel)
     if language is None or language not in config.index.languages:
         return None, "unsupported"
-    full = root / rel
-    try:
-        size = full.stat().st_size
-        if size > config.index.max_file_bytes:
-            return None, "too_large"
-        data = full.read_bytes()
-    except OSError:
-        return None, "unreadable"
+    if not addressable(rel):
+        return None, "bad_name"
+    real = Path(os.path.realpath(root / rel))
+    if not real.is_relative_to(root):
+        return None, "symlink_outside"
+    data, reason = read_regular(real, config.index.max_file_bytes)
+    if data is None:
+        return None, reason
     if b"\x00" in data:
         return None, "binary"
-    try:
-        return SourceFile(rel, language, data.decode("utf-8")), None
-    except UnicodeDecodeError:
-        return SourceFile(rel, language, data.decode("utf-8", errors="replace")), "non_utf8_replaced"
+    text, note = decode_source(data)
+    return SourceFile(rel, language, text), note
 
 
 def _gitignore(dirpath: Path, rel_dir: str) -> tuple[pathspec.PathSpec, str] | None:
     """The folder's .gitignore, with the folder its patterns are relative to."""
-    ignore = dirpath / ".gitignore"
-    if not ignore.is_file():
+    data, _ = read_regular(dirpath / ".gitignore", 1 << 20)
+    if data is None:
         return None
-    try:
-        lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
+    lines = data.decode("utf-8", errors="replace").splitlines()
     return pathspec.GitIgnoreSpec.from_lines(lines), rel_dir
 
 
@@ -131,8 +185,9 @@ def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -
                 continue
             if reason is not None:
                 result.skipped[reason] += 1  # non-UTF-8 files are still indexed, but counted and named
-                result.notes.append(f"{rel}: {reason.replace('_', ' ')}")
-                log.info("%s: %s", rel, reason)
+                shown = rel if addressable(rel) else repr(rel)
+                result.notes.append(f"{shown}: {reason.replace('_', ' ')}")
+                log.info("%s: %s", shown, reason)
             if source is not None:
                 result.files.append(source)
     return result

@@ -1,0 +1,256 @@
+"""The index's explicit on-disk schema: an `Index`'s parts as plain arrays plus JSON, and back.
+
+No live object is serialized: every dataclass (files, parsed files, fragments, graph, resolver, summary) is
+written as plain fields and rebuilt on load. What can be derived is not stored: fragment texts come from their
+first location in the file texts, the resolver's symbol tables from the parsed files. Counts are taken from array
+lengths, so a crafted file cannot make the loader allocate more than the file holds; ids are range-checked.
+
+`encode(index) -> (meta, arrays)`, `decode(index, meta, arrays)` fills an empty `Index`; any inconsistency
+raises `ValueError` (the caller reports the file as corrupt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from graph.code_graph import CodeGraph, FileNodes
+from graph.parsing import Import, ParsedFile
+from graph.resolve import Resolver, make_symbols
+from repocomp.fragments import Fragment, Location, window_text
+from repocomp.term_index import TermIndex
+
+if TYPE_CHECKING:
+    from repocomp.index import FileEntry, Index
+
+SCHEMA = 1  # bump with any change below (the store's FORMAT_VERSION covers the container)
+
+
+def plain(value: Any) -> Any:
+    """`value` as it reads back from JSON (tuples become lists): compare stored and live configs with it."""
+    return json.loads(json.dumps(value))
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _codes(values: Sequence[Hashable]) -> tuple[list[Hashable], np.ndarray]:
+    """A table of distinct values and each value's index in it (kinds, names and paths repeat a lot)."""
+    table: dict[Hashable, int] = {}
+    codes = np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32, len(values))
+    return list(table), codes
+
+
+def _uncode(table: list[Any], codes: np.ndarray) -> list[Any]:
+    if len(codes) and (codes.min() < 0 or codes.max() >= len(table)):
+        raise ValueError("code out of range")
+    return [table[c] for c in codes.tolist()]
+
+
+def _cat(parts: list[np.ndarray], dtype: Any, width: int = 0) -> np.ndarray:
+    if not parts:
+        return np.zeros((0, width) if width else 0, dtype)
+    return np.concatenate(parts).astype(dtype, copy=False)
+
+
+def _split(flat: Any, lengths: np.ndarray) -> list[Any]:
+    """Consecutive slices of `flat` (an array or a list) of the given lengths (views for arrays)."""
+    if (lengths < 0).any() or int(lengths.sum()) != len(flat):
+        raise ValueError("lengths do not add up")
+    ends = np.cumsum(lengths).tolist()
+    return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
+
+
+def _text_blob(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [t.encode("utf-8", "surrogatepass") for t in texts]  # editor buffers may hold lone surrogates
+    blob = np.frombuffer(b"".join(encoded), np.uint8)
+    return blob, np.fromiter((len(e) for e in encoded), np.int64, len(encoded))
+
+
+def _untext_blob(blob: np.ndarray, lengths: np.ndarray) -> list[str]:
+    return [part.tobytes().decode("utf-8", "surrogatepass") for part in _split(blob, lengths)]
+
+
+# ------------------------------------------------------------------------------------------------ encode
+
+
+def encode(index: "Index") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    entries = list(index.files.values())
+    graph, arrays = index.graph, {}
+    paths = [e.path for e in entries]
+    file_of = {p: i for i, p in enumerate(paths)}
+
+    arrays["text"], arrays["text_len"] = _text_blob([e.text for e in entries])
+    parsed = [e.parsed for e in entries]
+    kinds_table, arrays["node_kind"] = _codes([k for p in parsed for k in p.kinds])
+    arrays["node_count"] = np.array([p.n_nodes for p in parsed], np.int64)
+    arrays["line_count"] = np.array([p.n_lines for p in parsed], np.int64)
+    for name in ("start_line", "end_line", "parent"):
+        arrays[f"node_{name}"] = _cat([getattr(p, name) for p in parsed], np.int32)
+    arrays["node_id"] = _cat([e.node_ids for e in entries], np.int64)
+    arrays["line_owner"] = _cat([p.line_owner for p in parsed], np.int32)
+    arrays["line_len"] = _cat([p.line_len for p in parsed], np.int32)
+    def_names, arrays["def_name"] = _codes([name for p in parsed for _, name, _ in p.defs])
+    arrays["def_node"] = np.array([n for p in parsed for n, _, _ in p.defs], np.int32)
+    arrays["def_class"] = np.array([c for p in parsed for _, _, c in p.defs], np.int32)
+    arrays["def_count"] = np.array([len(p.defs) for p in parsed], np.int64)
+    call_parts, arrays["call_parts"] = _codes([parts for p in parsed for _, parts in p.calls])
+    arrays["call_node"] = np.array([n for p in parsed for n, _ in p.calls], np.int32)
+    arrays["call_count"] = np.array([len(p.calls) for p in parsed], np.int64)
+    arrays["window_frag"] = _cat([np.asarray(e.windows, np.int64) for e in entries], np.int64)
+    arrays["window_count"] = np.array([len(e.windows) for e in entries], np.int64)
+
+    nodes = [graph.files[p] for p in paths]
+    arrays["file_node"] = np.array([n.file_node for n in nodes], np.int64)
+    arrays["syntax_edges"] = _cat([n.syntax_edges for n in nodes], np.int64, 2)
+    arrays["syntax_count"] = np.array([len(n.syntax_edges) for n in nodes], np.int64)
+    arrays["call_edges"] = _cat([n.call_edges.reshape(-1, 2) for n in nodes], np.int64, 2)
+    arrays["call_edge_count"] = np.array([len(n.call_edges) for n in nodes], np.int64)
+    graph_kinds, arrays["graph_kind"] = _codes(graph.kind)
+    owners, arrays["graph_owner"] = _codes(graph.owner)
+    arrays["graph_alive"] = graph.alive.astype(bool)
+    arrays["graph_length"] = graph.length.astype(np.float64)
+
+    locs = [(f.id, file_of[loc.path], loc.start_line, loc.end_line)
+            for f in index.fragments if f is not None for loc in f.locations]
+    arrays["locations"] = np.array(locs, np.int64).reshape(-1, 4)
+    arrays["fragment_alive"] = index.alive_mask()
+
+    rel = index.relations.tocsr()
+    arrays["rel_data"], arrays["rel_indices"], arrays["rel_indptr"] = \
+        rel.data.astype(np.float32), rel.indices.astype(np.int64), rel.indptr.astype(np.int64)
+
+    term = index.term_index.state()
+    for key in ("alive", "indptr", "terms", "counts"):
+        arrays[f"term_{key}"] = term[key]
+
+    meta = {
+        "schema": SCHEMA,
+        "root": str(index.root),
+        "config": plain(index.config.to_dict()),
+        "files": [{"path": e.path, "language": e.language, "has_errors": e.parsed.has_errors,
+                   "imports": [[i.local, i.module, i.name] for i in e.parsed.imports]} for e in entries],
+        "kinds": kinds_table, "def_names": def_names, "call_parts": [list(p) for p in call_parts],
+        "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
+                  "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
+        "consulted": {p: sorted(keys) for p, keys in index.resolver.consulted.items()},
+        "term_index": {"version": term["version"], "vocab": term["vocab"]},
+        "summary": plain(index.summary.to_dict()),
+    }
+    return meta, arrays
+
+
+# ------------------------------------------------------------------------------------------------ decode
+
+
+def decode(index: "Index", meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Fill the empty `index` from `meta` and `arrays`; `ValueError`/`KeyError`/`TypeError` when inconsistent."""
+    from repocomp.index import FileEntry, IndexSummary
+
+    if meta.get("schema") != SCHEMA:
+        raise ValueError(f"schema {meta.get('schema')!r}")
+    a = arrays
+    files = meta["files"]
+    n_files = len(files)
+    for name in ("text_len", "node_count", "line_count", "def_count", "call_count", "window_count", "file_node",
+                 "syntax_count", "call_edge_count"):
+        if len(a[name]) != n_files:
+            raise ValueError(f"{name}: one per file expected")
+    node_counts, line_counts = a["node_count"], a["line_count"]
+    texts = _untext_blob(a["text"], a["text_len"])
+    kinds = _split(_uncode(meta["kinds"], a["node_kind"]), node_counts)
+    per_node = {k: _split(a[f"node_{k}"], node_counts) for k in ("start_line", "end_line", "parent", "id")}
+    owner = _split(a["line_owner"], line_counts)
+    line_len = _split(a["line_len"], line_counts)
+    def_names = _split(_uncode(meta["def_names"], a["def_name"]), a["def_count"])
+    def_node, def_class = _split(a["def_node"], a["def_count"]), _split(a["def_class"], a["def_count"])
+    call_parts = _split(_uncode([tuple(p) for p in meta["call_parts"]], a["call_parts"]), a["call_count"])
+    call_node = _split(a["call_node"], a["call_count"])
+    windows = _split(a["window_frag"], a["window_count"])
+    syntax = _split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"])
+    calls = _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])
+
+    graph = CodeGraph(meta["graph"]["weights"])
+    graph.kind = _uncode(meta["graph"]["kinds"], a["graph_kind"])
+    graph.owner = _uncode(meta["graph"]["owners"], a["graph_owner"])
+    graph.alive, graph.length = a["graph_alive"].astype(bool), a["graph_length"].astype(np.float64)
+    n_ids = graph.n_ids
+    if not len(graph.owner) == len(graph.alive) == len(graph.length) == n_ids:
+        raise ValueError("graph node tables differ in length")
+    for folder, node, count in meta["graph"]["dirs"]:
+        graph.dirs[str(folder)], graph._dir_files[str(folder)] = _node(node, n_ids), int(count)
+
+    resolver = Resolver()
+    for i, rec in enumerate(files):
+        n_nodes, n_lines = int(node_counts[i]), int(line_counts[i])
+        if (n_nodes and (per_node["parent"][i].max() >= n_nodes or owner[i].max(initial=0) >= n_nodes)) \
+                or texts[i].count("\n") + 1 != n_lines:
+            raise ValueError(f"file {i}: node or line tables inconsistent")
+        parsed = ParsedFile(
+            str(rec["language"]), n_lines, kinds[i], per_node["start_line"][i], per_node["end_line"][i],
+            per_node["parent"][i], owner[i], line_len[i],
+            defs=[(int(n), str(name), int(c)) for n, name, c in zip(def_node[i], def_names[i], def_class[i])],
+            calls=[(int(n), tuple(parts)) for n, parts in zip(call_node[i], call_parts[i])],
+            imports=[Import(str(loc), str(mod), None if name is None else str(name))
+                     for loc, mod, name in rec["imports"]],
+            has_errors=bool(rec["has_errors"]))
+        path = str(rec["path"])
+        node_ids = _nodes(per_node["id"][i], n_ids)
+        index.files[path] = FileEntry(path, parsed.language, texts[i], parsed, windows[i].tolist(), node_ids)
+        graph.files[path] = FileNodes(path, _node(a["file_node"][i], n_ids), node_ids, _nodes(syntax[i], n_ids),
+                                      _nodes(calls[i], n_ids))
+        resolver.set_file(make_symbols(path, parsed))
+    for path, keys in meta["consulted"].items():
+        resolver.consulted[path] = set(keys)
+        for key in keys:
+            resolver._readers[key].add(path)
+    index.graph, index.resolver = graph, resolver
+
+    alive = a["fragment_alive"].astype(bool)
+    n_frags = len(alive)
+    fragments: list[Fragment | None] = [None] * n_frags
+    entries: list[FileEntry] = list(index.files.values())
+    lines = [text.split("\n") for text in texts]
+    for frag, file_i, start, end in a["locations"].reshape(-1, 4).tolist():
+        if not (0 <= frag < n_frags and alive[frag] and 0 <= file_i < n_files):
+            raise ValueError("location out of range")
+        if fragments[frag] is None:
+            fragments[frag] = Fragment(frag, window_text(lines[file_i], start, end), [])
+        fragments[frag].locations.append(Location(entries[file_i].path, start, end))
+    if any((f is None) == bool(live) for f, live in zip(fragments, alive)):
+        raise ValueError("fragment without location")
+    if any(not 0 <= w < n_frags for e in entries for w in e.windows):
+        raise ValueError("window fragment out of range")
+    index.fragments = fragments
+    index._by_text = {f.text: f.id for f in fragments if f is not None}
+
+    relations = sp.csr_matrix((a["rel_data"], a["rel_indices"], a["rel_indptr"]), shape=(n_frags, n_frags))
+    relations.check_format(full_check=True)
+    index.relations = relations
+    term = meta["term_index"] | {k: a[f"term_{k}"] for k in ("alive", "indptr", "terms", "counts")}
+    n_terms, indptr = term["vocab"].count("\n") + 1 if term["vocab"] else 0, term["indptr"]
+    if len(term["alive"]) != n_frags or len(indptr) != n_frags + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any() \
+            or indptr[-1] != len(term["terms"]) or len(term["terms"]) != len(term["counts"]) \
+            or (len(term["terms"]) and not 0 <= term["terms"].min() <= term["terms"].max() < n_terms):
+        raise ValueError("term index tables inconsistent")
+    index.term_index = TermIndex.from_state(term)
+    known = {f.name for f in dataclasses.fields(IndexSummary)}
+    index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
+
+
+def _node(value: Any, n_ids: int) -> int:
+    node = int(value)
+    if not 0 <= node < n_ids:
+        raise ValueError("node id out of range")
+    return node
+
+
+def _nodes(ids: np.ndarray, n_ids: int) -> np.ndarray:
+    if ids.size and (ids.min() < 0 or ids.max() >= n_ids):
+        raise ValueError("node id out of range")
+    return ids.astype(np.int64, copy=False)
