@@ -32,6 +32,7 @@ from lsp_server.protocol import RepocompProtocol
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
 from repocomp.config import Config, load_config
 from repocomp.errors import BackendError, RepocompError
+from repocomp.local_model import resolve
 
 logger = logging.getLogger(__name__)
 
@@ -286,7 +287,8 @@ class RepocompServer(LanguageServer):
         if not finished:
             self.stats.superseded += 1
             return "", line_text
-        configured = self.config_for(folder.root if folder is not None else None).backend.name
+        # "auto" is the local model or extractive: compare with what it resolved to
+        configured = resolve(self.config_for(folder.root if folder is not None else None)).backend.name
         if getattr(result, "backend", configured) not in (configured, "") and configured != "extractive":
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
         self.stats.completed_ms.append((time.perf_counter() - started) * 1000)

