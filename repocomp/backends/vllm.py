@@ -3,7 +3,12 @@
 - One `httpx.AsyncClient`, any number of endpoints; each request goes to the endpoint with the fewest requests in
   flight (ties: round robin), endpoints that just refused a connection are tried last for a few seconds.
 - Timeouts everywhere: `connect_timeout_s` to connect, and `timeout_s` as the total deadline of a request
-  (retries included), which also bounds every read while streaming.
+  (retries included), which also bounds every read while streaming; a request's own `deadline` (the whole
+  completion's, set by the pipeline) can only shorten it.
+- Size bounds: a streamed answer stops after `max_new_tokens` text events (each carries at least one token, so
+  a server that keeps streaming past the budget is cut off there) or `max_new_tokens x MAX_TOKEN_BYTES` bytes;
+  an SSE line longer than `MAX_SSE_LINE_BYTES` is a malformed stream. Bodies (errors, non-streamed answers) are
+  read up to a cap too. An endless line otherwise grew past 1 GB before the deadline.
 - Retries with exponential backoff on connection failures and 5xx answers, but only before any text arrived.
 - Cancellation: cancelling `agenerate` (or leaving an `astream` loop) closes the HTTP response, so the server
   sees the client go away and aborts the request, freeing its batch slot.
@@ -30,6 +35,15 @@ from repocomp.errors import BackendError
 log = logging.getLogger(__name__)
 
 DOWN_COOLDOWN_S = 5.0  # an endpoint that refused a connection goes to the back of the queue this long
+MAX_SSE_LINE_BYTES = 1 << 16  # one event is a few hundred bytes; a line this long is no sane event
+MAX_TOKEN_BYTES = 64  # generous bytes per token (the longest BPE tokens are runs of about 16 spaces or symbols)
+MAX_ERROR_BODY_BYTES = 1 << 14  # what is read of an error answer's body for the message
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    at: float  # time.monotonic()
+    seconds: float  # the budget it stands for, for messages
 
 
 @dataclass
@@ -37,6 +51,19 @@ class _Endpoint:
     url: str  # base URL without a trailing /v1
     in_flight: int = 0
     down_until: float = 0.0
+
+
+def _deadline(request: GenerationRequest, timeout_s: float) -> _Deadline:
+    """`timeout_s` from now, or the request's own (the completion's) deadline when that comes first."""
+    now = time.monotonic()
+    if request.deadline is not None and request.deadline < now + timeout_s:
+        return _Deadline(request.deadline, max(0.0, request.deadline - now))
+    return _Deadline(now + timeout_s, timeout_s)
+
+
+def _answer_cap(request: GenerationRequest) -> int:
+    """Bytes of answer text accepted for `request` (see MAX_TOKEN_BYTES)."""
+    return max(1, request.max_new_tokens) * MAX_TOKEN_BYTES
 
 
 class _Retryable(Exception):
@@ -121,18 +148,18 @@ class VLLMBackend:
         if not self.stream:
             text = await self._complete_once(request)
             return Generation(text=text, backend=self.name)
-        pieces: list[str] = []
+        text = ""
         # aclosing: a cancelled or failed collection closes the stream (and so the HTTP response) right here.
         async with contextlib.aclosing(self.astream(request)) as stream:
             async for piece in stream:
-                pieces.append(piece)
-                if request.finished is not None and request.finished("".join(pieces)):
+                text += piece
+                if request.finished is not None and request.finished(text):
                     break  # the rest cannot change the completion: closing the stream aborts it on the server
-        return Generation(text="".join(pieces), backend=self.name)
+        return Generation(text=text, backend=self.name)
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
-        """The completion's text pieces as the server produces them."""
-        deadline = time.monotonic() + self.timeout_s
+        """The completion's text pieces as the server produces them (at most `max_new_tokens` pieces)."""
+        deadline = _deadline(request, self.timeout_s)
         payload = await self._payload(request, deadline, stream=True)
         last_error = ""
         for attempt in range(self.retries + 1):
@@ -143,7 +170,7 @@ class VLLMBackend:
                 try:
                     # aclosing: when our consumer stops early, the inner stream (and its response) closes now,
                     # not whenever the garbage collector gets to it.
-                    async with contextlib.aclosing(self._stream_from(ep, payload, deadline)) as pieces:
+                    async with contextlib.aclosing(self._stream_from(ep, payload, deadline, request)) as pieces:
                         async for piece in pieces:
                             started = True
                             yield piece
@@ -178,9 +205,9 @@ class VLLMBackend:
 
     # ---- internals --------------------------------------------------------------------------------------
 
-    async def _payload(self, request: GenerationRequest, deadline: float, stream: bool) -> dict[str, Any]:
+    async def _payload(self, request: GenerationRequest, deadline: _Deadline, stream: bool) -> dict[str, Any]:
         if not self.model:
-            models = await self.list_models(deadline)
+            models = await self.list_models(deadline.at)
             if not models:
                 raise BackendError("vllm: the server serves no model")
             self.model = models[0]
@@ -195,29 +222,29 @@ class VLLMBackend:
             payload["stop"] = list(request.stop)
         return payload
 
-    async def _sleep_backoff(self, attempt: int, deadline: float, last_error: str) -> None:
+    async def _sleep_backoff(self, attempt: int, deadline: _Deadline, last_error: str) -> None:
         delay = self.backoff_s * (2 ** (attempt - 1))
-        if time.monotonic() + delay >= deadline:
-            raise BackendError(f"vllm: no endpoint answered within {self.timeout_s:g}s: {last_error}")
+        if time.monotonic() + delay >= deadline.at:
+            raise BackendError(f"vllm: no endpoint answered within {deadline.seconds:g}s: {last_error}")
         await asyncio.sleep(delay)
 
-    async def _send(self, ep: _Endpoint, payload: dict[str, Any], deadline: float, stream: bool) -> httpx.Response:
-        """POST the request; returns a response with a 2xx status (body not read when streaming)."""
+    async def _send(self, ep: _Endpoint, payload: dict[str, Any], deadline: _Deadline) -> httpx.Response:
+        """POST the request; returns a response with a 2xx status, its body not read yet (callers read it bounded)."""
         url = f"{ep.url}/v1/completions"
         try:
-            async with asyncio.timeout_at(_loop_deadline(deadline)):
-                resp = await self._client.send(self._client.build_request("POST", url, json=payload), stream=stream)
+            async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+                resp = await self._client.send(self._client.build_request("POST", url, json=payload), stream=True)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             ep.down_until = time.monotonic() + DOWN_COOLDOWN_S
             raise _Retryable(f"{ep.url} unreachable ({type(exc).__name__}: {exc or 'no detail'})") from None
         except (TimeoutError, httpx.TimeoutException):
-            raise BackendError(f"vllm: {ep.url} did not answer within {self.timeout_s:g}s") from None
+            raise BackendError(f"vllm: {ep.url} did not answer within {deadline.seconds:g}s") from None
         except httpx.HTTPError as exc:
             raise _Retryable(f"{ep.url}: {type(exc).__name__}: {exc}") from None
         if resp.status_code >= 400:
             try:
-                async with asyncio.timeout_at(_loop_deadline(deadline)):
-                    body = (await resp.aread()).decode("utf-8", "replace")
+                async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+                    body = (await _read_upto(resp, MAX_ERROR_BODY_BYTES))[0].decode("utf-8", "replace")
             except (TimeoutError, httpx.HTTPError):
                 body = ""
             finally:
@@ -229,8 +256,9 @@ class VLLMBackend:
         return resp
 
     async def _complete_once(self, request: GenerationRequest) -> str:
-        deadline = time.monotonic() + self.timeout_s
+        deadline = _deadline(request, self.timeout_s)
         payload = await self._payload(request, deadline, stream=False)
+        limit = _answer_cap(request) + MAX_SSE_LINE_BYTES  # the text plus the JSON around it
         last_error = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -238,11 +266,24 @@ class VLLMBackend:
             for ep in self._order():
                 ep.in_flight += 1
                 try:
-                    resp = await self._send(ep, payload, deadline, stream=False)
+                    resp = await self._send(ep, payload, deadline)
                     try:
-                        return str(resp.json()["choices"][0]["text"])
+                        async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+                            body, cut = await _read_upto(resp, limit)
+                    except TimeoutError:
+                        raise BackendError(f"vllm: {ep.url} did not answer within {deadline.seconds:g}s") from None
+                    except httpx.HTTPError as exc:
+                        raise _Retryable(f"{ep.url} broke the answer: {type(exc).__name__}: {exc}") from None
+                    finally:
+                        await resp.aclose()
+                    if cut:
+                        raise BackendError(f"vllm: {ep.url} answered more than {limit} bytes for "
+                                           f"{request.max_new_tokens} tokens")
+                    try:
+                        return str(json.loads(body)["choices"][0]["text"])
                     except (ValueError, KeyError, IndexError, TypeError):
-                        raise BackendError(f"vllm: {ep.url} answered a malformed completion: {resp.text[:200]!r}")
+                        raise BackendError(f"vllm: {ep.url} answered a malformed completion: "
+                                           f"{body[:200]!r}") from None
                 except _Retryable as exc:
                     last_error = str(exc)
                     log.info("vllm attempt %d at %s failed: %s", attempt + 1, ep.url, exc)
@@ -250,28 +291,38 @@ class VLLMBackend:
                     ep.in_flight -= 1
         raise BackendError(f"vllm: no endpoint answered after {self.retries + 1} round(s): {last_error}")
 
-    async def _stream_from(self, ep: _Endpoint, payload: dict[str, Any], deadline: float) -> AsyncIterator[str]:
+    async def _stream_from(self, ep: _Endpoint, payload: dict[str, Any], deadline: _Deadline,
+                           request: GenerationRequest) -> AsyncIterator[str]:
         ep.in_flight += 1
         try:
-            resp = await self._send(ep, payload, deadline, stream=True)
+            resp = await self._send(ep, payload, deadline)
             try:
-                lines = resp.aiter_lines()
-                done = False
-                while not done:
-                    try:
-                        # The deadline wraps each read only, never a `yield`: the consumer's time is its own.
-                        async with asyncio.timeout_at(_loop_deadline(deadline)):
-                            line = await anext(lines)
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        raise BackendError(f"vllm: {ep.url} stalled: no completion within {self.timeout_s:g}s")
-                    except httpx.TimeoutException:
-                        raise BackendError(f"vllm: {ep.url} stalled: read timed out after {self.timeout_s:g}s")
-                    except httpx.HTTPError as exc:
-                        raise _Retryable(f"{ep.url} broke the stream: {type(exc).__name__}: {exc}") from None
-                    piece, done = _parse_sse_line(line, ep.url)
-                    if piece:
+                events, room = request.max_new_tokens, _answer_cap(request)
+                async with contextlib.aclosing(_sse_lines(resp, ep.url)) as lines:
+                    done = False
+                    while not done:
+                        try:
+                            # The deadline wraps each read only, never a `yield`: the consumer's time is its own.
+                            async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+                                line = await anext(lines)
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            raise BackendError(f"vllm: {ep.url} stalled: no completion within {deadline.seconds:g}s")
+                        except httpx.TimeoutException:
+                            raise BackendError(f"vllm: {ep.url} stalled: read timed out after {deadline.seconds:g}s")
+                        except httpx.HTTPError as exc:
+                            raise _Retryable(f"{ep.url} broke the stream: {type(exc).__name__}: {exc}") from None
+                        piece, done = _parse_sse_line(line, ep.url)
+                        if not piece:
+                            continue
+                        if events == 0 or room <= 0:  # the server streams past the budget it was given: stop
+                            log.warning("vllm: %s streamed past %d tokens; answer cut there", ep.url,
+                                        request.max_new_tokens)
+                            return
+                        events -= 1
+                        piece = piece[:room]  # `room` characters are at least `room` bytes
+                        room -= len(piece.encode("utf-8"))
                         yield piece
                 if not done:
                     raise BackendError(f"vllm: {ep.url} ended the stream without [DONE] (truncated answer)")
@@ -280,6 +331,38 @@ class VLLMBackend:
                 await resp.aclose()
         finally:
             ep.in_flight -= 1
+
+
+async def _sse_lines(resp: httpx.Response, url: str) -> AsyncIterator[str]:
+    """The lines of an event stream, none longer than MAX_SSE_LINE_BYTES (httpx's own line reader buffers an
+    endless line without limit)."""
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            buf += chunk[start:] if end < 0 else chunk[start:end]
+            if len(buf) > MAX_SSE_LINE_BYTES:
+                raise BackendError(f"vllm: malformed stream from {url}: a line longer than "
+                                   f"{MAX_SSE_LINE_BYTES} bytes")
+            if end < 0:
+                break
+            line = buf.decode("utf-8", "replace")
+            buf.clear()
+            start = end + 1
+            yield line
+    if buf:
+        yield buf.decode("utf-8", "replace")
+
+
+async def _read_upto(resp: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """The body's first `limit` bytes at most, and whether there was more (the rest is never read)."""
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        buf += chunk
+        if len(buf) > limit:
+            return bytes(buf[:limit]), True
+    return bytes(buf), False
 
 
 def _parse_sse_line(line: str, url: str) -> tuple[str, bool]:
