@@ -8,6 +8,10 @@ Modes:
   non-blank lines of round r's draft.
 - "oracle": one round queried with the ground-truth window (`oracle_text`), as RepoCoder's upper bound.
 
+`[backend] timeout_s` bounds the whole completion, all rounds together: each round's request carries the
+completion's deadline, and a round that would start after it is skipped, so the previous round's draft is the
+answer and `CompletionResult.error` says why (a dead endpoint used to cost iterations x timeout_s).
+
 First-round blocks (vanilla/repocoder) show the `stride` lines that follow the matched window, as RepoCoder
 does: with a query made only of code before the hole, the code after a matching window is what the hole most
 likely continues with. Later rounds (and oracle) query with text that already covers the hole, so the matched
@@ -39,6 +43,9 @@ log = logging.getLogger(__name__)
 
 MODES = ("infile", "vanilla", "repocoder", "oracle")
 _DRAFT_LINES = 10  # RepoCoder: first 10 non-blank lines of the previous draft join the next query
+# A backend past the deadline gets this much longer to report its own error (and its fallback to answer) before
+# the round is cancelled: only backends that ignore `GenerationRequest.deadline` ever see the cancellation.
+_DEADLINE_GRACE_S = 0.5
 
 
 @dataclass
@@ -71,6 +78,10 @@ class CompletionResult:
     rounds: list[RoundTrace]
     timings_ms: dict[str, float]
     error: str = ""  # why the configured backend did not answer, when a fallback did
+
+
+def _join(error: str, note: str) -> str:
+    return f"{error}; {note}" if error else note
 
 
 def _split_lines(text: str) -> list[str]:
@@ -209,6 +220,8 @@ class Completer:
         if not 0 <= context_start_line <= line:
             raise RepocompError(f"context_start_line {context_start_line} must be in 0..{line}")
 
+        timeout_s = self.config.backend.timeout_s
+        deadline = time.monotonic() + timeout_s  # for the whole completion (see the module docstring)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         if self.index is not None and mode != "infile":
@@ -236,6 +249,10 @@ class Completer:
         prompt: Prompt | None = None
         backend_name, error = "none", ""
         for r in range(1, rounds_n + 1):
+            if r > 1 and time.monotonic() >= deadline:
+                error = _join(error, f"stopped after round {r - 1} of {rounds_n}: the completion's {timeout_s:g}s "
+                                     "deadline passed")
+                break
             if mode == "infile" or self.retriever is None:
                 query, blocks = "", []
             else:
@@ -255,13 +272,22 @@ class Completer:
                 timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
             t = time.perf_counter()
             sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
-            prompt = build_prompt(sources, prefix, suffix, self.config.prompt, self.count_tokens)
+            round_prompt = build_prompt(sources, prefix, suffix, self.config.prompt, self.count_tokens)
             timings[f"prompt_{r}"] = (time.perf_counter() - t) * 1e3
             if explain:
                 self._explain(blocks, anchor)
             t = time.perf_counter()
-            draft, backend_name, error = await self._generate(prompt, prefix, suffix, blocks, kind)
+            try:
+                answer = await self._generate(round_prompt, prefix, suffix, blocks, kind, deadline)
+            except TimeoutError:
+                late = f"round {r} of {rounds_n} got no answer within the completion's {timeout_s:g}s deadline"
+                if r > 1:  # the previous round's draft, prompt and blocks stand
+                    error = _join(error, f"{late}; round {r - 1}'s draft kept")
+                    break
+                answer = "", getattr(self.backend, "name", "none"), late
             timings[f"generate_{r}"] = (time.perf_counter() - t) * 1e3
+            draft, backend_name, error = answer
+            prompt = round_prompt
             rounds.append(RoundTrace(query=query, draft=draft, blocks=blocks))
 
         assert prompt is not None
@@ -283,7 +309,7 @@ class Completer:
         return BlockSource(block.fragment_id, (block.path, *others), block.start_line, block.end_line, block.text)
 
     async def _generate(self, prompt: Prompt, prefix: str, suffix: str, blocks: list[ContextBlock],
-                        kind: str) -> tuple[str, str, str]:
+                        kind: str, deadline: float) -> tuple[str, str, str]:
         if self.backend is None:
             return "", "none", ""
         from repocomp.backends import GenerationRequest
@@ -296,8 +322,10 @@ class Completer:
         request = GenerationRequest(prompt=text, prefix=prefix, suffix=suffix,
                                     candidates=tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
                                     temperature=bc.temperature,
-                                    finished=lambda t: is_finished(_drop_space(t, space), kind, prefix))
-        gen = await self.backend.agenerate(request)
+                                    finished=lambda t: is_finished(_drop_space(t, space), kind, prefix),
+                                    deadline=deadline)
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
+            gen = await self.backend.agenerate(request)
         if gen.backend != "extractive":  # the extractive backend works on `prefix` itself
             return _drop_space(gen.text, space), gen.backend, getattr(gen, "error", "")
         return gen.text, gen.backend, getattr(gen, "error", "")

@@ -45,6 +45,8 @@ class GenerationRequest:
     temperature: float = 0.0
     # True once more text cannot change the completion kept (postprocess.is_finished): backends stop there
     finished: Callable[[str], bool] | None = None
+    # time.monotonic() by which the whole completion (all rounds) must be answered: backends give up by then
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
