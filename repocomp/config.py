@@ -1,18 +1,34 @@
 """All settings in one place: `[tool.repocomp]` in pyproject.toml or a repocomp.toml, validated on load.
 
-Every section is a frozen dataclass; `load_config` fills them from TOML, naming unknown keys and bad values.
+Every section is a frozen dataclass; `load_config` fills them from TOML, naming unknown keys and bad values
+(numbers must be finite and within sane bounds).
+
+Where a setting comes from matters: a repository is untrusted input (DESIGN.md, Trust boundaries). The user's
+own config file (`$XDG_CONFIG_HOME/repocomp/config.toml`), an explicit file the user names (`--config`), CLI
+flags and LSP initialization options may set anything. A repository's own `repocomp.toml`/`pyproject.toml` may
+not send code off the machine or make repocomp write outside the repository: there, `[backend] endpoints` other
+than loopback and an `[index] dir` outside the root are dropped with a warning naming the file and key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import logging
+import math
+import os
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from repocomp.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_DAY_S = 86_400.0  # the longest any timeout may be
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -28,7 +44,7 @@ class IndexConfig:
     languages: tuple[str, ...] = ("python", "java", "javascript", "typescript", "tsx", "go", "rust", "c", "cpp")
 
     def validate(self) -> None:
-        _check(self.max_file_bytes > 0, "max_file_bytes must be > 0")
+        _check(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")
 
 
 @dataclass(frozen=True)
@@ -37,7 +53,7 @@ class FragmentConfig:
     stride: int = 10  # a new fragment every `stride` lines
 
     def validate(self) -> None:
-        _check(self.window > 0, "window must be > 0")
+        _check(0 < self.window <= 10_000, "window must be in 1..10000")
         _check(0 < self.stride <= self.window, "stride must be in 1..window")
 
 
@@ -65,8 +81,8 @@ class RelationConfig:
 
     def validate(self) -> None:
         _check(0.0 < self.cutoff < 1.0, "cutoff must be in (0, 1)")
-        _check(self.top_k > 0, "top_k must be > 0")
-        _check(self.max_reach >= 0, "max_reach must be >= 0")
+        _check(0 < self.top_k <= 100_000, "top_k must be in 1..100000")
+        _check(0 <= self.max_reach <= 10_000_000, "max_reach must be in 0..10000000")
         _check(0.0 <= self.context_weight < 1.0, "context_weight must be in [0, 1)")
         _check(self.context_combine in ("max", "sum"), "context_combine must be 'max' or 'sum'")
 
@@ -81,10 +97,10 @@ class RetrievalConfig:
 
     def validate(self) -> None:
         _check(self.similarity in ("jaccard", "bm25"), "similarity must be 'jaccard' or 'bm25'")
-        _check(self.alpha >= 0.0, "alpha must be >= 0")
-        _check(self.query_relations >= 0.0, "query_relations must be >= 0")
-        _check(self.top_k > 0, "top_k must be > 0")
-        _check(self.iterations >= 1, "iterations must be >= 1")
+        _check(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
+        _check(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")
+        _check(0 < self.top_k <= 10_000, "top_k must be in 1..10000")
+        _check(1 <= self.iterations <= 100, "iterations must be in 1..100")
 
 
 @dataclass(frozen=True)
@@ -96,9 +112,9 @@ class PromptConfig:
     tokenizer: str = ""  # local tokenizer dir; empty = the model's when local, else a code-aware estimate
 
     def validate(self) -> None:
-        _check(self.max_tokens > 0, "max_tokens must be > 0")
+        _check(0 < self.max_tokens <= 1_000_000, "max_tokens must be in 1..1000000")
         _check(0 < self.context_tokens <= self.max_tokens, "context_tokens must be in 1..max_tokens")
-        _check(self.max_blocks >= 0, "max_blocks must be >= 0")
+        _check(0 <= self.max_blocks <= 10_000, "max_blocks must be in 0..10000")
         _check(self.fim in ("none", "codellama", "starcoder"), "fim must be 'none', 'codellama' or 'starcoder'")
 
 
@@ -124,10 +140,41 @@ class BackendConfig:
         _check(self.name in BACKEND_NAMES, f"name must be one of {', '.join(BACKEND_NAMES)}")
         _check(self.dtype in ("auto", "float32", "bfloat16"), "dtype must be 'auto', 'float32' or 'bfloat16'")
         _check(self.fallback in ("", "extractive"), "fallback must be 'extractive' or ''")
-        _check(self.timeout_s > 0 and self.connect_timeout_s > 0, "timeouts must be > 0")
-        _check(self.retries >= 0, "retries must be >= 0")
-        _check(self.max_new_tokens > 0, "max_new_tokens must be > 0")
+        _check(0 < self.timeout_s <= _DAY_S, "timeout_s must be in (0, 86400] seconds")
+        _check(0 < self.connect_timeout_s <= _DAY_S, "connect_timeout_s must be in (0, 86400] seconds")
+        _check(0 <= self.retries <= 100, "retries must be in 0..100")
+        _check(0 < self.max_new_tokens <= 100_000, "max_new_tokens must be in 1..100000")
+        _check(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]")
         _check(len(self.endpoints) > 0, "endpoints must not be empty")
+        for url in self.endpoints:
+            check_endpoint(url)
+
+
+def check_endpoint(url: str) -> None:
+    """`ValueError` unless `url` is an http(s) URL with a host and a valid port."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ValueError(f"endpoint {url!r} is not a valid URL ({exc})") from None
+    _check(parts.scheme in ("http", "https") and bool(parts.hostname),
+           f"endpoint {url!r} must be http(s)://HOST[:PORT]")
+
+
+def is_loopback(url: str) -> bool:
+    """Does `url` name this machine (localhost, 127.0.0.0/8, ::1)?"""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return False
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -154,6 +201,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -211,27 +260,102 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path} is not UTF-8 text; TOML files must be UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
 
 
+def _tool_table(data: dict[str, Any], path: Path, required: bool) -> dict[str, Any] | None:
+    """`[tool.repocomp]` of a TOML document; with `required=False`, the whole document when it has no `tool`."""
+    if "tool" not in data:
+        return None if required else data
+    tool = data["tool"]
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: `tool` must be a table (holding [tool.repocomp]), got {tool!r}")
+    if "repocomp" not in tool:
+        return None if required else data
+    return tool["repocomp"]
+
+
+def user_config_file() -> Path:
+    """The user's own settings (trusted): `$XDG_CONFIG_HOME/repocomp/config.toml`, by default under ~/.config."""
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "repocomp" / "config.toml"
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _distrust(table: Any, path: Path, repo_root: Path) -> Any:
+    """A repository's own table without the settings it may not choose; says so once per file and key."""
+    if not isinstance(table, dict):
+        return table
+    dropped: list[tuple[str, str]] = []
+    backend = table.get("backend")
+    if isinstance(backend, dict) and isinstance(backend.get("endpoints"), (list, tuple)):
+        remote = [e for e in backend["endpoints"] if not (isinstance(e, str) and is_loopback(e))]
+        if remote:
+            dropped.append(("backend.endpoints", f"{remote[0]!r} is not a loopback address; a repository may "
+                            "only name endpoints on this machine"))
+    index = table.get("index")
+    if isinstance(index, dict) and isinstance(index.get("dir"), str):
+        root = Path(repo_root).resolve()
+        if not (root / index["dir"]).resolve().is_relative_to(root):
+            dropped.append(("index.dir", f"{index['dir']!r} is outside the repository"))
+    if not dropped:
+        return table
+    table = {k: dict(v) if isinstance(v, dict) else v for k, v in table.items()}
+    for key, why in dropped:
+        section, name = key.split(".")
+        del table[section][name]
+        if (str(path), key) not in _warned:
+            _warned.add((str(path), key))
+            log.warning("%s: [%s] %s ignored: %s; set it in %s, with --config or in the editor's settings",
+                        path, section, name, why, user_config_file())
+    return table
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """Section-wise: `top`'s keys over `base`'s."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, values in top.items():
+        if isinstance(values, dict) and isinstance(out.get(section), dict):
+            out[section] = out[section] | values
+        else:
+            out[section] = values
+    return out
+
+
 def load_config(repo_root: Path | None = None, config_file: Path | None = None) -> Config:
-    """Explicit file > repocomp.toml > [tool.repocomp] in pyproject.toml > defaults.
+    """The user's config file, overlaid with an explicit `config_file` or else the repository's own settings.
 
-    A repocomp.toml (or an explicit file) holds the sections at top level, or under [tool.repocomp].
+    Repository settings: `repocomp.toml` (sections at top level or under [tool.repocomp]), else
+    `[tool.repocomp]` in pyproject.toml; they are untrusted (see the module doc). `config_file` is trusted:
+    pass only a file the user named (the CLI's --config). A repocomp.toml or explicit file holds the sections at
+    top level, or under [tool.repocomp].
     """
-    own = Path(config_file) if config_file is not None else None
-    if own is None and repo_root is not None and (Path(repo_root) / "repocomp.toml").is_file():
-        own = Path(repo_root) / "repocomp.toml"
-    if own is not None:
-        data = _read_toml(own)
-        return config_from_dict(data.get("tool", {}).get("repocomp", data) if "tool" in data else data, str(own))
-    if repo_root is not None:
-        pyproject = Path(repo_root) / "pyproject.toml"
-        if pyproject.is_file():
-            table = _read_toml(pyproject).get("tool", {}).get("repocomp")
+    layers: list[tuple[str, Any]] = []
+    user = user_config_file()
+    if user.is_file():
+        layers.append((str(user), _tool_table(_read_toml(user), user, required=False)))
+    if config_file is not None:
+        own = Path(config_file)
+        layers.append((str(own), _tool_table(_read_toml(own), own, required=False)))
+    elif repo_root is not None:
+        local, pyproject = Path(repo_root) / "repocomp.toml", Path(repo_root) / "pyproject.toml"
+        source = local if local.is_file() else pyproject if pyproject.is_file() else None
+        if source is not None:
+            table = _tool_table(_read_toml(source), source, required=source is pyproject)
             if table is not None:
-                return config_from_dict(table, f"{pyproject}: tool.repocomp")
-    return Config()
-
-
+                label = str(source) if source is local else f"{source}: tool.repocomp"
+                layers.append((label, _distrust(table, source, Path(repo_root))))
+    if not layers:
+        return Config()
+    for where, table in layers:
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{where}] must be a table, got {table!r}")
+    merged: dict[str, Any] = {}
+    for _, table in layers:
+        merged = _merge(merged, table)
+    return config_from_dict(merged, " + ".join(where for where, _ in layers))

@@ -484,29 +484,31 @@ class Index:
         self.refresh_relations()
         t = time.perf_counter()
         meta, arrays = index_codec.encode(self)
-        try:
-            target = write_state(self.index_dir, meta, arrays)
-        except PermissionError as exc:
-            target = self._write_fallback(meta, arrays, exc)
-        except OSError as exc:
-            if exc.errno != errno.EROFS:
-                raise RepocompError(f"cannot write the index to {self.index_dir}: {exc.strerror or exc}") from None
-            target = self._write_fallback(meta, arrays, exc)
+        folder = self.index_dir
+        if self._store_dir is None and not Path(self.config.index.dir).is_absolute() \
+                and not folder.resolve().is_relative_to(self.root):  # a symlink in the repository leads out
+            target = self._write_fallback(meta, arrays, "it leads outside the repository")
+        else:
+            try:
+                target = write_state(folder, meta, arrays)
+            except OSError as exc:
+                if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+                    raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
+                target = self._write_fallback(meta, arrays, exc.strerror or str(exc))
         self.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
         self.summary.index_bytes = target.stat().st_size
         return target
 
-    def _write_fallback(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], exc: OSError) -> Path:
+    def _write_fallback(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], why: str) -> Path:
         folder = fallback_dir(self.root)
         if folder == self.index_dir:
-            raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
-        log.warning("cannot write the index to %s (%s); keeping it in %s instead", self.index_dir,
-                    exc.strerror or exc, folder)
+            raise RepocompError(f"cannot write the index to {folder}: {why}")
+        log.warning("cannot write the index to %s (%s); keeping it in %s instead", self.index_dir, why, folder)
         try:
             target = write_state(folder, meta, arrays)
-        except OSError as exc2:
-            raise RepocompError(f"cannot write the index to {self.index_dir} ({exc.strerror or exc}) nor to "
-                                f"{folder} ({exc2.strerror or exc2})") from None
+        except OSError as exc:
+            raise RepocompError(f"cannot write the index to {self.index_dir} ({why}) nor to {folder} "
+                                f"({exc.strerror or exc})") from None
         self._store_dir = folder
         return target
 

@@ -71,10 +71,9 @@ def run(args: argparse.Namespace) -> int:
         if args.iterations < 1:
             raise RepocompError("--iterations must be >= 1")
         config = config.replace("retrieval", iterations=args.iterations)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RepocompError(f"cannot read {file}: {exc}") from None
+    from repocomp.walk import read_text_file
+
+    text = read_text_file(file, config.index.max_file_bytes)  # as the indexer reads it (FIFOs never)
     lines = text.split("\n")
     if line1 > len(lines):
         raise RepocompError(f"line {line1} is past the end of {file} ({len(lines)} lines)")
