@@ -20,8 +20,10 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-HUB_WINDOW = 64  # a hub relays a path to this many neighbours either side of the incoming node and of itself
-HUB_DEGREE = 4 * HUB_WINDOW + 2  # above this many neighbours a node is a hub (at most this many relayed per path)
+# Above HUB_DEGREE neighbours a node is a hub (rare in ordinary code: the largest in diffusers has 265); a hub
+# relays a path to HUB_WINDOW neighbours either side of the incoming node and of itself (4 x 64 + 1 at most).
+HUB_DEGREE = 1024
+HUB_WINDOW = 64
 # Sources per kernel call where callers keep only a reduction of the rows: each source emits up to `max_reach`
 # triples, so 100k sources at once (one file of 100k statements) held 25M of them (over 1 GB).
 SOURCE_CHUNK = 8192

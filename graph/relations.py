@@ -4,6 +4,12 @@ Eq. 8 (code structure):  rel(c_i, c_j) = sum_kl len_k len_l Dis(g_k, g_l) / sum_
 with F the fragment x node matrix of owned text lengths and D the node x node max-product strengths, this is
 (F D F^T)_ij / (S_i S_j), S = F 1. Computed for a set of rows at a time, so an update recomputes only the rows
 it touches. Eq. 7 (context structure): w_rel ** |loc_i - loc_j| for windows of one file, optionally combined.
+
+A node whose text lies in more than `FANOUT_HUB` fragments (a module root owning the comment lines of a 100k-line
+flat file) lends it in the product only to the `FANOUT_WINDOW` fragments either side, in id (that is, file)
+order, of the row's fragment: otherwise every window of such a file relates to every other (10k x 10k products,
+2 GB for a 1 MB file). Values for the fragments it does reach are exact, and files under about 10k lines (1024
+windows) are unaffected.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import scipy.sparse as sp
 from graph.maxproduct import max_product_strengths, source_chunks
 
 _ROW_CHUNK = 2048  # fragment rows folded at once: bounds the memory of the intermediate products
+FANOUT_HUB = 1024  # a node in more fragments than this lends its text locally (see above) ...
+FANOUT_WINDOW = 64  # ... to this many fragments either side of the row's
 
 
 @numba.njit(cache=True)
@@ -45,22 +53,79 @@ def top_k_rows(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
     return sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)
 
 
+@numba.njit(cache=True)
+def _fold_rows(centres, f_ptr, f_idx, f_val, d_ptr, d_idx, d_val, t_ptr, t_idx, t_val, n_frag, hub,
+               window):  # pragma: no cover - compiled
+    """(F D F^T) triples for rows with fragment ids `centres`: F rows (over D's sources), D (sources x nodes),
+    F^T (nodes x fragments, sorted). A node in more than `hub` fragments reaches the `window` either side only."""
+    acc = np.zeros(n_frag)
+    seen = np.zeros(n_frag, np.bool_)
+    touched = np.empty(n_frag, np.int64)
+    cap = 1024
+    out_r = np.empty(cap, np.int64)
+    out_c = np.empty(cap, np.int64)
+    out_v = np.empty(cap, np.float64)
+    n_out = 0
+    for r in range(centres.shape[0]):
+        n_t = 0
+        for a in range(f_ptr[r], f_ptr[r + 1]):
+            k = f_idx[a]
+            for b in range(d_ptr[k], d_ptr[k + 1]):
+                node = d_idx[b]
+                w = f_val[a] * d_val[b]
+                lo, hi = t_ptr[node], t_ptr[node + 1]
+                if hi - lo > hub:
+                    at = lo + np.searchsorted(t_idx[lo:hi], centres[r])
+                    lo, hi = max(lo, at - window), min(hi, at + window + 1)
+                for e in range(lo, hi):
+                    j = t_idx[e]
+                    if not seen[j]:
+                        seen[j] = True
+                        touched[n_t] = j
+                        n_t += 1
+                    acc[j] += w * t_val[e]
+        if n_out + n_t > cap:
+            cap = max(2 * cap, n_out + n_t)
+            out_r = np.concatenate((out_r[:n_out], np.empty(cap - n_out, np.int64)))
+            out_c = np.concatenate((out_c[:n_out], np.empty(cap - n_out, np.int64)))
+            out_v = np.concatenate((out_v[:n_out], np.empty(cap - n_out, np.float64)))
+        for q in range(n_t):
+            j = touched[q]
+            out_r[n_out] = r
+            out_c[n_out] = j
+            out_v[n_out] = acc[j]
+            n_out += 1
+            acc[j] = 0.0
+            seen[j] = False
+    return out_r[:n_out], out_c[:n_out], out_v[:n_out]
+
+
+def _csr_arrays(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.float64)
+
+
 def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_nodes_t: sp.csr_matrix | None,
                    costs: sp.csr_matrix, cutoff: float, max_reach: int = 0) -> sp.csr_matrix:
     """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept."""
     n_frag = fragment_nodes.shape[0]
     sizes = np.asarray(fragment_nodes.sum(axis=1)).ravel()
     nodes_t = fragment_nodes.T.tocsr() if node_nodes_t is None else node_nodes_t  # node x fragment
+    if not nodes_t.has_sorted_indices:  # hub nodes find the row's neighbourhood by binary search
+        nodes_t = nodes_t.sorted_indices()
+    t_arrays = _csr_arrays(nodes_t)
     blocks = []
     for lo in range(0, len(rows), _ROW_CHUNK):
-        chunk = rows[lo:lo + _ROW_CHUNK]
+        chunk = np.asarray(rows[lo:lo + _ROW_CHUNK], dtype=np.int64)
         sub = fragment_nodes[chunk]
         sources = np.unique(sub.indices)
         sub = sub[:, sources].tocsc()  # columns re-indexed to the sources' order
         num = sp.csr_matrix((len(chunk), n_frag))
         for at, src in source_chunks(sources):
             strengths = max_product_strengths(costs, src, cutoff, max_reach)  # (len(src), n_nodes)
-            num = num + sub[:, at:at + len(src)] @ strengths @ nodes_t  # (chunk, n_frag)
+            part = sub[:, at:at + len(src)].tocsr()
+            r, c, v = _fold_rows(chunk, *_csr_arrays(part), *_csr_arrays(strengths), *t_arrays, n_frag,
+                                 FANOUT_HUB, FANOUT_WINDOW)
+            num = num + sp.csr_matrix((v, (r, c)), shape=(len(chunk), n_frag))  # (chunk, n_frag)
         num = num.tocsr()
         num.sort_indices()
         r = np.repeat(np.arange(len(chunk)), np.diff(num.indptr))
