@@ -97,8 +97,10 @@ def test_summary_numbers_per_repository_then_over_repositories(tmp_path):
     summary = run_eval(TASKS, _repos(tmp_path), EvalOptions(mode="vanilla", backend="extractive"), Config(),
                        out=tmp_path / "out.jsonl", summary_json=tmp_path / "s.json", progress=False,
                        engine_factory=_factory(engines))
-    assert summary["per_repo"]["r1"] == {"tasks": 2, "em": 0.5, "es": 0.5, "gt_line_recall": 0.5, "def_hit": None}
-    assert summary["per_repo"]["r2"] == {"tasks": 1, "em": 0.0, "es": 0.75, "gt_line_recall": 1.0, "def_hit": 1.0}
+    assert summary["per_repo"]["r1"] == {"tasks": 2, "failed": 0, "em": 0.5, "es": 0.5, "gt_line_recall": 0.5,
+                                          "def_hit": None}
+    assert summary["per_repo"]["r2"] == {"tasks": 1, "failed": 0, "em": 0.0, "es": 0.75, "gt_line_recall": 1.0,
+                                          "def_hit": 1.0}
     assert summary["tasks"] == 3
     assert summary["em"] == pytest.approx(0.25) and summary["es"] == pytest.approx(0.625)
     assert summary["gt_line_recall"] == pytest.approx(0.75) and summary["def_hit"] == 1.0
@@ -159,8 +161,8 @@ def test_task_buffer_uses_the_prompt_below_the_lines_above_it():
 
 
 def test_summarize_of_nothing():
-    assert summarize([]) == {"tasks": 0, "em": None, "es": None, "gt_line_recall": None, "def_hit": None,
-                             "per_repo": {}}
+    assert summarize([]) == {"tasks": 0, "failed": 0, "em": None, "es": None, "gt_line_recall": None,
+                             "def_hit": None, "per_repo": {}}
 
 
 # --------------------------------------------------------------------------------- the real engine: no leakage

@@ -84,6 +84,8 @@ def _evaluate(a: argparse.Namespace) -> int:
     from repocomp.eval.runner import EvalOptions, run_eval
     from repocomp.eval.tasks import load_tasks
 
+    if a.limit is not None and a.limit < 1:
+        raise RepocompError(f"--limit must be >= 1, got {a.limit}")
     tasks = load_tasks(a.tasks, kind=a.kind)
     if a.limit is not None:
         tasks = tasks[: a.limit]
@@ -93,6 +95,10 @@ def _evaluate(a: argparse.Namespace) -> int:
     summary = run_eval(tasks, a.repos, options, config, out=a.out, summary_json=a.summary_json,
                        progress=not a.no_progress and sys.stderr.isatty())
     print(json.dumps({k: v for k, v in summary.items() if k != "per_repo"}))
+    if summary["failed"]:
+        where = f"the `error` field in {a.out}; rerun the same command to retry them" if a.out else "the log above"
+        print(f"repocomp: {summary['failed']} task(s) failed (see {where})", file=sys.stderr)
+        return 1
     return 0
 
 

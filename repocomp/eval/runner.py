@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable
 from repocomp.config import Config
 from repocomp.errors import RepocompError
 from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
-from repocomp.eval.tasks import COMPLETION_KIND, Task
+from repocomp.eval.tasks import COMPLETION_KIND, Task, check_paths
+from repocomp.walk import decode_source, read_regular
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +101,22 @@ def def_hit(definitions: list[dict[str, Any]], blocks: Iterable[Any]) -> bool | 
                for d in definitions for b in blocks)
 
 
+def _run_fields(task: Task, options: EvalOptions) -> dict[str, Any]:
+    return {"task_id": task.task_id, "repo": task.repo, "path": task.path, "kind": task.kind, "mode": options.mode,
+            "fragrel": options.fragrel, "backend": options.backend, "query_relations": options.query_relations}
+
+
+def error_record(task: Task, options: EvalOptions, error: str) -> dict[str, Any]:
+    """A task that could not be completed: no scores; a rerun with the same --out retries it."""
+    return {**_run_fields(task, options), "error": error, "prediction": None, "em": None, "es": None,
+            "gt_line_hit": None, "def_hit": None}
+
+
 def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: dict[str, float]) -> dict[str, Any]:
     scored = options.backend != "none"
     prediction = result.text if scored else ""
     return {
-        "task_id": task.task_id,
-        "repo": task.repo,
-        "path": task.path,
-        "kind": task.kind,
-        "mode": options.mode,
-        "fragrel": options.fragrel,
-        "backend": options.backend,
-        "query_relations": options.query_relations,
+        **_run_fields(task, options),
         "prediction": prediction,
         "em": float(exact_match(prediction, task.ground_truth)) if scored else None,
         "es": edit_similarity(prediction, task.ground_truth) if scored else None,
@@ -134,12 +139,16 @@ def read_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict) and "task_id" in record and "repo" in record:
+            records.append(record)
+        else:
             log.warning("%s:%d: unreadable record skipped (interrupted run?)", path, i + 1)
     return records
 
@@ -149,21 +158,28 @@ def _mean(values: list[float]) -> float | None:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Averages per repository, then the mean over repositories (RepoCoder's reporting)."""
+    """Averages per repository, then the mean over repositories (RepoCoder's reporting).
+
+    Failed tasks (records with an `error`) are counted in `failed` and left out of every average."""
     by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    failed: dict[str, int] = defaultdict(int)
     for r in records:
-        by_repo[r["repo"]].append(r)
+        if r.get("error"):
+            failed[r["repo"]] += 1
+        else:
+            by_repo[r["repo"]].append(r)
     per_repo = {}
-    for repo in sorted(by_repo):
+    for repo in sorted(by_repo.keys() | failed.keys()):
         rs = by_repo[repo]
         per_repo[repo] = {
             "tasks": len(rs),
+            "failed": failed[repo],
             "em": _mean([r["em"] for r in rs if r.get("em") is not None]),
             "es": _mean([r["es"] for r in rs if r.get("es") is not None]),
             "gt_line_recall": _mean([float(r["gt_line_hit"]) for r in rs]),
             "def_hit": _mean([float(r["def_hit"]) for r in rs if r.get("def_hit") is not None]),
         }
-    summary: dict[str, Any] = {"tasks": len(records)}
+    summary: dict[str, Any] = {"tasks": len(records) - sum(failed.values()), "failed": sum(failed.values())}
     for key in ("em", "es", "gt_line_recall", "def_hit"):
         summary[key] = _mean([v[key] for v in per_repo.values() if v[key] is not None])
     summary["per_repo"] = per_repo
@@ -202,7 +218,11 @@ class RepoEvaluator:
             self._flush_restores()
 
     async def _run_file(self, path: str, group: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
-        disk = _read_disk_lines(Path(self.index.root) / path)
+        disk, why = _read_disk_lines(Path(self.index.root) / path)
+        if disk is None:  # nothing to complete against: an error, never a score
+            for task in group:
+                on_record(error_record(task, self.options, f"{task.repo}/{path}: {why}"))
+            return
         current: str | None = None
         try:
             for task in group:
@@ -212,10 +232,15 @@ class RepoEvaluator:
                     self._update(path, text)  # the index sees the file only up to the hole
                     current = text
                 t1 = time.perf_counter()
-                result = await self.completer.acomplete(
-                    path, text, line, 0, mode=self.options.mode, fragrel=self.options.fragrel,
-                    oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
-                    kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno)
+                try:
+                    result = await self.completer.acomplete(
+                        path, text, line, 0, mode=self.options.mode, fragrel=self.options.fragrel,
+                        oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
+                        kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno)
+                except RepocompError as exc:  # a slow or dead backend fails this task, not the run
+                    log.warning("%s: %s", task.task_id, exc)
+                    on_record(error_record(task, self.options, str(exc)))
+                    continue
                 t2 = time.perf_counter()
                 on_record(make_record(task, result, self.options,
                                       {"no_leak_update": round((t1 - t0) * 1e3, 3),
@@ -246,20 +271,13 @@ class RepoEvaluator:
             retriever.invalidate()  # cached fragment locations are stale now
 
 
-def _read_disk_lines(path: Path) -> list[str] | None:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _writable_index_config(root: Path, config: Config) -> Config:
-    """Index inside the repository when it is writable, else in ~/.cache/repocomp/index/<repo>."""
-    index_dir = Path(config.index.dir)
-    if index_dir.is_absolute() or os.access(root, os.W_OK):
-        return config
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "repocomp" / "index" / root.name
-    return config.replace("index", dir=str(cache))
+def _read_disk_lines(path: Path) -> tuple[list[str] | None, str]:
+    """The file's lines as the indexer reads them, or (None, why not)."""
+    data, reason = read_regular(path, 1 << 30)
+    if data is None:
+        return None, {"unreadable": "file missing or unreadable", "not_regular": "not a regular file",
+                      "too_large": "file too large"}.get(reason or "", str(reason))
+    return decode_source(data)[0].splitlines(), ""
 
 
 def open_engine(root: Path, config: Config, options: EvalOptions) -> tuple[Any, Any]:
@@ -267,8 +285,7 @@ def open_engine(root: Path, config: Config, options: EvalOptions) -> tuple[Any, 
     from repocomp.index import Index
     from repocomp.pipeline import Completer
 
-    config = _writable_index_config(root, config)
-    index = Index.open(root, config)
+    index = Index.open(root, config)  # a read-only repository's index goes to the user's cache
     backend = None
     if options.backend != "none":
         from repocomp.backends import make_backend
@@ -288,18 +305,22 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     options = replace(options, query_relations=config.retrieval.query_relations)  # records say what ran
     repos_dir = Path(repos_dir)
     engine_factory = engine_factory or open_engine
+    for target, flag in ((out, "--out"), (summary_json, "--summary-json")):
+        if target is not None and not Path(target).parent.is_dir():
+            raise RepocompError(f"{flag} {target}: the folder {Path(target).parent} does not exist; create it first")
     existing = read_results(out) if out else []
     for r in existing:
         if (r.get("mode"), r.get("fragrel"), r.get("backend")) != (options.mode, options.fragrel, options.backend):
             raise RepocompError(
                 f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
                 f"backend={r.get('backend')}); give this run its own --out")
+    kept = [r for r in existing if not r.get("error")]  # failed tasks are run again
     if out and existing:
-        _rewrite_clean(Path(out), existing)
-    done = {r["task_id"] for r in existing}
+        _rewrite_clean(Path(out), kept)
+    done = {r["task_id"] for r in kept}
     todo = [t for t in tasks if t.task_id not in done]
     wanted = {t.task_id for t in tasks}
-    records = [r for r in existing if r["task_id"] in wanted]
+    records = [r for r in kept if r["task_id"] in wanted]
 
     by_repo: dict[str, list[Task]] = defaultdict(list)
     for t in todo:
@@ -308,6 +329,7 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
         if not (repos_dir / repo).is_dir():
             raise RepocompError(f"repository folder {repos_dir / repo} not found; --repos must hold the folders "
                                 "named by fpath_tuple[0]")
+    check_paths(todo, repos_dir)  # nothing is indexed or written outside --repos
 
     out_fh = open(out, "a", encoding="utf-8") if out else None
     bar = _Progress(len(tasks), len(tasks) - len(todo), enabled=progress)
@@ -374,4 +396,4 @@ class _Progress:
 
 
 __all__ = ["EvalOptions", "MODES", "BACKENDS", "run_eval", "summarize", "read_results", "make_record",
-           "task_buffer", "gt_line_hit", "def_hit", "RepoEvaluator", "eval_config"]
+           "error_record", "task_buffer", "gt_line_hit", "def_hit", "RepoEvaluator", "eval_config"]

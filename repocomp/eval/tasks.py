@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator
 
 from repocomp.errors import RepocompError
+from repocomp.walk import addressable, read_regular
 
 KINDS = ("line", "api", "function")
 # the completion kind the engine post-processes a task's output for
@@ -26,6 +27,7 @@ COMPLETION_KIND = {"line": "line", "api": "statement", "function": "function"}
 _SKIP_DIRS = {".git", ".hg", ".svn", ".repocomp", "__pycache__", "node_modules", ".venv", "venv", ".tox",
               "build", "dist", ".eggs", "site-packages"}
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+_MAX_TASKS_BYTES = 1 << 32
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Task:
     kind: str = "line"
     api_definitions: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)  # the task's metadata as read (extra keys kept)
+    source: str = ""  # "FILE:LINE" the task was read from, for messages
 
     def to_json(self) -> dict[str, Any]:
         """RepoEval's format (`lineno` for function tasks, `line_no` otherwise), plus `kind`/`api_definitions`."""
@@ -72,46 +75,110 @@ def _guess_kind(md: dict[str, Any], source: str) -> str:
     return "line"
 
 
+def _field_int(md: dict[str, Any], key: str) -> int:
+    value = md[key]
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be a line number (an integer >= 0), got {value!r}")
+    return value
+
+
+def _field_str(obj: dict[str, Any], key: str) -> str:
+    value = obj[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def _fpath(value: Any) -> tuple[str, str]:
+    """(repository folder, POSIX path in it) of `fpath_tuple`; a path that could leave --repos is an error."""
+    if not isinstance(value, list) or len(value) < 2 or not all(isinstance(p, str) for p in value):
+        raise ValueError(f"fpath_tuple must list the repository folder and the file's path parts, got {value!r}")
+    repo, *rest = value
+    parts = [seg for part in rest for seg in part.split("/")]
+    for seg in [repo, *parts]:
+        if seg in ("", ".", "..") or "/" in seg or "\\" in seg or not addressable(seg):
+            raise ValueError(f"fpath_tuple {value!r} must name a file inside the repository folder "
+                             "(no absolute paths, '..', empty parts or control characters)")
+    return repo, "/".join(parts)
+
+
+def _definitions(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("path"), str) and isinstance(d.get("line_no"), int)
+            and not isinstance(d.get("line_no"), bool) for d in value):
+        raise ValueError(f"api_definitions must be a list of {{path, line_no}}, got {value!r}")
+    return [dict(d) for d in value]
+
+
+def _parse_task(line: str, where: str, kind: str | None, source_name: str) -> Task:
+    obj = json.loads(line)
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        raise ValueError("expected an object with prompt and metadata")
+    md = obj["metadata"]
+    for key in ("task_id", "ground_truth", "fpath_tuple"):
+        if key not in md:
+            raise KeyError(key)
+    if "line_no" not in md and "lineno" not in md:
+        raise KeyError("line_no or lineno")
+    if not isinstance(md["task_id"], (str, int)) or isinstance(md["task_id"], bool):
+        raise ValueError(f"task_id must be a string, got {md['task_id']!r}")
+    repo, path = _fpath(md["fpath_tuple"])
+    line_no = _field_int(md, "line_no" if "line_no" in md else "lineno")
+    start = _field_int(md, "context_start_lineno") if "context_start_lineno" in md else 0
+    if start > line_no:
+        raise ValueError(f"context_start_lineno {start} is after the hole's line {line_no}")
+    return Task(task_id=str(md["task_id"]), repo=repo, path=path, prompt=_field_str(obj, "prompt"),
+                ground_truth=_field_str(md, "ground_truth"), line_no=line_no, context_start_lineno=start,
+                kind=kind or _guess_kind(md, source_name),
+                api_definitions=_definitions(md.get("api_definitions")), metadata=dict(md), source=where)
+
+
 def load_tasks(path: str | os.PathLike[str], kind: str | None = None) -> list[Task]:
-    """Read a RepoEval JSONL file. Task ids that occur more than once get `#<line index>` appended."""
+    """Read a RepoEval JSONL file. Task ids that occur more than once get `#<line index>` appended.
+
+    Every task is checked here (types, line numbers, a path that stays inside its repository folder); a bad
+    one is reported with its line number."""
     path = Path(path)
+    data, reason = read_regular(path, _MAX_TASKS_BYTES)
+    if data is None:
+        why = {"not_regular": "not a regular file", "too_large": "larger than 4 GiB"}.get(reason or "",
+                                                                                         "missing or unreadable")
+        raise RepocompError(f"cannot read tasks file {path}: {why}")
     try:
-        raw_lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise RepocompError(f"cannot read tasks file {path}: {exc.strerror}") from None
-    records: list[tuple[int, dict[str, Any]]] = []
+        raw_lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise RepocompError(f"tasks file {path} is not UTF-8 text (byte {exc.start}); JSONL must be UTF-8") from None
+    tasks: list[tuple[int, Task]] = []
     for i, line in enumerate(raw_lines):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-            md = obj["metadata"]
-            for key in ("task_id", "ground_truth", "fpath_tuple"):
-                md[key]  # noqa: B018 - presence check
-            if "line_no" not in md and "lineno" not in md:
-                raise KeyError("line_no or lineno")
-            obj["prompt"]  # noqa: B018
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            tasks.append((i, _parse_task(line, f"{path}:{i + 1}", kind, path.name)))
+        except (json.JSONDecodeError, KeyError) as exc:
             raise RepocompError(f"{path}:{i + 1}: not a RepoEval task ({exc}); expected prompt and metadata with "
                                 "task_id, ground_truth, fpath_tuple, line_no or lineno") from None
-        records.append((i, obj))
-    counts = Counter(obj["metadata"]["task_id"] for _, obj in records)
-    tasks = []
-    for i, obj in records:
-        md = obj["metadata"]
-        fpath = list(md["fpath_tuple"])
-        if len(fpath) < 2:
-            raise RepocompError(f"{path}:{i + 1}: fpath_tuple needs the repository folder and a file path")
-        task_id = str(md["task_id"])
-        if counts[task_id] > 1:
-            task_id = f"{task_id}#{i}"
-        line_no = int(md["line_no"] if "line_no" in md else md["lineno"])
-        tasks.append(Task(task_id=task_id, repo=str(fpath[0]), path="/".join(fpath[1:]), prompt=obj["prompt"],
-                          ground_truth=md["ground_truth"], line_no=line_no,
-                          context_start_lineno=int(md.get("context_start_lineno", 0)),
-                          kind=kind or _guess_kind(md, path.name),
-                          api_definitions=list(md.get("api_definitions") or []), metadata=dict(md)))
-    return tasks
+        except ValueError as exc:
+            raise RepocompError(f"{path}:{i + 1}: bad task: {exc}") from None
+    counts = Counter(t.task_id for _, t in tasks)
+    for i, t in tasks:
+        if counts[t.task_id] > 1:
+            t.task_id = f"{t.task_id}#{i}"
+    return [t for _, t in tasks]
+
+
+def check_paths(tasks: Iterable[Task], repos_dir: Path) -> None:
+    """Each task's file must resolve (symlinks followed) inside its repository folder inside `repos_dir`."""
+    top = repos_dir.resolve()
+    for task in tasks:
+        root = (repos_dir / task.repo).resolve()
+        target = (repos_dir / task.repo / task.path).resolve()
+        if not (root.is_relative_to(top) and target.is_relative_to(root)):
+            raise RepocompError(f"{task.source or task.task_id}: {task.repo}/{task.path} resolves outside "
+                                f"--repos {repos_dir} (a symlink?); the task is rejected")
 
 
 def write_tasks(tasks: Iterable[Task], path: str | os.PathLike[str]) -> int:
@@ -150,10 +217,15 @@ def _parser():
     return Parser(Language(tree_sitter_python.language()))
 
 
-def _read_lines(path: Path) -> list[str] | None:
+def _read_lines(root: Path, rel: str, max_bytes: int = 1_000_000) -> list[str] | None:
+    """A UTF-8 file's lines; None for a file that leaves the repository, is not regular, too large or not UTF-8."""
+    real = Path(os.path.realpath(root / rel))
+    if not real.is_relative_to(root.resolve()):
+        return None
+    data, _ = read_regular(real, max_bytes)
     try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
+        return data.decode("utf-8").splitlines() if data is not None else None
+    except UnicodeDecodeError:
         return None
 
 
@@ -434,7 +506,7 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
     parser = _parser()
     files: dict[str, tuple[list[str], Any]] = {}
     for rel in iter_python_files(root):
-        lines = _read_lines(root / rel)
+        lines = _read_lines(root, rel)
         if lines is None:
             continue
         files[rel] = (lines, parser.parse("\n".join(lines).encode("utf-8")))
