@@ -61,6 +61,10 @@ def _deadline(request: GenerationRequest, timeout_s: float) -> _Deadline:
     return _Deadline(now + timeout_s, timeout_s)
 
 
+def _secs(seconds: float) -> str:
+    return f"{round(seconds, 2):g}s"
+
+
 def _answer_cap(request: GenerationRequest) -> int:
     """Bytes of answer text accepted for `request` (see MAX_TOKEN_BYTES)."""
     return max(1, request.max_new_tokens) * MAX_TOKEN_BYTES
@@ -182,6 +186,9 @@ class VLLMBackend:
                     log.info("vllm attempt %d at %s failed: %s", attempt + 1, ep.url, exc)
         raise BackendError(f"vllm: no endpoint answered after {self.retries + 1} round(s): {last_error}")
 
+    async def aload(self) -> None:
+        pass  # the server holds the model
+
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
         clients, self._clients = self._clients, {}
@@ -225,7 +232,7 @@ class VLLMBackend:
     async def _sleep_backoff(self, attempt: int, deadline: _Deadline, last_error: str) -> None:
         delay = self.backoff_s * (2 ** (attempt - 1))
         if time.monotonic() + delay >= deadline.at:
-            raise BackendError(f"vllm: no endpoint answered within {deadline.seconds:g}s: {last_error}")
+            raise BackendError(f"vllm: no endpoint answered within {_secs(deadline.seconds)}: {last_error}")
         await asyncio.sleep(delay)
 
     async def _send(self, ep: _Endpoint, payload: dict[str, Any], deadline: _Deadline) -> httpx.Response:
@@ -238,7 +245,7 @@ class VLLMBackend:
             ep.down_until = time.monotonic() + DOWN_COOLDOWN_S
             raise _Retryable(f"{ep.url} unreachable ({type(exc).__name__}: {exc or 'no detail'})") from None
         except (TimeoutError, httpx.TimeoutException):
-            raise BackendError(f"vllm: {ep.url} did not answer within {deadline.seconds:g}s") from None
+            raise BackendError(f"vllm: {ep.url} did not answer within {_secs(deadline.seconds)}") from None
         except httpx.HTTPError as exc:
             raise _Retryable(f"{ep.url}: {type(exc).__name__}: {exc}") from None
         if resp.status_code >= 400:
@@ -271,7 +278,7 @@ class VLLMBackend:
                         async with asyncio.timeout_at(_loop_deadline(deadline.at)):
                             body, cut = await _read_upto(resp, limit)
                     except TimeoutError:
-                        raise BackendError(f"vllm: {ep.url} did not answer within {deadline.seconds:g}s") from None
+                        raise BackendError(f"vllm: {ep.url} did not answer within {_secs(deadline.seconds)}") from None
                     except httpx.HTTPError as exc:
                         raise _Retryable(f"{ep.url} broke the answer: {type(exc).__name__}: {exc}") from None
                     finally:
@@ -298,6 +305,7 @@ class VLLMBackend:
             resp = await self._send(ep, payload, deadline)
             try:
                 events, room = request.max_new_tokens, _answer_cap(request)
+                within = _secs(deadline.seconds)
                 async with contextlib.aclosing(_sse_lines(resp, ep.url)) as lines:
                     done = False
                     while not done:
@@ -308,9 +316,9 @@ class VLLMBackend:
                         except StopAsyncIteration:
                             break
                         except TimeoutError:
-                            raise BackendError(f"vllm: {ep.url} stalled: no completion within {deadline.seconds:g}s")
+                            raise BackendError(f"vllm: {ep.url} stalled: no completion within {within}")
                         except httpx.TimeoutException:
-                            raise BackendError(f"vllm: {ep.url} stalled: read timed out after {deadline.seconds:g}s")
+                            raise BackendError(f"vllm: {ep.url} stalled: read timed out after {within}")
                         except httpx.HTTPError as exc:
                             raise _Retryable(f"{ep.url} broke the stream: {type(exc).__name__}: {exc}") from None
                         piece, done = _parse_sse_line(line, ep.url)
