@@ -195,7 +195,15 @@ class RepocompServer(LanguageServer):
 
             backend = make_backend(config.backend)
             self._backends[config.backend] = backend
+            self._load(backend)
         return backend
+
+    def _load(self, backend: Any) -> None:
+        """Load the backend's model now, off the event loop's critical path: not on the first keystroke."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            task = loop.create_task(backend.aload())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # errors show up on first use
 
     def completer_for(self, folder: FolderIndex | None, index: Any) -> Any:
         """A Completer for the folder: repository-wide once its index is ready, in-file until then."""

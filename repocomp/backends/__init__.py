@@ -62,6 +62,10 @@ class Backend(Protocol):
 
     async def agenerate(self, request: GenerationRequest) -> Generation: ...
 
+    async def aload(self) -> None:
+        """Make the first request fast (load weights); callers run it before a completion's clock starts."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -108,6 +112,12 @@ class FallbackBackend:
                 raise  # half a completion plus another backend's guess would be nonsense
             log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
             yield (await self.fallback.agenerate(request)).text
+
+    async def aload(self) -> None:
+        try:
+            await self.primary.aload()
+        except BackendError as exc:  # the first request reports it (and the fallback answers it)
+            log.warning("backend %s could not load (%s)", self.primary.name, exc)
 
     async def aclose(self) -> None:
         try:

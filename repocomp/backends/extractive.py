@@ -178,5 +178,8 @@ class ExtractiveBackend:
         """One piece: the whole proposal (there is nothing to wait for)."""
         yield (await self.agenerate(request)).text
 
+    async def aload(self) -> None:
+        pass  # nothing to load
+
     async def aclose(self) -> None:
         return None

@@ -129,6 +129,9 @@ class TransformersBackend:
         """One piece, the whole completion (token streaming in-process buys an editor little)."""
         yield (await self.agenerate(request)).text
 
+    async def aload(self) -> None:
+        await self._ensure_loaded()
+
     async def aclose(self) -> None:
         self._model = None
         self._tokenizer = None

@@ -113,7 +113,9 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
             told = True
 
     index = Index.open(root, config, build=True, progress=progress)
-    completer = Completer(index, config, make_backend(config.backend))
+    backend = make_backend(config.backend)
+    await backend.aload()  # loading a local model is not part of the completion's deadline
+    completer = Completer(index, config, backend)
     try:
         return await completer.acomplete(path, text, line, col, mode=args.mode,
                                           fragrel=False if args.no_fragrel else None, explain=args.explain)
