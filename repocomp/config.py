@@ -161,6 +161,14 @@ def check_endpoint(url: str) -> None:
            f"endpoint {url!r} must be http(s)://HOST[:PORT]")
 
 
+def _valid_endpoint(url: str) -> bool:
+    try:
+        check_endpoint(url)
+    except ValueError:
+        return False
+    return True
+
+
 def is_loopback(url: str) -> bool:
     """Does `url` name this machine (localhost, 127.0.0.0/8, ::1)?"""
     try:
@@ -294,7 +302,7 @@ def _distrust(table: Any, path: Path, repo_root: Path) -> Any:
     dropped: list[tuple[str, str]] = []
     backend = table.get("backend")
     if isinstance(backend, dict) and isinstance(backend.get("endpoints"), (list, tuple)):
-        remote = [e for e in backend["endpoints"] if not (isinstance(e, str) and is_loopback(e))]
+        remote = [e for e in backend["endpoints"] if isinstance(e, str) and _valid_endpoint(e) and not is_loopback(e)]
         if remote:
             dropped.append(("backend.endpoints", f"{remote[0]!r} is not a loopback address; a repository may "
                             "only name endpoints on this machine"))

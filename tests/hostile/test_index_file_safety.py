@@ -1,0 +1,120 @@
+"""Issue 9, item 1 and the index-file cases of the one-line-error list: an index file shipped by a repository
+runs no code, a killed write leaves nothing behind, odd index folders and read-only repositories give one line.
+
+The real CLI runs as a subprocess on small repositories in tmp_path, each wait bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_run import assert_one_line, cli, python, repocomp
+from repocomp.store import INDEX_FILE, MAGIC, read_state
+
+SOURCE = "def area(width, height):\n    return width * height\n\n\ntotal = area(2, 3)\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    (root / "shapes.py").write_text(SOURCE)
+    return root
+
+
+class _Payload:
+    """Unpickling this runs `touch MARKER`: what a hostile repository would ship as its index."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("version", [b"1", b"2"])
+def test_planted_pickle_in_index_file_runs_nothing(repo: Path, tmp_path: Path, version: bytes) -> None:
+    marker = tmp_path / "PWNED"
+    index_file = repo / ".repocomp" / INDEX_FILE
+    index_file.parent.mkdir()
+    index_file.write_bytes(MAGIC + version + b"\n" + pickle.dumps({"state": _Payload(marker)}))
+
+    done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "extractive")
+    assert not marker.exists(), "the planted index ran code on `repocomp complete`"
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "rebuild" in done.stderr  # said, in one line, then rebuilt
+
+    index_file.write_bytes(MAGIC + version + b"\n" + pickle.dumps({"state": _Payload(marker)}))
+    opened = python(tmp_path, f"from repocomp.index import Index; print(len(Index.open({str(repo)!r}).files))")
+    assert not marker.exists(), "the planted index ran code on Index.open"
+    assert opened.returncode == 0 and opened.stdout.split() == ["1"], opened.stderr
+    meta, arrays = read_state(index_file.parent)  # rebuilt in the current format
+    assert [f["path"] for f in meta["files"]] == ["shapes.py"]
+
+
+def test_killed_index_write_leaves_no_tmp_file_behind(repo: Path, tmp_path: Path) -> None:
+    folder = repo / ".repocomp"
+    folder.mkdir()
+    dead = folder / ".index-killed.tmp"  # what a write killed an hour ago left
+    dead.write_bytes(MAGIC + b"2\n" + b"half an index")
+    hour_ago = time.time() - 3600
+    os.utime(dead, (hour_ago, hour_ago))
+    live = folder / ".index-live.tmp"  # a write in progress elsewhere right now: not ours to delete
+    live.write_bytes(b"being written")
+
+    done = repocomp(tmp_path, "index", str(repo))
+    assert done.returncode == 0, done.stderr
+    assert not dead.exists() and live.exists()
+    assert sorted(p.name for p in folder.iterdir()) == [".index-live.tmp", INDEX_FILE]
+
+
+def test_index_folder_that_is_a_file_and_index_file_that_is_a_folder_give_one_line(
+        repo: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (repo / ".repocomp").write_text("not a folder\n")
+    assert_one_line(*cli(capsys, "index", str(repo))[::2], ".repocomp", "is a file")
+    done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "extractive")
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "in memory" in done.stderr, done.stderr
+
+    (repo / ".repocomp").unlink()
+    (repo / ".repocomp" / INDEX_FILE).mkdir(parents=True)
+    assert_one_line(*cli(capsys, "index", str(repo))[::2], INDEX_FILE, "not a regular file")
+    done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "extractive")
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "in memory" in done.stderr, done.stderr
+
+
+def _make_read_only(folder: Path) -> None:
+    """Read-only for this user: chmod for a normal user; root ignores modes, so the immutable flag then."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("running as root without chattr: cannot make a read-only folder")
+
+
+def _undo_read_only(folder: Path) -> None:
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+    folder.chmod(0o755)
+
+
+def test_read_only_repository_is_indexed_into_the_user_cache(repo: Path, tmp_path: Path) -> None:
+    _make_read_only(repo)
+    try:
+        indexed = repocomp(tmp_path, "index", str(repo))
+        assert indexed.returncode == 0 and "Traceback" not in indexed.stderr, indexed.stderr
+        cache = tmp_path / "cache" / "repocomp" / "indexes"
+        assert str(cache) in indexed.stderr  # said where it went instead
+        (stored,) = cache.glob(f"*/{INDEX_FILE}")
+        done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "extractive")
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "building it" not in done.stderr  # the cached index was found and used
+        assert not (repo / ".repocomp").exists()
+    finally:
+        _undo_read_only(repo)
