@@ -302,8 +302,9 @@ class Index:
                 new_texts[rel] = (source.language, source.text) if source is not None else None
             else:
                 language = language_for(rel)
-                ok = language is not None and language in self.config.index.languages and addressable(rel) and \
-                    len(text.encode("utf-8", "surrogatepass")) <= self.config.index.max_file_bytes and "\x00" not in text
+                ok = language is not None and language in self.config.index.languages and addressable(rel) \
+                    and len(text.encode("utf-8", "surrogatepass")) <= self.config.index.max_file_bytes \
+                    and "\x00" not in text
                 new_texts[rel] = (language, text) if ok else None
         new_texts = {p: v for p, v in new_texts.items()
                      if not (v is None and p not in self.files)

@@ -26,7 +26,7 @@ from repocomp.fragments import Fragment, Location, window_text
 from repocomp.term_index import TermIndex
 
 if TYPE_CHECKING:
-    from repocomp.index import FileEntry, Index
+    from repocomp.index import Index
 
 SCHEMA = 1  # bump with any change below (the store's FORMAT_VERSION covers the container)
 

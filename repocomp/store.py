@@ -84,7 +84,7 @@ def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             return _read(fh, target, st.st_size)
     except IndexCorruptError:
         raise
-    except (OSError, ValueError, TypeError, KeyError, MemoryError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, MemoryError, RecursionError) as exc:
         raise IndexCorruptError(f"{target} is corrupt ({type(exc).__name__}); run `repocomp index` to rebuild it"
                                 ) from None
 

@@ -238,7 +238,7 @@ class TermIndex:
     # -- persistence ----------------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """Plain arrays and scalars (picklable, no custom classes)."""
+        """Plain arrays and scalars, no custom classes (the index codec stores them as they are)."""
         alive = np.fromiter((t is not None for t in self._terms), bool, self.n_rows)
         lengths = np.fromiter((0 if t is None else len(t) for t in self._terms), np.int64, self.n_rows)
         indptr = np.zeros(self.n_rows + 1, np.int64)
