@@ -30,14 +30,18 @@ from typing import TYPE_CHECKING
 
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.prompt import BlockSource, Prompt, TokenCounter, build_prompt, make_token_counter
+from repocomp.budget import resolve_prompt
+from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter, build_prompt, make_token_counter
 from repocomp.retrieval import Hit, Retriever
+
+if TYPE_CHECKING:
+    from repocomp.definitions import BufferState, DefinitionFinder, RankedDefinition
 
 if TYPE_CHECKING:
     from repocomp.backends import Backend
     from repocomp.index import Index
 
-__all__ = ["CompletionResult", "Completer", "ContextBlock", "RoundTrace", "MODES"]
+__all__ = ["CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "RoundTrace", "MODES"]
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +54,34 @@ _DEADLINE_GRACE_S = 0.5
 
 @dataclass
 class ContextBlock:
-    fragment_id: int
+    """Retrieved code; in `CompletionResult.context`, one contiguous run of lines the prompt shows."""
+
+    fragment_id: int  # -1 for a definition
     path: str
     start_line: int  # 0-based, lines shown (after the first-round shift)
     end_line: int  # exclusive
     s_ind: float
     s_env: float
-    s_rel: float
+    s_rel: float  # for a definition: its ranking score
     text: str
     relations: list[str] = field(default_factory=list)  # edge types (filled only when explain=True)
+    kind: str = "similar"  # "similar" or "definition"
+    name: str = ""  # the definition's name
+    reasons: list[str] = field(default_factory=list)  # why a definition was chosen
+
+
+@dataclass
+class DefinitionTrace:
+    """A ranked definition candidate of the final round (for --explain)."""
+
+    name: str
+    kind: str  # "function", "class", "method" or "constant"
+    path: str
+    lines: list[int]  # 0-based lines its rendering shows
+    score: float
+    features: dict[str, float]
+    reasons: list[str]
+    shown: bool  # in the final prompt (False: budget, rank, or already visible)
 
 
 @dataclass
@@ -78,6 +101,7 @@ class CompletionResult:
     rounds: list[RoundTrace]
     timings_ms: dict[str, float]
     error: str = ""  # why the configured backend did not answer, when a fallback did
+    definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
 
 
 def _join(error: str, note: str) -> str:
@@ -142,6 +166,21 @@ class Completer:
         self.backend = backend
         self.retriever = Retriever(index, config) if index is not None else None
         self._count: TokenCounter | None = None
+        # the budget of the model that reads the prompt (none or extractive: the reference, Code Llama 4K)
+        self.prompt_config = resolve_prompt(self.config.prompt, getattr(backend, "name", None), self.config.backend)
+        self._finder: "DefinitionFinder | None" = None
+        self._line_cache: dict[str, tuple[object, list[str]]] = {}
+
+    @property
+    def finder(self) -> "DefinitionFinder | None":
+        """Definition candidates need the real index (resolver, graph); None for stand-ins."""
+        from repocomp.definitions import DefinitionFinder
+
+        if self._finder is None and self.index is not None and DefinitionFinder.supports(self.index):
+            rel = self.config.relations
+            self._finder = DefinitionFinder(self.index, self.config.definitions, self.config.fragments.window,
+                                            rel.cutoff, rel.max_reach)
+        return self._finder
 
     @property
     def count_tokens(self) -> TokenCounter:
@@ -205,8 +244,12 @@ class Completer:
 
     async def acomplete(self, path: str, text: str, line: int, col: int, *, mode: str = "repocoder",
                         fragrel: bool | None = None, oracle_text: str | None = None, kind: str = "auto",
-                        context_start_line: int = 0, explain: bool = False) -> CompletionResult:
-        """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col)."""
+                        context_start_line: int = 0, explain: bool = False,
+                        definitions: bool | None = None) -> CompletionResult:
+        """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col).
+
+        `fragrel=False` is plain RepoCoder: no relations and no definitions; `definitions` overrides the latter
+        (None: `[definitions] enabled`)."""
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "oracle" and oracle_text is None:
@@ -240,6 +283,13 @@ class Completer:
             alpha = 0.5  # the paper's value when FragRel is asked for but switched off in the config
         query_relations = rc.query_relations if fragrel is None or fragrel else 0.0  # off: plain RepoCoder
         rounds_n = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": rc.iterations}[mode]
+        if definitions is None:
+            definitions = self.config.definitions.enabled and fragrel is not False
+        state = None
+        if definitions and mode != "infile" and self.finder is not None:
+            t = time.perf_counter()
+            state = self.finder.buffer_state(path, lines, line, col)
+            timings["definitions_scan"] = (time.perf_counter() - t) * 1e3
         anchor = None
         if explain and self.retriever is not None:
             anchor = self.retriever.covering(path, max(0, line - 1) if col == 0 else line)
@@ -247,6 +297,8 @@ class Completer:
         rounds: list[RoundTrace] = []
         draft = ""
         prompt: Prompt | None = None
+        ranked: list["RankedDefinition"] = []
+        def_sources: list[DefinitionSource] = []
         backend_name, error = "none", ""
         for r in range(1, rounds_n + 1):
             if r > 1 and time.monotonic() >= deadline:
@@ -270,9 +322,18 @@ class Completer:
                 blocks = [self._block(h, shift, path, context_start_line, file_cache) for h in res.hits]
                 timings[f"retrieve_{r}"] = (time.perf_counter() - t) * 1e3
                 timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
+            if state is not None:
+                t = time.perf_counter()
+                ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
+                def_sources = self._definition_sources(ranked, path, line)
+                timings[f"definitions_{r}"] = (time.perf_counter() - t) * 1e3
             t = time.perf_counter()
             sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
-            round_prompt = build_prompt(sources, prefix, suffix, self.config.prompt, self.count_tokens)
+            dc = self.config.definitions
+            round_prompt = build_prompt(sources, prefix, suffix, self.prompt_config, self.count_tokens,
+                                        definitions=def_sources, definitions_share=dc.share,
+                                        max_definitions=dc.max_definitions, definitions_first=dc.position == "first",
+                                        hole=(path, line))
             timings[f"prompt_{r}"] = (time.perf_counter() - t) * 1e3
             if explain:
                 self._explain(blocks, anchor)
@@ -296,11 +357,74 @@ class Completer:
             from repocomp.postprocess import postprocess
 
             final = postprocess(final, kind, prefix, suffix)
-        by_id = {b.fragment_id: b for b in rounds[-1].blocks}
-        context = [by_id[pb.source.fragment_id] for pb in prompt.blocks if pb.source.fragment_id in by_id]
+        context = self._shown_context(prompt, rounds[-1].blocks)
+        traces = self._definition_traces(ranked, def_sources, prompt)
         timings["total"] = (time.perf_counter() - t0) * 1e3
         return CompletionResult(text=final, backend=backend_name, context=context, prompt=prompt.text,
-                                prompt_tokens=prompt.tokens, rounds=rounds, timings_ms=timings, error=error)
+                                prompt_tokens=prompt.tokens, rounds=rounds, timings_ms=timings, error=error,
+                                definitions=traces)
+
+    # -- definitions ----------------------------------------------------------------------------------------
+
+    def _definition_sources(self, ranked: list["RankedDefinition"], path: str, line: int) -> list[DefinitionSource]:
+        """The best candidates rendered; none of the cursor's own file that reaches the cursor line (the code
+        from the cursor on is never used; code above it in view is deduplicated by the prompt)."""
+        from repocomp.render import render_definition
+
+        assert self.index is not None
+        dc = self.config.definitions
+        out: list[DefinitionSource] = []
+        for cand in ranked:
+            if len(out) >= 3 * dc.max_definitions:  # room for those the prompt finds already visible
+                break
+            entry = self.index.files.get(cand.ref.path)
+            if entry is None:
+                continue
+            shown = render_definition(cand.ref, entry.parsed, self._lines(cand.ref.path), dc.max_lines,
+                                      dc.docstring_lines)
+            if not shown.lines or (cand.ref.path == path and shown.lines[-1][0] >= line):
+                continue
+            out.append(DefinitionSource(cand.ref.name, cand.ref.path, shown.lines, cand.score, cand.reasons))
+        return out
+
+    def _lines(self, path: str) -> list[str]:
+        cache = self._line_cache
+        entry = self.index.files.get(path) if self.index is not None else None
+        if entry is None:
+            return []
+        hit = cache.get(path)
+        if hit is None or hit[0] is not entry:
+            if len(cache) > 256:
+                cache.clear()
+            hit = cache[path] = (entry, entry.text.split("\n"))
+        return hit[1]
+
+    def _shown_context(self, prompt: Prompt, retrieved: list[ContextBlock]) -> list[ContextBlock]:
+        """One ContextBlock per contiguous run of repository lines the final prompt shows."""
+        by_id = {b.fragment_id: b for b in retrieved}
+        out = []
+        for run in prompt.shown:
+            if run.kind == "definition":
+                d = prompt.definitions[run.block].source
+                out.append(ContextBlock(-1, run.path, run.start_line, run.end_line, 0.0, 0.0, d.score, run.text,
+                                        kind="definition", name=d.name, reasons=list(d.reasons)))
+                continue
+            block = prompt.blocks[run.block]
+            best = next((by_id[m] for m in block.members if m in by_id), None)
+            scores = (best.s_ind, best.s_env, best.s_rel) if best is not None else (0.0, 0.0, 0.0)
+            out.append(ContextBlock(block.members[0] if block.members else -1, run.path, run.start_line,
+                                    run.end_line, *scores, run.text,
+                                    relations=list(best.relations) if best is not None else []))
+        return out
+
+    @staticmethod
+    def _definition_traces(ranked: list["RankedDefinition"], sources: list[DefinitionSource],
+                           prompt: Prompt) -> list[DefinitionTrace]:
+        shown = {(d.source.path, d.source.name) for d in prompt.definitions}
+        rendered = {(s.path, s.name): [n for n, _ in s.lines] for s in sources}
+        return [DefinitionTrace(r.ref.name, r.ref.kind, r.ref.path, rendered.get((r.ref.path, r.ref.name), []),
+                                r.score, dict(r.features), list(r.reasons), (r.ref.path, r.ref.name) in shown)
+                for r in ranked[:20]]
 
     def _source(self, block: ContextBlock, fragment: object) -> BlockSource:
         locs = getattr(fragment, "locations", None) or []

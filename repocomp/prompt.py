@@ -20,6 +20,7 @@ still fit); at most `max_blocks`. The in-file context keeps the last lines befor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,14 +32,19 @@ from repocomp.tokenize import code_tokens
 
 __all__ = [
     "BlockSource",
+    "DefinitionBlock",
+    "DefinitionSource",
     "Prompt",
     "PromptBlock",
+    "ShownRun",
     "TokenCounter",
     "build_prompt",
     "estimate_tokens",
     "format_fim",
     "make_token_counter",
     "render_block",
+    "render_definition_block",
+    "DEFINITIONS_HEADER",
     "HEADER",
     "SEPARATOR",
 ]
@@ -48,6 +54,7 @@ log = logging.getLogger(__name__)
 SEPARATOR = "# " + "-" * 50
 HEADER = "# Here are some relevant code fragments from other files of the repo:\n" + SEPARATOR + "\n"
 _FOUND_IN = "# the below code fragment can be found in:"
+DEFINITIONS_HEADER = "# Here are definitions from the repo that the code below uses:\n" + SEPARATOR + "\n"
 
 TokenCounter = Callable[[str], int]
 
@@ -94,19 +101,52 @@ class BlockSource:
 
 
 @dataclass(frozen=True)
+class DefinitionSource:
+    """A ranked definition as it may be shown: its file's lines (numbered) and why it was chosen."""
+
+    name: str
+    path: str
+    lines: tuple[tuple[int, str], ...]  # (0-based line number, text), increasing
+    score: float = 0.0
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PromptBlock:
-    source: BlockSource
+    source: BlockSource  # a merged span when several hits of one place were joined
+    rendered: str
+    tokens: int
+    members: tuple[int, ...] = ()  # fragment ids whose lines this block shows (best first)
+
+
+@dataclass(frozen=True)
+class DefinitionBlock:
+    source: DefinitionSource  # with only the lines not already visible elsewhere in the prompt
     rendered: str
     tokens: int
 
 
 @dataclass(frozen=True)
+class ShownRun:
+    """One contiguous run of file lines that the prompt shows (the unit evaluation metrics count)."""
+
+    kind: str  # "similar" or "definition"
+    path: str
+    start_line: int  # 0-based
+    end_line: int  # exclusive
+    text: str
+    block: int  # index of its block in Prompt.blocks / Prompt.definitions
+
+
+@dataclass(frozen=True)
 class Prompt:
     text: str  # what the model receives (FIM-formatted when configured)
-    blocks: tuple[PromptBlock, ...]  # in prompt order (best last)
+    blocks: tuple[PromptBlock, ...]  # similar code, in prompt order (best last)
     context: str  # in-file context kept before the cursor
     suffix: str  # in-file text kept after the cursor (FIM only; "" otherwise)
     tokens: int
+    definitions: tuple[DefinitionBlock, ...] = ()  # in prompt order (best last)
+    shown: tuple[ShownRun, ...] = ()  # every run of repository lines shown, definitions then similar code
 
 
 def render_block(src: BlockSource) -> str:
@@ -170,32 +210,234 @@ def format_fim(fim: str, prefix: str, suffix: str) -> str:
     raise ValueError(f"unknown fim format {fim!r}")
 
 
-def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, config: PromptConfig,
-                 count: TokenCounter = estimate_tokens) -> Prompt:
-    """Lay `sources` (best-first) and the in-file context into one prompt within `config.max_tokens`.
+class _Shown:
+    """Lines of each file already in the prompt (in-file context, blocks, definitions)."""
 
+    def __init__(self) -> None:
+        self.spans: dict[str, list[tuple[int, int]]] = {}
+
+    def add(self, path: str, start: int, end: int) -> None:
+        if start < end:
+            self.spans.setdefault(path, []).append((start, end))
+
+    def covered(self, path: str, line: int, skip: Sequence[tuple[int, int]] = ()) -> bool:
+        return any(s <= line < e for s, e in self.spans.get(path, ()) if (s, e) not in skip)
+
+    def uncovered(self, path: str, start: int, end: int) -> list[tuple[int, int]]:
+        runs: list[tuple[int, int]] = []
+        for n in range(start, end):
+            if self.covered(path, n):
+                continue
+            if runs and runs[-1][1] == n:
+                runs[-1] = (runs[-1][0], n + 1)
+            else:
+                runs.append((n, n + 1))
+        return runs
+
+    def remove(self, path: str, span: tuple[int, int]) -> None:
+        self.spans[path].remove(span)
+
+
+@dataclass
+class _Span:
+    """A similar-code block being packed: one contiguous span of one file."""
+
+    rank: int  # the best source it holds (sources are best-first)
+    paths: tuple[str, ...]
+    start: int
+    end: int
+    lines: dict[int, str]
+    members: list[int]
+    rendered: str = ""
+    tokens: int = 0
+
+    @property
+    def path(self) -> str:
+        return self.paths[0]
+
+    def source(self) -> BlockSource:
+        text = "\n".join(self.lines[n] for n in range(self.start, self.end))
+        return BlockSource(self.members[0], self.paths, self.start, self.end, text)
+
+
+class _Packer:
+    """Greedy, best-first packing of similar-code sources into spans under a token limit.
+
+    With `merge`, a source overlapping or touching a chosen span of the same file joins it (one header, no line
+    twice), a source whose lines are all shown already costs nothing, and one that overlaps lines shown by the
+    in-file context or a definition keeps its longest unshown run. Without it, RepoCoder's blocks as they come.
+    """
+
+    def __init__(self, count: TokenCounter, shown: _Shown, merge: bool, max_blocks: int) -> None:
+        self.count = count
+        self.shown = shown
+        self.merge = merge
+        self.max_blocks = max_blocks
+        self.spans: list[_Span] = []
+        self.tokens = 0
+        self.taken: set[int] = set()  # source ranks placed (or made redundant)
+
+    def _price(self, span: _Span) -> _Span:
+        span.rendered = render_block(span.source())
+        span.tokens = self.count(span.rendered)
+        return span
+
+    def offer(self, rank: int, src: BlockSource, limit: int) -> None:
+        if rank in self.taken:
+            return
+        lines = dict(zip(range(src.start_line, src.end_line), src.text.split("\n")))
+        if not self.merge:
+            if len(self.spans) >= self.max_blocks:
+                return
+            span = self._price(_Span(rank, src.paths, src.start_line, src.end_line, lines, [src.fragment_id]))
+            self._place(span, [], limit)
+            return
+        path = src.paths[0]
+        free = self.shown.uncovered(path, src.start_line, src.end_line)
+        if not free:
+            self.taken.add(rank)  # everything it would show is in the prompt already
+            return
+        near = [sp for sp in self.spans if sp.path == path and sp.start <= src.end_line and src.start_line <= sp.end]
+        if near:
+            start = min([src.start_line, *(sp.start for sp in near)])
+            end = max([src.end_line, *(sp.end for sp in near)])
+            own = [(sp.start, sp.end) for sp in near]
+            if any(self.shown.covered(path, n, own) for n in range(start, end)):
+                return  # joining would repeat a definition's or the in-file context's lines
+            for sp in near:
+                lines.update(sp.lines)
+            members = [m for sp in sorted(near, key=lambda sp: sp.rank) for m in sp.members]
+            members = [src.fragment_id, *members] if rank < min(sp.rank for sp in near) else [*members, src.fragment_id]
+            merged = _Span(min(rank, *(sp.rank for sp in near)), (path,), start, end, lines, members)
+            self._place(self._price(merged), near, limit)
+            return
+        if len(self.spans) >= self.max_blocks:
+            return
+        start, end = max(free, key=lambda r: r[1] - r[0])
+        paths = src.paths if (start, end) == (src.start_line, src.end_line) else (path,)
+        self._place(self._price(_Span(rank, paths, start, end, lines, [src.fragment_id])), [], limit)
+
+    def _place(self, span: _Span, replaces: list[_Span], limit: int) -> None:
+        cost = span.tokens - sum(sp.tokens for sp in replaces)
+        if self.tokens + cost > limit:
+            log.debug("block of fragment %d (%d tokens) skipped: %d of %d used", span.members[0], cost,
+                      self.tokens, limit)
+            return
+        for sp in replaces:
+            self.spans.remove(sp)
+            self.shown.remove(sp.path, (sp.start, sp.end))
+        self.spans.append(span)
+        self.shown.add(span.path, span.start, span.end)
+        self.tokens += cost
+        self.taken.add(span.rank)
+
+
+def _elision(line: str) -> str:
+    return "# " + " " * (len(line) - len(line.lstrip())) + "..."
+
+
+def render_definition_block(src: DefinitionSource) -> str:
+    """`# <path>`, the definition's lines comment-prefixed (an elision mark between runs), a separator."""
+    out = [f"# {src.path}"]
+    prev = None
+    for n, line in src.lines:
+        if prev is not None and n != prev + 1:
+            out.append(_elision(line))
+        out.append(f"# {line}")
+        prev = n
+    out.append(SEPARATOR)
+    return "\n".join(out) + "\n"
+
+
+def _pick_definitions(definitions: Sequence[DefinitionSource], shown: _Shown, limit: int, max_n: int,
+                      count: TokenCounter) -> tuple[list[DefinitionBlock], int]:
+    chosen: list[DefinitionBlock] = []
+    used = 0
+    for src in definitions:
+        if len(chosen) >= max_n:
+            break
+        fresh = tuple((n, t) for n, t in src.lines if not shown.covered(src.path, n))
+        if not fresh:
+            continue  # already visible in the in-file context, a similar block or another definition
+        if len(fresh) < len(src.lines):
+            src = dataclasses.replace(src, lines=fresh)
+        rendered = render_definition_block(src)
+        cost = count(rendered)
+        if used + cost > limit:
+            continue
+        chosen.append(DefinitionBlock(src, rendered, cost))
+        used += cost
+        for n, _ in src.lines:
+            shown.add(src.path, n, n + 1)
+    return chosen, used
+
+
+def _runs(lines: Sequence[tuple[int, str]]) -> list[tuple[int, int, str]]:
+    out: list[tuple[int, int, list[str]]] = []
+    for n, text in lines:
+        if out and out[-1][1] == n:
+            out[-1] = (out[-1][0], n + 1, out[-1][2] + [text])
+        else:
+            out.append((n, n + 1, [text]))
+    return [(s, e, "\n".join(t)) for s, e, t in out]
+
+
+def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, config: PromptConfig,
+                 count: TokenCounter = estimate_tokens, *, definitions: Sequence[DefinitionSource] = (),
+                 definitions_share: float = 0.0, max_definitions: int = 8, definitions_first: bool = True,
+                 hole: tuple[str, int] | None = None) -> Prompt:
+    """Lay `sources` (best-first), `definitions` (best-first) and the in-file context into one prompt within
+    `config.max_tokens` (0 = the reference budget, see repocomp.budget).
+
+    The blocks get what the in-file context leaves of the budget; definitions at most `definitions_share` of that,
+    similar code the rest (first up to its own share, then whatever the definitions left). `hole` = (path, cursor
+    line) lets nothing be shown twice: lines of the in-file context, of a chosen block or of a definition.
     With FIM the suffix shares the in-file budget (at most a quarter of it, whole lines from the cursor on).
     """
+    if config.max_tokens == 0 or config.context_tokens == 0:
+        from repocomp.budget import resolve_prompt
+        from repocomp.config import BackendConfig
+
+        config = resolve_prompt(config, None, BackendConfig())
     fim = config.fim != "none"
     suffix_kept = _head_that_fits(suffix, config.context_tokens // 4, count) if fim and suffix else ""
     suffix_tokens = count(suffix_kept) if suffix_kept else 0
     context = _tail_that_fits(prefix, config.context_tokens - suffix_tokens, count)
     context_tokens = count(context) + suffix_tokens
     budget = config.max_tokens - context_tokens
-    chosen: list[PromptBlock] = []
-    used = count(HEADER) + count("\n")
-    for src in sources:
-        if len(chosen) >= config.max_blocks:
-            break
-        rendered = render_block(src)
-        cost = count(rendered)
-        if used + cost > budget:
-            log.debug("block of fragment %d (%d tokens) skipped: %d of %d used", src.fragment_id, cost, used, budget)
-            continue
-        chosen.append(PromptBlock(src, rendered, cost))
-        used += cost
-    ordered = tuple(reversed(chosen))  # best block last, nearest the code
-    head = HEADER + "".join(b.rendered for b in ordered) + "\n" if ordered else ""
+
+    shown = _Shown()
+    if hole is not None:  # the in-file context's lines, the cursor's line included
+        path, cursor_line = hole
+        shown.add(path, cursor_line - context.count("\n"), cursor_line + 1)
+    blank = count("\n")
+    similar_fixed = count(HEADER) + blank
+    defs_fixed = count(DEFINITIONS_HEADER) + blank  # the blank line, in case no similar block is shown
+    share = int(budget * definitions_share) if definitions and max_definitions > 0 else 0
+    packer = _Packer(count, shown, config.merge_overlaps, config.max_blocks)
+    for rank, src in enumerate(sources):  # similar code first, within its own share
+        packer.offer(rank, src, budget - share - similar_fixed)
+    picked, defs_used = _pick_definitions(definitions, shown, share - defs_fixed, max_definitions, count) \
+        if share > 0 else ([], 0)
+    defs_tokens = defs_used + defs_fixed - blank if picked else 0
+    for rank, src in enumerate(sources):  # then whatever the definitions left
+        packer.offer(rank, src, budget - defs_tokens - similar_fixed)
+
+    ranked = sorted(packer.spans, key=lambda sp: sp.rank)
+    blocks = tuple(PromptBlock(sp.source(), sp.rendered, sp.tokens, tuple(sp.members)) for sp in reversed(ranked))
+    defs = tuple(reversed(picked))  # best last, nearest what follows
+    similar_text = HEADER + "".join(b.rendered for b in blocks) if blocks else ""
+    defs_text = DEFINITIONS_HEADER + "".join(d.rendered for d in defs) if defs else ""
+    head = defs_text + similar_text if definitions_first else similar_text + defs_text
+    head = head + "\n" if head else ""
     text = format_fim(config.fim, head + context, suffix_kept)
-    tokens = (used if ordered else 0) + context_tokens  # "\n": the blank line before the code
-    return Prompt(text=text, blocks=ordered, context=context, suffix=suffix_kept, tokens=tokens)
+    tokens = context_tokens + (packer.tokens + similar_fixed if blocks else 0) + defs_tokens
+    if defs and not blocks:
+        tokens += blank
+
+    runs = [ShownRun("definition", d.source.path, s, e, t, i) for i, d in enumerate(defs)
+            for s, e, t in _runs(d.source.lines)]
+    runs += [ShownRun("similar", b.source.paths[0], b.source.start_line, b.source.end_line, b.source.text, i)
+             for i, b in enumerate(blocks)]
+    return Prompt(text=text, blocks=blocks, context=context, suffix=suffix_kept, tokens=tokens, definitions=defs,
+                  shown=tuple(runs))

@@ -1,0 +1,270 @@
+"""Query-side symbol lookup: a dotted name as written at some line of a file -> the repository definitions it names.
+
+`graph.resolve` turns a file's *call sites* into call edges when the file is indexed. Completing code needs more
+of the same machinery at request time, for any name in the code before the cursor: `np`/`m`/`pkg.mod.f`
+(imports, aliased module imports, re-exports), `self.x`/`cls.x` (the enclosing class and its bases), `Class.method`,
+a module constant (`from cfg import SCALE`), the members of a class or module that start with a prefix, and a
+method name that only one class of the repository defines. Python goes through its imports; the other indexed
+languages by name, as `graph.resolve` does for them.
+
+Everything is read from the resolver's per-file symbols (kept current by the index on every edit); module
+constants and class headers need the file's lines, which the caller provides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from graph.languages import CLASS_KINDS
+from graph.resolve import FileSymbols, Resolver
+
+__all__ = ["DefRef", "ModRef", "SymbolLookup", "Target"]
+
+_MAX_DEPTH = 4  # re-export hops and base-class levels followed
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
+
+
+@dataclass(frozen=True, order=True)
+class DefRef:
+    """A definition in the repository: `node` is a local node of `path` (a definition or, for a constant, the
+    statement that assigns it)."""
+
+    path: str
+    node: int
+    name: str
+    kind: str  # "function", "class", "method" or "constant"
+
+
+@dataclass(frozen=True)
+class ModRef:
+    """A module of the repository (`path` is its file)."""
+
+    path: str
+
+
+Target = DefRef | ModRef
+LinesOf = Callable[[str], list[str] | None]
+
+
+def _constant_re(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(name)}\s*(?::[^=]*)?=(?!=)")
+
+
+class SymbolLookup:
+    """Resolves names against a `Resolver`'s symbols; `lines_of(path)` gives a file's current lines."""
+
+    def __init__(self, resolver: Resolver, lines_of: LinesOf) -> None:
+        self.resolver = resolver
+        self.lines_of = lines_of
+        self._methods_key: tuple[int, ...] | None = None
+        self._methods: dict[str, list[DefRef]] = {}
+        self._def_info: dict[str, tuple[int, dict[int, tuple[str, int]]]] = {}  # path -> (id(sym), node -> info)
+
+    def refresh(self) -> None:
+        """Call once per request: rebuilds the method-name table when some file's symbols changed."""
+        files = self.resolver.files
+        key = tuple(id(sym) for sym in files.values())
+        if key != self._methods_key:
+            table: dict[str, list[DefRef]] = {}
+            for sym in files.values():
+                for cls_methods in sym.methods.values():
+                    for method, node in cls_methods.items():
+                        table.setdefault(method, []).append(DefRef(sym.path, node, method, "method"))
+            self._methods, self._methods_key = table, key
+
+    # -- single definitions --------------------------------------------------------------------------------------
+    def _def(self, sym: FileSymbols, node: int) -> DefRef:
+        parsed = sym.parsed
+        cached = self._def_info.get(sym.path)
+        if cached is None or cached[0] != id(sym):
+            cached = (id(sym), {d: (n, c) for d, n, c in parsed.defs})
+            self._def_info[sym.path] = cached
+        name, cls = cached[1].get(node, ("", -1))
+        kind = "class" if parsed.kinds[node] in CLASS_KINDS else "method" if cls >= 0 else "function"
+        return DefRef(sym.path, node, name, kind)
+
+    def _target(self, found: object) -> Target | None:
+        """A resolver answer (("def", path, node) or ("mod", FileSymbols)) as a Target."""
+        if not isinstance(found, tuple):
+            return None
+        if found[0] == "def":
+            return self._def(self.resolver.files[found[1]], found[2])
+        return ModRef(found[1].path)
+
+    def constant(self, sym: FileSymbols, name: str) -> DefRef | None:
+        """A top-level assignment `name = ...` of the module (its statement node)."""
+        lines = self.lines_of(sym.path)
+        parsed = sym.parsed
+        if lines is None or parsed.language != "python":
+            return None
+        pattern = _constant_re(name)
+        for node in range(1, parsed.n_nodes):
+            if parsed.parent[node] == 0 and parsed.kinds[node] == "expression_statement":
+                line = int(parsed.start_line[node])
+                if line < len(lines) and pattern.match(lines[line]):
+                    return DefRef(sym.path, node, name, "constant")
+        return None
+
+    # -- members -------------------------------------------------------------------------------------------------
+    def class_bases(self, ref: DefRef) -> list[DefRef]:
+        """The classes `ref` derives from, as its header names them (resolved in its own file)."""
+        sym = self.resolver.files.get(ref.path)
+        lines = self.lines_of(ref.path)
+        if sym is None or lines is None or ref.kind != "class":
+            return []
+        start = int(sym.parsed.start_line[ref.node])
+        header = " ".join(lines[start:min(start + 8, int(sym.parsed.end_line[ref.node]))])
+        open_ = header.find("(")
+        if open_ < 0 or header.find(":") < open_:
+            return []
+        depth, args, current = 0, [], []
+        for ch in header[open_ + 1:]:
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                if depth == 0:
+                    args.append("".join(current))
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                args.append("".join(current))
+                current = []
+                continue
+            current.append(ch)
+        out = []
+        for arg in args:
+            arg = arg.strip()
+            if not arg or "=" in arg or not _DOTTED.fullmatch(arg):
+                continue  # metaclass=..., Generic[T], calls
+            parts = tuple(p.strip() for p in arg.split("."))
+            chain = self.resolve(ref.path, parts)
+            if chain and isinstance(chain[-1], DefRef) and chain[-1].kind == "class" and chain[-1] != ref:
+                out.append(chain[-1])
+        return out
+
+    def class_member(self, ref: DefRef, name: str, depth: int = 0) -> DefRef | None:
+        """Method `name` of class `ref` or of one of its bases (nearest first)."""
+        sym = self.resolver.files.get(ref.path)
+        if sym is None:
+            return None
+        node = sym.methods.get(ref.node, {}).get(name)
+        if node is not None:
+            return DefRef(ref.path, node, name, "method")
+        if depth >= _MAX_DEPTH:
+            return None
+        for base in self.class_bases(ref):
+            found = self.class_member(base, name, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def members(self, target: Target, prefix: str = "", depth: int = 0) -> Iterator[DefRef]:
+        """Definitions reachable as `target.<name>` whose name starts with `prefix` (bases' methods included)."""
+        if isinstance(target, ModRef):
+            sym = self.resolver.files.get(target.path)
+            if sym is None:
+                return
+            for name, node in sym.top.items():
+                if name.startswith(prefix):
+                    yield self._def(sym, node)
+            return
+        sym = self.resolver.files.get(target.path)
+        if sym is None or target.kind != "class":
+            return
+        for name, node in sym.methods.get(target.node, {}).items():
+            if name.startswith(prefix):
+                yield DefRef(target.path, node, name, "method")
+        if depth < _MAX_DEPTH:
+            for base in self.class_bases(target):
+                yield from self.members(base, prefix, depth + 1)
+
+    def methods_named(self, name: str) -> list[DefRef]:
+        """Every method called `name` in the repository (as of the last `refresh`)."""
+        if self._methods_key is None:
+            self.refresh()
+        return self._methods.get(name, [])
+
+    # -- names in a file -----------------------------------------------------------------------------------------
+    def enclosing_class(self, path: str, line: int) -> DefRef | None:
+        """The innermost class whose body holds `line` of `path`."""
+        sym = self.resolver.files.get(path)
+        if sym is None:
+            return None
+        parsed = sym.parsed
+        best = None
+        for node, _, _ in parsed.defs:
+            if parsed.kinds[node] in CLASS_KINDS and parsed.start_line[node] < line < parsed.end_line[node] + 1:
+                if best is None or parsed.start_line[node] >= parsed.start_line[best]:
+                    best = node
+        return self._def(sym, best) if best is not None else None
+
+    def head(self, path: str, name: str, line: int, bindings: set[str] | None = None) -> Target | None:
+        """What the bare `name` means at `line` of `path`: a definition of the file, an import, the class of
+        `self`/`cls`. `bindings`, when given, are the import names usable there (those imported above)."""
+        sym = self.resolver.files.get(path)
+        if sym is None:
+            return None
+        if name in ("self", "cls") or (name == "this" and sym.parsed.language != "python"):
+            return self.enclosing_class(path, line)
+        if sym.parsed.language != "python":
+            return self._by_name(sym, name)
+        if name in sym.top:
+            return self._def(sym, sym.top[name])
+        imp = sym.bindings.get(name)
+        if imp is not None and (bindings is None or name in bindings):
+            found = self._target(self.resolver._binding(sym, imp, set()))
+            if found is None and imp.name is not None:  # `from mod import CONSTANT`
+                mod = self.resolver._module_file(self.resolver._absolute(sym, imp.module), set())
+                if mod is not None:
+                    found = self._member(ModRef(mod.path), imp.name)
+            return found
+        return None
+
+    def _by_name(self, sym: FileSymbols, name: str) -> DefRef | None:
+        """Other languages: the file's own definition, else the repository's only one of that name."""
+        if name in sym.top:
+            return self._def(sym, sym.top[name])
+        paths = self.resolver._names.get(f"name:{sym.parsed.language}:{name}", [])
+        if len(paths) == 1:
+            other = self.resolver.files[paths[0]]
+            node = other.top.get(name)
+            if node is not None:
+                return self._def(other, node)
+        return None
+
+    def _member(self, target: Target, name: str) -> Target | None:
+        if isinstance(target, ModRef):
+            sym = self.resolver.files.get(target.path)
+            if sym is None:
+                return None
+            found = self._target(self.resolver._symbol(sym, name, set()))
+            return found if found is not None else self.constant(sym, name)
+        if target.kind == "class":
+            return self.class_member(target, name)
+        return None
+
+    def resolve(self, path: str, parts: tuple[str, ...], line: int = 0,
+                bindings: set[str] | None = None, types: dict[str, DefRef] | None = None) -> list[Target]:
+        """Every target along the dotted name `parts` written at `line` of `path`: `m.Encoder.forward` ->
+        [module m, class Encoder, method forward]; stops where a link does not resolve. `types` maps a variable
+        (`enc`, `self.enc`) to the class it was assigned an instance of."""
+        if not parts:
+            return []
+        chain: list[Target] = []
+        current: Target | None = None
+        rest = parts[1:]
+        if types and len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in types:  # self.enc -> Encoder
+            current, rest = types[f"{parts[0]}.{parts[1]}"], parts[2:]
+        elif types and parts[0] in types:
+            current = types[parts[0]]
+        else:
+            current = self.head(path, parts[0], line, bindings)
+        while current is not None:
+            chain.append(current)
+            if not rest:
+                break
+            current, rest = self._member(current, rest[0]), rest[1:]
+        return chain
