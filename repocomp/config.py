@@ -105,17 +105,54 @@ class RetrievalConfig:
 
 @dataclass(frozen=True)
 class PromptConfig:
-    max_tokens: int = 2048  # budget for retrieved blocks + in-file context
-    context_tokens: int = 1024  # share of the budget kept for the in-file context
+    # budget for retrieved blocks + in-file context; 0 = the model's (see repocomp.budget: Code Llama's 4K window
+    # minus max_new_tokens as in the FragRel paper; 2048 for the in-process local model on CPU)
+    max_tokens: int = 0
+    context_tokens: int = 0  # share of the budget kept for the in-file context; 0 = half of max_tokens
     max_blocks: int = 10
+    merge_overlaps: bool = True  # overlapping similar-code hits of one file become one span, nothing shown twice
     fim: str = "none"  # "none", "codellama" or "starcoder"
     tokenizer: str = ""  # local tokenizer dir; empty = the model's when local, else a code-aware estimate
 
     def validate(self) -> None:
-        _check(0 < self.max_tokens <= 1_000_000, "max_tokens must be in 1..1000000")
-        _check(0 < self.context_tokens <= self.max_tokens, "context_tokens must be in 1..max_tokens")
+        _check(0 <= self.max_tokens <= 1_000_000, "max_tokens must be in 0..1000000 (0 = the model's)")
+        _check(0 <= self.context_tokens and (self.max_tokens == 0 or self.context_tokens <= self.max_tokens),
+               "context_tokens must be in 0..max_tokens (0 = half of max_tokens)")
         _check(0 <= self.max_blocks <= 10_000, "max_blocks must be in 0..10000")
         _check(self.fim in ("none", "codellama", "starcoder"), "fim must be 'none', 'codellama' or 'starcoder'")
+
+
+@dataclass(frozen=True)
+class DefinitionsConfig:
+    """Rationale context (repocomp.definitions): definitions the code before the cursor reaches, ranked."""
+
+    enabled: bool = True
+    share: float = 0.25  # most of the block budget the definitions section may take; similar code fills the rest
+    max_definitions: int = 8
+    max_lines: int = 12  # lines of one rendered definition
+    docstring_lines: int = 3  # lines of a docstring's first paragraph
+    scan_lines: int = 400  # lines before the cursor scanned for references
+    similar_fragments: int = 5  # top similar blocks whose calls count as evidence
+    position: str = "first"  # the section before the similar code ("first") or after it, nearest the code ("last")
+    # ranking weights (chosen a priori; see repocomp.definitions)
+    distance_scale: float = 20.0
+    w_near: float = 1.0
+    w_imported: float = 0.25
+    w_prefix: float = 1.0
+    w_relation: float = 0.5
+    w_similar: float = 0.5
+
+    def validate(self) -> None:
+        _check(0.0 <= self.share <= 1.0, "share must be in [0, 1]")
+        _check(0 <= self.max_definitions <= 1000, "max_definitions must be in 0..1000")
+        _check(1 <= self.max_lines <= 1000, "max_lines must be in 1..1000")
+        _check(0 <= self.docstring_lines <= 1000, "docstring_lines must be in 0..1000")
+        _check(0 <= self.scan_lines <= 100_000, "scan_lines must be in 0..100000")
+        _check(0 <= self.similar_fragments <= 1000, "similar_fragments must be in 0..1000")
+        _check(self.position in ("first", "last"), "position must be 'first' or 'last'")
+        _check(0.0 < self.distance_scale <= 1e6, "distance_scale must be in (0, 1000000]")
+        for name in ("w_near", "w_imported", "w_prefix", "w_relation", "w_similar"):
+            _check(0.0 <= getattr(self, name) <= 1000.0, f"{name} must be in [0, 1000]")
 
 
 BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers")
@@ -193,6 +230,7 @@ class Config:
     relations: RelationConfig = field(default_factory=RelationConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    definitions: DefinitionsConfig = field(default_factory=DefinitionsConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
 
     def replace(self, section: str, **changes: Any) -> "Config":
