@@ -106,7 +106,7 @@ def test_summary_numbers_per_repository_then_over_repositories(tmp_path):
     assert summary["gt_line_recall"] == pytest.approx(0.75) and summary["def_hit"] == 1.0
     assert json.loads((tmp_path / "s.json").read_text()) == summary
     recs = {r["task_id"]: r for r in read_results(tmp_path / "out.jsonl")}
-    assert recs["t3"]["context"] == [{"path": "b.py", "start_line": 0, "end_line": 10, "s_ind": 0.5,
+    assert recs["t3"]["context"] == [{"path": "b.py", "start_line": 0, "end_line": 10, "kind": "similar", "s_ind": 0.5,
                                       "s_env": 0.25, "s_rel": 0.625}]
     assert recs["t3"]["mode"] == "vanilla" and recs["t3"]["fragrel"] is True and recs["t3"]["prompt_tokens"] == 7
     assert recs["t1"]["prediction"] == "line5 = 5" and recs["t1"]["em"] == 1.0

@@ -1,6 +1,6 @@
 """`repocomp eval`: batch RepoEval evaluation, plus the `make-tasks` and `report` sub-verbs.
 
-    repocomp eval TASKS.jsonl --repos DIR [--mode M] [--no-fragrel] [--backend B] [--out R.jsonl] ...
+    repocomp eval TASKS.jsonl --repos DIR [--mode M] [--no-fragrel] [--no-definitions] [--backend B] ...
     repocomp eval make-tasks REPO --kind line|api|function [--n N] [--seed S] --out FILE
     repocomp eval report RESULTS.jsonl... [--png FILE]
 
@@ -38,6 +38,8 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="repocoder", choices=("infile", "vanilla", "repocoder", "oracle"))
     p.add_argument("--no-fragrel", action="store_true", help="plain RepoCoder: FragRel and query-side relations off")
     p.add_argument("--query-relations", type=float, metavar="W", help="weight of query-side relations")
+    p.add_argument("--no-definitions", action="store_true",
+                   help="no definitions section (ablation; plain RepoCoder, --no-fragrel, has none either)")
     p.add_argument("--backend", default="none", choices=("none", "extractive", "vllm", "transformers"),
                    help="none = retrieval only (prediction empty, EM/ES null)")
     p.add_argument("--kind", choices=("line", "api", "function"),
@@ -91,7 +93,7 @@ def _evaluate(a: argparse.Namespace) -> int:
         tasks = tasks[: a.limit]
     config = load_config(config_file=a.config) if a.config else Config()
     options = EvalOptions(mode=a.mode, fragrel=not a.no_fragrel, query_relations=a.query_relations,
-                          backend=a.backend, workers=a.workers)
+                          backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None)
     summary = run_eval(tasks, a.repos, options, config, out=a.out, summary_json=a.summary_json,
                        progress=not a.no_progress and sys.stderr.isatty())
     print(json.dumps({k: v for k, v in summary.items() if k != "per_repo"}))

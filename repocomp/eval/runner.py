@@ -34,8 +34,9 @@ BACKENDS = ("none", "extractive", "vllm", "transformers")
 @dataclass(frozen=True)
 class EvalOptions:
     mode: str = "repocoder"
-    fragrel: bool = True
+    fragrel: bool = True  # False: plain RepoCoder (no relations and, unless `definitions` says so, no definitions)
     query_relations: float | None = None  # None = the config's value
+    definitions: bool | None = None  # the definitions section; None = on with FragRel, off for plain RepoCoder
     backend: str = "none"
     workers: int = 1
 
@@ -56,6 +57,8 @@ def eval_config(config: Config, options: EvalOptions) -> Config:
         config = config.replace("retrieval", query_relations=float(options.query_relations))
     if not options.fragrel:  # plain RepoCoder
         config = config.replace("retrieval", alpha=0.0, query_relations=0.0)
+    if options.definitions is False or (options.definitions is None and not options.fragrel):
+        config = config.replace("definitions", enabled=False)
     if options.backend != "none":
         config = config.replace("backend", name=options.backend)
     return config
@@ -103,7 +106,8 @@ def def_hit(definitions: list[dict[str, Any]], blocks: Iterable[Any]) -> bool | 
 
 def _run_fields(task: Task, options: EvalOptions) -> dict[str, Any]:
     return {"task_id": task.task_id, "repo": task.repo, "path": task.path, "kind": task.kind, "mode": options.mode,
-            "fragrel": options.fragrel, "backend": options.backend, "query_relations": options.query_relations}
+            "fragrel": options.fragrel, "backend": options.backend, "query_relations": options.query_relations,
+            "definitions": options.definitions}
 
 
 def error_record(task: Task, options: EvalOptions, error: str) -> dict[str, Any]:
@@ -120,8 +124,10 @@ def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: di
         "prediction": prediction,
         "em": float(exact_match(prediction, task.ground_truth)) if scored else None,
         "es": edit_similarity(prediction, task.ground_truth) if scored else None,
+        # one entry per contiguous run of lines the prompt showed (a class skeleton gives several)
         "context": [{"path": b.path, "start_line": b.start_line, "end_line": b.end_line,
-                     "s_ind": float(b.s_ind), "s_env": float(b.s_env), "s_rel": float(b.s_rel)}
+                     "kind": getattr(b, "kind", "similar"), "s_ind": float(b.s_ind), "s_env": float(b.s_env),
+                     "s_rel": float(b.s_rel), **({"name": b.name} if getattr(b, "kind", "") == "definition" else {})}
                     for b in result.context],
         "prompt_tokens": int(result.prompt_tokens),
         "timings_ms": {**{k: round(float(v), 3) for k, v in result.timings_ms.items()}, **extra_timings},
@@ -302,7 +308,8 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
     options.validate()
     config = eval_config(config, options)
-    options = replace(options, query_relations=config.retrieval.query_relations)  # records say what ran
+    options = replace(options, query_relations=config.retrieval.query_relations,  # records say what ran
+                      definitions=config.definitions.enabled)
     repos_dir = Path(repos_dir)
     engine_factory = engine_factory or open_engine
     for target, flag in ((out, "--out"), (summary_json, "--summary-json")):
@@ -310,10 +317,11 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
             raise RepocompError(f"{flag} {target}: the folder {Path(target).parent} does not exist; create it first")
     existing = read_results(out) if out else []
     for r in existing:
-        if (r.get("mode"), r.get("fragrel"), r.get("backend")) != (options.mode, options.fragrel, options.backend):
+        ran = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions))
+        if ran != (options.mode, options.fragrel, options.backend, options.definitions):
             raise RepocompError(
                 f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
-                f"backend={r.get('backend')}); give this run its own --out")
+                f"backend={r.get('backend')}, definitions={r.get('definitions')}); give this run its own --out")
     kept = [r for r in existing if not r.get("error")]  # failed tasks are run again
     if out and existing:
         _rewrite_clean(Path(out), kept)
