@@ -100,7 +100,7 @@ class CompletionResult:
     prompt_tokens: int
     rounds: list[RoundTrace]
     timings_ms: dict[str, float]
-    error: str = ""  # why the configured backend did not answer, when a fallback did
+    error: str = ""  # why the configured backend did not answer (a fallback did), or why rounds were skipped
     definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
 
 
