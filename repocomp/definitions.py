@@ -100,7 +100,7 @@ class BufferState:
     candidates: dict[DefRef, Candidate] = field(default_factory=dict)
     bindings: dict[str, int] = field(default_factory=dict)  # import name -> line, imports above the cursor
     types: dict[str, DefRef] = field(default_factory=dict)  # variable -> class of the instance assigned to it
-    strength: dict[int, float] = field(default_factory=dict)  # global node -> path strength from the region
+    strength: np.ndarray = field(default_factory=lambda: np.zeros(0))  # global node -> path strength from the region
     lookup: SymbolLookup | None = None
     memo: dict[tuple[Any, ...], list[Target]] = field(default_factory=dict)
     class_spans: list[tuple[int, int, DefRef]] = field(default_factory=list)  # classes of the file: (start, end)
@@ -215,6 +215,9 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
     assert state.lookup is not None
     import_lines = set(state.bindings.values())
     enclosing = state.class_at(state.cursor_line)
+    sym = state.lookup.resolver.files.get(state.path)
+    # names that can start a chain worth resolving (a local variable or a library module resolves to nothing)
+    known = set(state.bindings) | set(sym.top if sym else ()) | {"self", "cls"} | {t.split(".")[0] for t in state.types}
     for i in _scan_range(state, cfg):
         if i in import_lines:
             continue
@@ -224,14 +227,18 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
             text = text[: m.start()] if m else text
         for m in _CHAIN.finditer(text):
             parts = tuple(m.group(0).split("."))
-            if parts[0] in _SKIP and parts[0] not in ("self", "cls"):
+            called = text[m.end():m.end() + 1] == "("
+            if parts[0] not in known:
+                if called and len(parts) >= 2 and parts[0] not in _SKIP:  # `obj.step(...)`, obj of unknown type
+                    owners = state.lookup.methods_named(parts[-1])
+                    if len(owners) == 1:
+                        state.add(owners[0], Evidence("unique-method", i, m.group(0)))
                 continue
             chain = state.resolve(parts, i)
             own = 1 if parts[0] in ("self", "cls") else 0  # the enclosing class itself is not news
             for target in chain[own:]:
                 if isinstance(target, DefRef):
                     state.add(target, Evidence("reference", i, m.group(0)))
-            called = text[m.end():m.end() + 1] == "("
             if called and len(parts) >= 2 and len(chain) < len(parts):
                 owners = state.lookup.methods_named(parts[-1])
                 if len(owners) == 1:
@@ -331,22 +338,23 @@ class DefinitionFinder:
         state.strength = self._region_strength(path, cursor_line)
         return state
 
-    def _region_strength(self, path: str, cursor_line: int) -> dict[int, float]:
+    def _region_strength(self, path: str, cursor_line: int) -> np.ndarray:
         """Global node -> strongest max-product path from a node of the lines just above the cursor."""
         if self.config.w_relation <= 0:
-            return {}
+            return np.zeros(0)
         entry = self.index.files[path]
         parsed = entry.parsed
         start, end = max(0, cursor_line - self.window), min(cursor_line, parsed.n_lines)
         if start >= end:
-            return {}
+            return np.zeros(0)
         keep = parsed.line_len[start:end] > 0
         sources = np.unique(entry.node_ids[parsed.line_owner[start:end][keep]])
         if len(sources) == 0:
-            return {}
+            return np.zeros(0)
         strengths = max_product_strengths(self.index.graph.cost_matrix(), sources, self.cutoff, self.max_reach)
-        best = strengths.max(axis=0).tocoo()
-        return dict(zip(best.col.tolist(), best.data.tolist()))
+        best = np.zeros(strengths.shape[1], np.float64)  # per node its strongest link (a few thousand entries)
+        np.maximum.at(best, strengths.indices, strengths.data)
+        return best
 
     def _global_node(self, ref: DefRef) -> int | None:
         entry = self.index.files.get(ref.path)
@@ -389,7 +397,7 @@ class DefinitionFinder:
         for ref, cand in pool.items():
             n_calls = calls.get(ref, 0)
             node = self._global_node(ref)
-            relation = state.strength.get(node, 0.0) if node is not None else 0.0
+            relation = float(state.strength[node]) if node is not None and node < len(state.strength) else 0.0
             distance = None if cand.last_reference is None else max(0, state.cursor_line - cand.last_reference)
             features = {
                 "near": 0.0 if distance is None else 1.0 / (1.0 + distance / cfg.distance_scale),

@@ -170,6 +170,7 @@ class Completer:
         self.prompt_config = resolve_prompt(self.config.prompt, getattr(backend, "name", None), self.config.backend)
         self._finder: "DefinitionFinder | None" = None
         self._line_cache: dict[str, tuple[object, list[str]]] = {}
+        self._rendered: dict[tuple[object, int], object] = {}  # (definition, id of its file's parse) -> rendering
 
     @property
     def finder(self) -> "DefinitionFinder | None":
@@ -380,8 +381,13 @@ class Completer:
             entry = self.index.files.get(cand.ref.path)
             if entry is None:
                 continue
-            shown = render_definition(cand.ref, entry.parsed, self._lines(cand.ref.path), dc.max_lines,
-                                      dc.docstring_lines)
+            key = (cand.ref, id(entry.parsed))  # a file's parse is replaced, never changed, when it is edited
+            shown = self._rendered.get(key)
+            if shown is None:
+                if len(self._rendered) > 4096:
+                    self._rendered.clear()
+                shown = self._rendered[key] = render_definition(cand.ref, entry.parsed, self._lines(cand.ref.path),
+                                                                dc.max_lines, dc.docstring_lines)
             if not shown.lines or (cand.ref.path == path and shown.lines[-1][0] >= line):
                 continue
             out.append(DefinitionSource(cand.ref.name, cand.ref.path, shown.lines, cand.score, cand.reasons))

@@ -279,7 +279,7 @@ class _Packer:
 
     def _price(self, span: _Span) -> _Span:
         span.rendered = render_block(span.source())
-        span.tokens = self.count(span.rendered)
+        span.tokens = count_lines(span.rendered, self.count)
         return span
 
     def offer(self, rank: int, src: BlockSource, limit: int) -> None:
@@ -332,6 +332,12 @@ class _Packer:
         self.taken.add(span.rank)
 
 
+def count_lines(text: str, count: TokenCounter) -> int:
+    """Tokens of a rendered block, counted line by line: lines recur across candidate spans, rounds and requests,
+    so a memoized counter sees each once (every block line starts with `#`, so no token spans two lines)."""
+    return sum(count(line + "\n") for line in text.split("\n")[:-1])
+
+
 def _elision(line: str) -> str:
     return "# " + " " * (len(line) - len(line.lstrip())) + "..."
 
@@ -362,7 +368,7 @@ def _pick_definitions(definitions: Sequence[DefinitionSource], shown: _Shown, li
         if len(fresh) < len(src.lines):
             src = dataclasses.replace(src, lines=fresh)
         rendered = render_definition_block(src)
-        cost = count(rendered)
+        cost = count_lines(rendered, count)
         if used + cost > limit:
             continue
         chosen.append(DefinitionBlock(src, rendered, cost))

@@ -3,8 +3,9 @@
 Cursor positions are drawn (seeded) from the indexed files; each is completed by the real engine entry point
 (`Completer.acomplete`, RepoCoder mode) with no model: round-2 drafts come from the extractive backend, whose
 time is reported apart and excluded from the per-iteration figure. Per iteration we time what a request pays
-before the LLM: similarity over all fragments, leak rule, FragRel re-scoring, ranking, block assembly and the
-token-budgeted prompt.
+before the LLM: similarity over all fragments, leak rule, FragRel re-scoring, ranking, block assembly, the
+definitions (the buffer scan once per request, counted in iteration 1; ranking and rendering every iteration)
+and the token-budgeted prompt.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class RetrieveBenchResult:
     similarity: str
     alpha: float
     query_relations: float
+    definitions: bool = True
     per_iteration_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # "1", "2" -> p50/p95/mean/max
     stages_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> p50/p95 (all iterations)
     first_request_ms: float = 0.0  # includes one-time warm-up (caches, tokenizer)
@@ -53,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--similarity", choices=("jaccard", "bm25"), help="override [retrieval] similarity")
     p.add_argument("--alpha", type=float, help="override FragRel alpha (0 = off)")
     p.add_argument("--query-relations", type=float, metavar="W", help="override query-side relation weight")
+    p.add_argument("--no-definitions", action="store_true", help="no definitions section")
     p.add_argument("--config", type=Path, metavar="FILE")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.set_defaults(run=_run)
@@ -108,13 +111,17 @@ def run_retrieve_bench(root: Path, config: Any, positions: int = 300, runs: int 
     rc = config.retrieval
     out = RetrieveBenchResult(repo=str(root), fragments=int(index.term_index.nonempty().sum()), files=len(index.files),
                               positions=len(pos), runs=runs, iterations=rc.iterations, similarity=rc.similarity,
-                              alpha=rc.alpha, query_relations=rc.query_relations, first_request_ms=round(first, 3))
+                              alpha=rc.alpha, query_relations=rc.query_relations, first_request_ms=round(first, 3),
+                              definitions=config.definitions.enabled)
     for r in range(1, rc.iterations + 1):
-        per = [rec[f"retrieve_{r}"] + rec[f"prompt_{r}"] for rec in records if f"retrieve_{r}" in rec]
+        per = [rec[f"retrieve_{r}"] + rec.get(f"definitions_{r}", 0.0) + rec[f"prompt_{r}"]
+               + (rec.get("definitions_scan", 0.0) if r == 1 else 0.0) for rec in records if f"retrieve_{r}" in rec]
         if per:
             out.per_iteration_ms[str(r)] = _stats(per)
-    for stage in ("similarity", "leak", "fragrel", "rank", "prompt", "generate", "sync"):
-        vals = [v for rec in records for k, v in rec.items() if k == stage or k.startswith(stage + "_")]
+    for stage in ("similarity", "leak", "fragrel", "rank", "definitions_scan", "definitions", "prompt", "generate",
+                  "sync"):
+        vals = [v for rec in records for k, v in rec.items()
+                if k == stage or (k.startswith(stage + "_") and k[len(stage) + 1:].isdigit())]
         if vals:
             out.stages_ms[stage + (" (extractive draft, excluded)" if stage == "generate" else "")] = _stats(vals)
     return out
@@ -123,10 +130,11 @@ def run_retrieve_bench(root: Path, config: Any, positions: int = 300, runs: int 
 def format_table(res: RetrieveBenchResult) -> str:
     lines = [f"repocomp bench retrieve: {res.repo}",
              f"{res.files} files, {res.fragments} fragments; {res.positions} positions x {res.runs} runs; "
-             f"similarity={res.similarity} alpha={res.alpha} query_relations={res.query_relations}",
+             f"similarity={res.similarity} alpha={res.alpha} query_relations={res.query_relations} "
+             f"definitions={'on' if res.definitions else 'off'}",
              "", f"{'per iteration (ms)':<40}{'p50':>9}{'p95':>9}{'mean':>9}{'max':>9}"]
     for r, s in res.per_iteration_ms.items():
-        lines.append(f"{'iteration ' + r + ': retrieval+FragRel+prompt':<40}{s['p50']:>9.2f}{s['p95']:>9.2f}"
+        lines.append(f"{'iteration ' + r + ': retrieval+defs+prompt':<40}{s['p50']:>9.2f}{s['p95']:>9.2f}"
                      f"{s['mean']:>9.2f}{s['max']:>9.2f}")
     lines += ["", f"{'stage (ms, all iterations)':<40}{'p50':>9}{'p95':>9}{'mean':>9}{'max':>9}"]
     for name, s in res.stages_ms.items():
@@ -155,6 +163,8 @@ def _run(args: argparse.Namespace) -> int:
         changes["query_relations"] = args.query_relations
     if changes:
         config = config.replace("retrieval", **changes)
+    if args.no_definitions:
+        config = config.replace("definitions", enabled=False)
     told = False
 
     def progress(done: int, total: int, phase: str) -> None:

@@ -3,7 +3,9 @@
 LINE and COL are 1-based as editors show them (COL defaults to the end of the line). The completion goes to
 stdout; which backend answered (and why a fallback did) goes to stderr, or into the JSON with `--json`.
 `--explain` prints, for each round, the query, the draft and the fragments retrieved with their scores and the
-graph edge types that relate each to the cursor's own fragment.
+graph edge types that relate each to the cursor's own fragment, then the definitions ranked for the final round:
+the lines each shows, its score, whether it made the prompt and why it was chosen ("imported at line 7,
+referenced at line 98, prefix match").
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=BACKEND_NAMES, help="override [backend] name")
     p.add_argument("--iterations", type=int, metavar="N", help="RepoCoder rounds (1 = vanilla)")
     p.add_argument("--mode", choices=("infile", "vanilla", "repocoder"), default="repocoder")
-    p.add_argument("--no-fragrel", action="store_true", help="rank by similarity alone (no FragRel, no query-side relations)")
+    p.add_argument("--no-fragrel", action="store_true",
+                   help="plain RepoCoder: similarity alone (no FragRel, no query-side relations, no definitions)")
+    p.add_argument("--no-definitions", action="store_true", help="no definitions section in the prompt")
     p.add_argument("--explain", action="store_true", help="show each round's fragments, scores and relations")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--config", type=Path, metavar="FILE", help="repocomp TOML config (default: the repo's)")
@@ -118,7 +122,8 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     completer = Completer(index, config, backend)
     try:
         return await completer.acomplete(path, text, line, col, mode=args.mode,
-                                          fragrel=False if args.no_fragrel else None, explain=args.explain)
+                                          fragrel=False if args.no_fragrel else None, explain=args.explain,
+                                          definitions=False if args.no_definitions else None)
     finally:
         await completer.aclose()
 
@@ -143,10 +148,36 @@ def explain_text(result: Any) -> str:
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
         out.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
         out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    out += definitions_text(result)
     out.append(f"backend: {result.backend}" + (f" (fallback; {result.error})" if result.error else ""))
     out.append(f"prompt tokens: {result.prompt_tokens}")
     out.append("-- completion --")
     return "\n".join(out)
+
+
+def _lines_label(lines: list[int]) -> str:
+    """0-based line numbers -> "12-14, 40" (1-based runs)."""
+    runs: list[list[int]] = []
+    for n in lines:
+        if runs and runs[-1][1] == n - 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a + 1}-{b + 1}" if b > a else f"{a + 1}" for a, b in runs)
+
+
+def definitions_text(result: Any) -> list[str]:
+    """The final round's ranked definitions: where, score, whether in the prompt, and why."""
+    defs = getattr(result, "definitions", None) or []
+    if not defs:
+        return ["definitions: none"]
+    rows = [(f"{d.name} ({d.kind})", f"{d.path}:{_lines_label(d.lines)}" if d.lines else d.path, f"{d.score:.3f}",
+             "yes" if d.shown else "", "; ".join(d.reasons) or "-") for d in defs]
+    head = ("definition", "lines shown", "score", "prompt", "why")
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head[:-1])]
+    out = ["definitions (final round, best first):", "  ".join(h.ljust(w) for h, w in zip(head, widths)) + head[-1]]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+    return out
 
 
 def _to_json(result: Any) -> dict[str, Any]:
