@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from repocomp.config import Config
+from repocomp.config import BACKEND_NAMES, Config
 from repocomp.errors import ConfigError
 
 
@@ -33,7 +33,7 @@ from repocomp.errors import ConfigError
 class BackendOptions:
     """-> [backend]: which LLM backend, where it is served, which model, how many tokens it may write."""
 
-    name: str | None = None  # "extractive", "vllm" or "transformers"
+    name: str | None = None  # "auto", "extractive", "vllm" or "transformers"
     endpoints: tuple[str, ...] | None = None
     model: str | None = None
     max_new_tokens: int | None = None
@@ -60,7 +60,8 @@ class PromptOptions:
 class ServerOptions:
     """The server's own knobs (not part of the engine config)."""
 
-    request_timeout_ms: int = 10_000  # a completion slower than this returns empty ("backend slow")
+    # a completion slower than this returns empty ("backend slow"); None: the backend's own deadline (timeout_s)
+    request_timeout_ms: int | None = None
     max_document_bytes: int = 1_000_000  # larger documents are not completed
     watch_files: bool = True  # watchdog observer for changes made outside the editor
     debounce_ms: int = 15  # quiet time that closes a batch of file changes (bursts are capped at 300 ms)
@@ -76,7 +77,7 @@ class Options:
 
 
 _CHECKS: dict[str, typing.Callable[[Any], bool]] = {
-    "backend.name": lambda v: v in ("extractive", "vllm", "transformers"),
+    "backend.name": lambda v: v in BACKEND_NAMES,
     "backend.endpoints": lambda v: len(v) > 0 and all(e.startswith(("http://", "https://")) for e in v),
     "backend.max_new_tokens": lambda v: v > 0,
     "backend.timeout_s": lambda v: v > 0,
