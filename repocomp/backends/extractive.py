@@ -13,9 +13,10 @@ The proposal is capped at about `max_new_tokens` code tokens and cut at the firs
 to the completion kind with `repocomp.postprocess`.
 
 Work is bounded on long lines (minified or generated code): the cursor line's key is its last `KEY_CHARS`
-characters at most, at most `MAX_KEYS` shorter tails are tried, and only the first `SCAN_CHARS` characters of a
-candidate line are searched. A request then costs O(MAX_KEYS x SCAN_CHARS) per candidate line whatever the line
-lengths; keeping every tail of a 990 kB cursor line (all of its suffixes) took 16 GB.
+characters at most, at most `MAX_KEYS` of its tails are tried (the shortest, nearest the cursor), and only the
+first `SCAN_CHARS` characters of a candidate line are searched. A request then costs O(MAX_KEYS x SCAN_CHARS) per
+candidate line whatever the line lengths (keeping every tail of a 990 kB cursor line took 16 GB); lines of
+ordinary code are under every cap, so their proposals are unchanged.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ log = logging.getLogger(__name__)
 _TOKEN = re.compile(r"\w+|[^\w\s]|\n")
 MIN_KEY_CHARS = 4  # shorter line tails match almost anywhere and propose noise
 KEY_CHARS = 256  # the cursor line's key ends at the cursor and is at most this long (from a token start)
-MAX_KEYS = 32  # tails of the key tried after the key itself
-SCAN_CHARS = 4096  # a candidate line is searched in its first this many characters
+MAX_KEYS = 64  # tails of the key tried after the key itself (a 120-character line has fewer)
+SCAN_CHARS = 1024  # a candidate line is searched in its first this many characters
 
 
 def _indent(line: str) -> int:
@@ -57,16 +58,14 @@ def _key(typed: str) -> str:
 
 
 def _keys(cur: str) -> list[str]:
-    """`cur`, then at most `MAX_KEYS` of its shorter tails starting at a token (`total = f(` -> `= f(`, `f(`),
-    longest first."""
-    keys = [cur]
+    """`cur`, then its shorter tails starting at a token (`total = f(` -> `= f(`, `f(`), longest first; of many,
+    the `MAX_KEYS` shortest."""
+    tails: list[str] = []
     for m in _TOKEN.finditer(cur):
-        if len(keys) > MAX_KEYS:
-            break
         tail = cur[m.start() :].strip()
-        if m.start() and len(tail) >= MIN_KEY_CHARS and re.search(r"\w", tail) and tail not in keys:
-            keys.append(tail)
-    return keys
+        if m.start() and len(tail) >= MIN_KEY_CHARS and re.search(r"\w", tail):
+            tails.append(tail)
+    return [cur, *tails[-MAX_KEYS:]]
 
 
 def _split(candidates: tuple[str, ...]) -> list[list[str]]:
