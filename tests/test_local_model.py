@@ -10,8 +10,11 @@ import asyncio
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +165,64 @@ async def test_language_server_answers_with_the_local_model_by_default(local_cli
     got = await asyncio.wait_for(inline(local_client, uri, types.Position(line=HOLE_LINE - 1, character=len(line))),
                                  300)
     assert got == EXPECTED
+
+
+# ---- serving it with vLLM ---------------------------------------------------------------------------------------
+
+def test_serve_without_a_prepared_model_or_without_vllm_says_what_to_do(tiny_model_dir: Path, tmp_path: Path) -> None:
+    none = _cli("model", "serve", cwd=tmp_path, timeout=60)
+    assert none.returncode == 2 and "repocomp model prepare" in none.stderr
+    env = {"REPOCOMP_MODEL_DIR": str(tmp_path / "model")}
+    lm.prepare(tiny_model_dir, tmp_path / "model")
+    no_vllm = _cli("model", "serve", "--python", sys.executable, cwd=tmp_path, env=env, timeout=60)
+    assert no_vllm.returncode == 2 and "cannot import vllm" in no_vllm.stderr
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_model_serve_runs_vllm_on_loopback_under_the_model_name(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import httpx
+
+    from conftest import _free_port, vllm_python
+
+    python = vllm_python()
+    assert python is not None, "no vLLM virtualenv: run `bash .ci/setup`"
+    lm.prepare(tiny_model_dir, tmp_path / "model")
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "repocomp", "model", "serve", "--python", str(python),
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, process_group=0,
+                            env={**os.environ, "REPOCOMP_MODEL_DIR": str(tmp_path / "model"), "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "vLLM did not start within 300 s"
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False).json()
+                break
+            except (httpx.HTTPError, ValueError):
+                time.sleep(1)
+        assert [m["id"] for m in models["data"]] == [tiny_model_dir.name]
+        outside = _outside_address()
+        if outside:  # loopback only: the machine's other address does not answer
+            with socket.socket() as s:
+                assert s.connect_ex((outside, port)) != 0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+
+
+def _outside_address() -> str:
+    """This machine's address on its first non-loopback interface (where a 0.0.0.0 bind would answer)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
+            return str(s.getsockname()[0])
+    except OSError:  # no network at all: nothing but loopback to bind to anyway
+        return ""
