@@ -55,8 +55,10 @@ class NvimRun:
 
 
 def run_plan(repo: Path, file: Path, line: int, col: int, steps: list[dict[str, Any]], work: Path, *,
-             env: dict[str, str] | None = None, limit_s: float = 120.0) -> NvimRun:
-    """Open `file` (in `repo`) in Neovim configured with the README's snippet, run `steps`, bounded by `limit_s`."""
+             env: dict[str, str] | None = None, options: dict[str, Any] | None = None,
+             limit_s: float = 120.0) -> NvimRun:
+    """Open `file` (in `repo`) in Neovim configured with the README's snippet, set the buffer's `options` (after
+    the filetype plugin's), run `steps`, all bounded by `limit_s`."""
     work.mkdir(parents=True, exist_ok=True)
     bin_dir, log = work / "bin", work / "server.log"
     bin_dir.mkdir(exist_ok=True)
@@ -67,7 +69,7 @@ def run_plan(repo: Path, file: Path, line: int, col: int, steps: list[dict[str, 
     # headless Neovim loads no filetype plugins by itself; `vim.lsp.enable` attaches on the FileType event
     init.write_text("vim.cmd('filetype plugin on')\n" + readme_snippet(NEOVIM_SNIPPET, "lua"))
     out = work / "nvim_result.json"
-    plan = {"file": str(file), "line": line, "col": col, "steps": steps, "out": str(out),
+    plan = {"file": str(file), "line": line, "col": col, "steps": steps, "out": str(out), "options": options or {},
             "limit_ms": int(limit_s * 1000)}
     (work / "plan.json").write_text(json.dumps(plan))
     full_env = dict(os.environ, **(env or {}))

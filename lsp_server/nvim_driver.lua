@@ -2,8 +2,10 @@
 -- `lsp_server.nvim` (the editor tests and `repocomp bench typing`). The LSP configuration is the user's init
 -- (the README's snippet), not this file. Started as
 --   PLAN=<plan.json> nvim --headless -u <init.lua> -i NONE -c 'luafile nvim_driver.lua'
--- The plan: {"file": path, "line": 1-based, "col": 0-based byte, "out": result path, "steps": [...]}, steps:
---   {"ready": ms}                       until the repocomp client is attached and its folders are indexed
+-- The plan: {"file": path, "line": 1-based, "col": 0-based byte, "options": buffer options, "out": result path,
+-- "limit_ms": the whole run's bound, "steps": [...]}, steps:
+--   {"ready": ms}                       until the repocomp client is attached, its folders indexed and its
+--                                       model loaded (the server's `repocomp/stats`)
 --   {"insert": true}                    enter insert mode at (line, col)
 --   {"type": "abc", "gaps_ms": [...]}   keystrokes through nvim_input, gaps_ms[i] before key i (default 0)
 --   {"ghost": ms, "expect": "..."}      until ghost text shows (text starting with `expect` when given);
@@ -65,7 +67,7 @@ local function next_step(i) vim.schedule(function() run_step(i + 1) end) end
 local function index_ready(c, callback)
   c:request("repocomp/stats", {}, function(_, res)
     local folders = res and res.folders or {}
-    local ready = #folders > 0
+    local ready = #folders > 0 and (res.backends_loading or 0) == 0
     for _, f in ipairs(folders) do ready = ready and f.state == "ready" end
     callback(ready)
   end, buf)
@@ -133,6 +135,7 @@ end
 local ok, err = pcall(function()
   vim.cmd("edit " .. vim.fn.fnameescape(plan.file))
   buf = vim.api.nvim_get_current_buf()
+  for name, value in pairs(plan.options) do vim.bo[buf][name] = value end
 end)
 if not ok then return finish(tostring(err)) end
 vim.defer_fn(function() finish("the plan did not finish within " .. plan.limit_ms .. " ms") end, plan.limit_ms)

@@ -3,9 +3,10 @@
 Handlers are thin: fetch the document, call `RepocompServer.complete` (one engine entry point), convert with
 `lsp_server.convert`. `complete` owns the request policy:
 
-- at most one generation per document: a newer request for a document cancels the older one's task (which
-  closes the in-flight backend stream) and waits for it to finish before generating; `$/cancelRequest`
-  cancels the handler's task and with it the generation;
+- at most one generation per document, shared by the requests it can serve (`lsp_server.generations`): a newer
+  request that merely typed into the running generation's completion is served the rest of it; any other
+  cancels it (closing the backend stream) and waits as the typing rate says before starting its own;
+  `$/cancelRequest` cancels a request (and its generation, unless another request waits for it);
 - until a folder's index is ready, completions use in-file context only (`Completer(None, ...)`);
 - any failure (unknown URI, bad position, binary/huge document, non-file URI, backend down or slow, engine
   error) answers an empty result and shows at most one `window/showMessage` warning per failure kind.
@@ -19,14 +20,15 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from lsp_server import convert, transport
+from lsp_server.generations import Generations, Site
 from lsp_server.options import Options, apply_options, parse_options
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
@@ -36,57 +38,8 @@ from repocomp.local_model import resolve
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 SERVER_NAME = "repocomp"
 STATS_METHOD = "repocomp/stats"  # custom request: timings, RSS and index state (used by `repocomp bench lsp`)
-
-
-class DocumentJobs:
-    """At most one generation per document; a newer request supersedes (cancels) the older one."""
-
-    def __init__(self) -> None:
-        self._tasks: dict[str, asyncio.Task[Any]] = {}
-        self._latest: dict[str, int] = {}
-
-    async def run(self, key: str, make: Callable[[], Awaitable[T]]) -> tuple[bool, T | None]:
-        """(True, result) when this request ran to the end, (False, None) when a newer one superseded it.
-
-        Cancelling the caller's task (`$/cancelRequest`) cancels the generation and propagates.
-        """
-        ticket = self._latest.get(key, 0) + 1
-        self._latest[key] = ticket
-        previous = self._tasks.get(key)
-        if previous is not None and not previous.done():
-            started = time.perf_counter()
-            previous.cancel()
-            await asyncio.wait([previous])  # its backend stream is closed before ours opens
-            logger.debug("superseded the generation for %s in %.1f ms", key, (time.perf_counter() - started) * 1000)
-        if self._latest.get(key) != ticket:
-            return False, None  # superseded while waiting
-        task = asyncio.ensure_future(make())
-        self._tasks[key] = task
-        try:
-            return True, await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if task.cancelled() and current is not None and not current.cancelling():
-                return False, None  # superseded by a newer request
-            raise
-        finally:
-            if self._tasks.get(key) is task:
-                del self._tasks[key]
-
-    def cancel(self, key: str) -> None:
-        task = self._tasks.get(key)
-        if task is not None:
-            task.cancel()
-
-    async def cancel_all(self) -> None:
-        tasks = [t for t in self._tasks.values() if not t.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=2)
 
 
 @dataclasses.dataclass
@@ -110,11 +63,12 @@ class RepocompServer(LanguageServer):
         self.build_index = build_index
         self.watch_override = watch_files
         self.indexes: WorkspaceIndexes | None = None
-        self.jobs = DocumentJobs()
+        self.generations = Generations()
         self.stats = RequestStats()
         self._base_configs: dict[Path, Config] = {}
         self._configs: dict[Path | None, Config] = {}
         self._backends: dict[Any, Any] = {}
+        self._loading: set[asyncio.Task[Any]] = set()
         self._completers: dict[tuple[Path | None, bool], Any] = {}
         self._warned: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -203,6 +157,8 @@ class RepocompServer(LanguageServer):
         loop = self._loop
         if loop is not None and not loop.is_closed():
             task = loop.create_task(backend.aload())
+            self._loading.add(task)  # `repocomp/stats` says models are still loading (editor tests wait for it)
+            task.add_done_callback(self._loading.discard)
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # errors show up on first use
 
     def completer_for(self, folder: FolderIndex | None, index: Any) -> Any:
@@ -233,7 +189,7 @@ class RepocompServer(LanguageServer):
         self.completer_for(None, None)
 
     async def close_engines(self) -> None:
-        await self.jobs.cancel_all()
+        await self.generations.cancel_all()
         backends, self._backends = list(self._backends.values()), {}
         self._completers.clear()
         for backend in backends:
@@ -259,7 +215,13 @@ class RepocompServer(LanguageServer):
         lines = cursor.text.split("\n")
         line_text = lines[cursor.line]
         folder = self.indexes.folder_for(cursor.path) if self.indexes is not None else None
-        timeout_s = self.options.server.request_timeout_ms / 1000
+        offset = sum(len(line) + 1 for line in lines[: cursor.line]) + cursor.col
+        stamp = (folder.version, folder.ready) if folder is not None else None
+        site = Site(cursor.text[:offset], cursor.text[offset:], stamp)
+        version = document.version
+        timeout_ms = self.options.server.request_timeout_ms
+        timeout_s = (timeout_ms / 1000 if timeout_ms is not None
+                     else self.config_for(folder.root if folder is not None else None).backend.timeout_s)
 
         async def generate() -> Any:
             async with _maybe_reading(folder) as index:
@@ -271,7 +233,7 @@ class RepocompServer(LanguageServer):
                     completer.acomplete(path, cursor.text, cursor.line, cursor.col, mode=mode), timeout_s)
 
         try:
-            finished, result = await self.jobs.run(uri, generate)
+            served = await self.generations.run(uri, site, generate, lambda: self._version(uri) != version)
         except asyncio.CancelledError:
             self.stats.cancelled += 1
             raise
@@ -292,15 +254,20 @@ class RepocompServer(LanguageServer):
             logger.exception("completion at %s:%d:%d failed", uri, position.line, position.character)
             self.warn_once("internal", f"internal error: {type(exc).__name__}: {exc} (see the log)")
             return "", line_text
-        if not finished:
+        if served is None:
             self.stats.superseded += 1
             return "", line_text
+        result = served.result
         # "auto" is the local model or extractive: compare with what it resolved to
         configured = resolve(self.config_for(folder.root if folder is not None else None)).backend.name
         if getattr(result, "backend", configured) not in (configured, "") and configured != "extractive":
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
         self.stats.completed_ms.append((time.perf_counter() - started) * 1000)
-        return convert.fit_completion(result.text, line_text[: cursor.col]), line_text
+        return convert.fit_completion(served.text, line_text[: cursor.col]), line_text
+
+    def _version(self, uri: str) -> int | None:
+        document = self.workspace.text_documents.get(uri)
+        return document.version if document is not None else None
 
     def position_encoding(self) -> str:
         return convert.normalize_encoding(self.workspace.position_encoding)
@@ -425,7 +392,8 @@ class RepocompServer(LanguageServer):
                        for f in self.indexes.folders.values()]
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed, "rss_bytes": rss_bytes(),
-                "folders": folders}
+                "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
+                "backends_loading": len(self._loading)}
 
     async def shutdown_all(self) -> None:
         await self.close_engines()
@@ -504,9 +472,14 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
         text = params.text if params.text is not None else (document.source if document is not None else None)
         ls.indexes.file_changed(path, text)
 
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: RepocompServer, params: types.DidChangeTextDocumentParams) -> None:
+        typed = sum(len(change.text) for change in params.content_changes)  # pygls already applied them
+        ls.generations.rate.changed(params.text_document.uri, typed)
+
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: RepocompServer, params: types.DidCloseTextDocumentParams) -> None:
-        ls.jobs.cancel(params.text_document.uri)
+        ls.generations.cancel(params.text_document.uri)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched_files(ls: RepocompServer, params: types.DidChangeWatchedFilesParams) -> None:

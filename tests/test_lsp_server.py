@@ -223,9 +223,11 @@ async def test_superseded_request_is_cancelled_and_its_stream_closed(
     assert hole.opened >= 1, "the backend never saw the first request"
     t0 = time.monotonic()
     msg_id = "second-request"
+    # one character to the left: not the first request plus typing, so its generation cannot serve this one
+    moved = types.Position(line=end_of(CHECKOUT).line, character=end_of(CHECKOUT).character - 1)
     second = asyncio.ensure_future(client.protocol.send_request_async(
         types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=end_of(CHECKOUT),
+            text_document=types.TextDocumentIdentifier(uri=uri), position=moved,
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)),
         msg_id=msg_id))
     assert await asyncio.wait_for(first, 5) == ""  # superseded: answered empty, promptly
@@ -425,7 +427,9 @@ async def test_real_vllm_backend_completes_and_superseded_stream_is_aborted(
     first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
     await vllm_server.wait_for_log("Added request", added, 60, "the first request reached vLLM",
                                    still=lambda: not first.done())
-    second = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+    # one character to the left: not the first request plus typing, so the first generation cannot serve it
+    moved = types.Position(line=end_of(CHECKOUT).line, character=end_of(CHECKOUT).character - 1)
+    second = asyncio.ensure_future(inline(client, uri, moved))
     assert await asyncio.wait_for(first, 60) == ""
     await vllm_server.wait_for_log("Aborted request", aborted, 60, "vLLM aborted the superseded request")
     # a configuration change stops what is in flight (the old backend is closed): the second answers empty and

@@ -1,0 +1,43 @@
+"""How long a completion request waits before it starts a generation, from how fast the user is typing.
+
+Editors ask for ghost text whenever the cursor stops (Neovim after 200 ms, VS Code at once); while someone types,
+most of these requests are superseded by the next keystroke, and each generation started for one of them costs a
+model's time for nothing (seconds of a CPU's time with the local model). As Tabby does, the wait adapts to the
+typing rate: it is a multiple of the recent time between keystrokes (seen as `didChange` text), capped, and zero
+when the user is not typing (a request after a pause, or after a cursor move, starts at once).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+WINDOW_S = 1.5  # keystrokes this recent tell the typing rate
+MIN_KEYS = 3  # fewer in the window: not typing, no wait
+FACTOR = 1.5  # wait this many typical keystroke intervals
+MAX_WAIT_S = 0.3
+
+
+class TypingRate:
+    """Per document: when text changed and by how many characters; the wait before generating."""
+
+    def __init__(self) -> None:
+        self._changes: dict[str, deque[tuple[float, int]]] = {}
+
+    def changed(self, key: str, chars: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        changes = self._changes.setdefault(key, deque())
+        changes.append((now, max(1, chars)))  # a deletion is a keystroke too
+        while changes and changes[0][0] < now - WINDOW_S:
+            changes.popleft()
+
+    def wait_s(self, key: str, now: float | None = None) -> float:
+        """FACTOR x the recent keystroke interval (capped), or 0 when fewer than MIN_KEYS keys were typed lately."""
+        now = time.monotonic() if now is None else now
+        keys = sum(n for t, n in self._changes.get(key, ()) if t >= now - WINDOW_S)
+        if keys < MIN_KEYS:
+            return 0.0
+        return min(MAX_WAIT_S, FACTOR * WINDOW_S / keys)
+
+    def forget(self, key: str) -> None:
+        self._changes.pop(key, None)
