@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from graph.languages import CLASS_KINDS
 from graph.resolve import FileSymbols, Resolver
 
-__all__ = ["DefRef", "ModRef", "SymbolLookup", "Target"]
+__all__ = ["DefRef", "ModRef", "Resolution", "SymbolLookup", "Target"]
 
 _MAX_DEPTH = 4  # re-export hops and base-class levels followed
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -46,6 +46,18 @@ class ModRef:
 
 
 Target = DefRef | ModRef
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The targets along a dotted name, and whether its last part resolved (`complete`)."""
+
+    targets: tuple[Target, ...]
+    complete: bool
+
+    @property
+    def last(self) -> Target | None:
+        return self.targets[-1] if self.complete and self.targets else None
 LinesOf = Callable[[str], list[str] | None]
 
 
@@ -140,9 +152,9 @@ class SymbolLookup:
             if not arg or "=" in arg or not _DOTTED.fullmatch(arg):
                 continue  # metaclass=..., Generic[T], calls
             parts = tuple(p.strip() for p in arg.split("."))
-            chain = self.resolve(ref.path, parts)
-            if chain and isinstance(chain[-1], DefRef) and chain[-1].kind == "class" and chain[-1] != ref:
-                out.append(chain[-1])
+            last = self.resolve(ref.path, parts).last
+            if isinstance(last, DefRef) and last.kind == "class" and last != ref:
+                out.append(last)
         return out
 
     def class_member(self, ref: DefRef, name: str, depth: int = 0) -> DefRef | None:
@@ -247,12 +259,12 @@ class SymbolLookup:
         return None
 
     def resolve(self, path: str, parts: tuple[str, ...], line: int = 0,
-                bindings: set[str] | None = None, types: dict[str, DefRef] | None = None) -> list[Target]:
+                bindings: set[str] | None = None, types: dict[str, DefRef] | None = None) -> Resolution:
         """Every target along the dotted name `parts` written at `line` of `path`: `m.Encoder.forward` ->
         [module m, class Encoder, method forward]; stops where a link does not resolve. `types` maps a variable
         (`enc`, `self.enc`) to the class it was assigned an instance of."""
         if not parts:
-            return []
+            return Resolution((), False)
         chain: list[Target] = []
         current: Target | None = None
         rest = parts[1:]
@@ -265,6 +277,6 @@ class SymbolLookup:
         while current is not None:
             chain.append(current)
             if not rest:
-                break
+                return Resolution(tuple(chain), True)
             current, rest = self._member(current, rest[0]), rest[1:]
-        return chain
+        return Resolution(tuple(chain), False)

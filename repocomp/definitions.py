@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graph.languages import CLASS_KINDS
-from graph.lookup import DefRef, ModRef, SymbolLookup, Target
+from graph.lookup import DefRef, Resolution, SymbolLookup
 from graph.maxproduct import max_product_strengths
 from repocomp.config import DefinitionsConfig
 
@@ -102,7 +102,7 @@ class BufferState:
     types: dict[str, DefRef] = field(default_factory=dict)  # variable -> class of the instance assigned to it
     strength: np.ndarray = field(default_factory=lambda: np.zeros(0))  # global node -> path strength from the region
     lookup: SymbolLookup | None = None
-    memo: dict[tuple[Any, ...], list[Target]] = field(default_factory=dict)
+    memo: dict[tuple[Any, ...], Resolution] = field(default_factory=dict)
     class_spans: list[tuple[int, int, DefRef]] = field(default_factory=list)  # classes of the file: (start, end)
 
     def class_at(self, line: int) -> DefRef | None:
@@ -130,7 +130,7 @@ class BufferState:
             cand.prefix = True
         return cand
 
-    def resolve(self, parts: tuple[str, ...], line: int) -> list[Target]:
+    def resolve(self, parts: tuple[str, ...], line: int) -> Resolution:
         """`lookup.resolve` at `line`, memoized (`self`/`cls` mean the class holding that line)."""
         assert self.lookup is not None
         owner = self.class_at(line) if parts[0] in ("self", "cls") else None
@@ -195,12 +195,9 @@ def _source_types(state: BufferState, index: Any, cfg: DefinitionsConfig) -> Non
         if m is None:
             continue
         parts = tuple(m.group(2).split("."))
-        chain = state.resolve(parts, i)
-        if parts[0] in ("self", "cls"):
-            chain = chain[1:]  # `self.make(...)` is not an instance of the enclosing class
-            parts = parts[1:]
-        if len(chain) == len(parts) and chain and isinstance(chain[-1], DefRef) and chain[-1].kind == "class":
-            state.types[m.group(1)] = chain[-1]
+        last = state.resolve(parts, i).last  # `cls(...)` is the enclosing class, `self.make(...)` a method
+        if isinstance(last, DefRef) and last.kind == "class":
+            state.types[m.group(1)] = last
             state.memo.clear()  # earlier resolutions did not know this variable's class
 
 
@@ -234,12 +231,12 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
                     if len(owners) == 1:
                         state.add(owners[0], Evidence("unique-method", i, m.group(0)))
                 continue
-            chain = state.resolve(parts, i)
-            own = 1 if parts[0] in ("self", "cls") else 0  # the enclosing class itself is not news
-            for target in chain[own:]:
+            found = state.resolve(parts, i)
+            own = 1 if parts[0] in ("self", "cls") and ".".join(parts[:2]) not in state.types else 0
+            for target in found.targets[own:]:  # the enclosing class itself is not news
                 if isinstance(target, DefRef):
                     state.add(target, Evidence("reference", i, m.group(0)))
-            if called and len(parts) >= 2 and len(chain) < len(parts):
+            if called and len(parts) >= 2 and not found.complete:
                 owners = state.lookup.methods_named(parts[-1])
                 if len(owners) == 1:
                     state.add(owners[0], Evidence("unique-method", i, m.group(0)))
@@ -274,10 +271,10 @@ def _source_prefix(state: BufferState, index: Any, cfg: DefinitionsConfig) -> No
     prefix, owner = parts[-1], tuple(parts[:-1])
     found: Iterable[DefRef]
     if owner:
-        chain = state.resolve(owner, state.cursor_line)
-        if len(chain) != len(owner):
+        owner_target = state.resolve(owner, state.cursor_line).last
+        if owner_target is None:
             return
-        found = state.lookup.members(chain[-1], prefix)
+        found = state.lookup.members(owner_target, prefix)
     else:
         if not prefix:
             return

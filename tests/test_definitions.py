@@ -1,0 +1,333 @@
+"""Definitions as context (issue 12): candidates from each source, ranking, rendering, the prompt section, the
+shown-runs contract and no leak from the cursor on."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from graph.lookup import DefRef
+from repocomp.config import Config, DefinitionsConfig, PromptConfig
+from repocomp.definitions import BufferState, Candidate, DefinitionFinder
+from repocomp.index import Index
+from repocomp.pipeline import Completer
+from repocomp.prompt import BlockSource, DefinitionSource, build_prompt, estimate_tokens
+from repocomp.render import render_definition
+
+LAYERS = '''\
+SCALE = 4
+OTHER = 5
+
+
+def helper(x):
+    """Help with x.
+
+    Longer text that is not shown.
+    """
+    return x
+
+
+@dataclass
+@register(
+    "encoder",
+)
+class Encoder(Base):
+    """Encodes things.
+
+    More text.
+    """
+
+    size = 3
+
+    def __init__(
+        self,
+        dim: int,
+    ) -> None:
+        self.dim = dim
+
+    @property
+    def width(self):
+        return self.dim
+
+    def forward(self, x):
+        """Run it."""
+        return x
+
+    def layernorm(self, x):
+        return x
+
+    def _private(self):
+        pass
+'''
+
+BASE = '''\
+class Base:
+    def setup(self):
+        pass
+
+    def layer_count(self):
+        return 1
+'''
+
+APP = '''\
+import pkg.layers as L
+from pkg.layers import helper, SCALE
+from pkg.base import Base
+
+
+class Model(Base):
+    def __init__(self):
+        self.enc = L.Encoder(SCALE)
+        self.setup()
+
+    def run(self, x):
+        y = helper(x)
+        z = self.enc.forward(y)
+        self.enc.lay
+'''
+
+CALLER = '''\
+from pkg.layers import helper, OTHER
+
+
+def use():
+    return helper(OTHER)
+'''
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("defs_repo")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "layers.py").write_text(LAYERS.replace("class Encoder(Base)", "class Encoder"))
+    (root / "pkg" / "base.py").write_text(BASE)
+    (root / "app.py").write_text(APP)
+    (root / "caller.py").write_text(CALLER)
+    return root
+
+
+@pytest.fixture(scope="module")
+def index(repo: Path) -> Index:
+    return Index.build(repo, Config())
+
+
+def _one_block() -> Config:
+    """A tiny repository's similar code covers nearly every file: one block leaves definitions to show."""
+    return Config().replace("prompt", max_blocks=1)
+
+
+def _state(index: Index, text: str, line: int, col: int, path: str = "app.py"):
+    index.update_file(path, text=text)
+    finder = DefinitionFinder(index, DefinitionsConfig())
+    return finder, finder.buffer_state(path, text.split("\n"), line, col)
+
+
+def _by_name(state: BufferState) -> dict[str, Candidate]:
+    return {ref.name: cand for ref, cand in state.candidates.items()}
+
+
+def test_candidates_from_each_source(index: Index) -> None:
+    lines = APP.split("\n")
+    cursor = len(lines) - 2  # "        self.enc.lay"
+    finder, state = _state(index, APP, cursor, len(lines[cursor]))
+    found = _by_name(state)
+    sources = {name: {e.source for e in c.evidence} for name, c in found.items()}
+    # from-import of a function, and of a module constant (rendered as its assignment)
+    assert "import" in sources["helper"] and "reference" in sources["helper"]
+    assert found["SCALE"].ref.kind == "constant" and found["SCALE"].ref.path == "pkg/layers.py"
+    # aliased module import: `import pkg.layers as L` then `L.Encoder(...)`
+    assert found["Encoder"].ref == DefRef("pkg/layers.py", found["Encoder"].ref.node, "Encoder", "class")
+    assert any(e.line == 7 and e.note == "L.Encoder" for e in found["Encoder"].evidence)
+    # the instantiated class's method through the attribute's type: self.enc = L.Encoder(...); self.enc.forward
+    assert found["forward"].ref.kind == "method" and found["forward"].last_reference == 12
+    # self.method reaches the enclosing class's base; the base itself is evidence
+    assert found["setup"].ref.path == "pkg/base.py" and "reference" in sources["setup"]
+    assert "base" in sources["Base"]
+    # prefix match of the identifier at the cursor: self.enc.lay -> Encoder.layernorm
+    assert found["layernorm"].prefix and sources["layernorm"] == {"prefix"}
+    assert "forward" not in {n for n, c in found.items() if c.prefix}
+    # nothing at or after the cursor was read: the line being typed is not a reference
+    assert all(c.last_reference is None or c.last_reference < cursor for c in found.values())
+
+
+def test_similar_fragments_calls_are_evidence(index: Index) -> None:
+    finder, state = _state(index, APP, 12, 0)
+    ranked = finder.rank(state, [("caller.py", 0, 5)])
+    by_name = {r.ref.name: r for r in ranked}
+    assert by_name["helper"].features["similar"] == 1.0
+    assert any("similar fragments" in reason for reason in by_name["helper"].reasons)
+
+
+def test_ranking_order_on_a_hand_made_case(index: Index) -> None:
+    finder = DefinitionFinder(index, DefinitionsConfig(w_relation=0.0))
+    state = BufferState("app.py", [""] * 101, 100)
+    refs = {name: DefRef("pkg/x.py", i, name, "function") for i, name in enumerate("abcd")}
+    state.candidates = {
+        refs["a"]: Candidate(refs["a"], last_reference=99),  # near: 1 / (1 + 1/20) = 0.952
+        refs["b"]: Candidate(refs["b"], imported_at=3),  # imported, unused: 0.25
+        refs["c"]: Candidate(refs["c"], prefix=True),  # prefix: 1.0
+        refs["d"]: Candidate(refs["d"], last_reference=50, imported_at=2),  # near 1 / (1 + 50/20) = 0.286
+    }
+    ranked = finder.rank(state)
+    assert [r.ref.name for r in ranked] == ["c", "a", "d", "b"]
+    assert ranked[1].score == pytest.approx(1 / (1 + 1 / 20), abs=1e-6)
+    assert ranked[2].features["imported"] == 0.0  # imported but already used: distance speaks for it
+
+
+def test_class_skeleton_with_decorators_multiline_signature_and_docstring(index: Index) -> None:
+    index.update_file("pkg/layers.py", text=LAYERS)
+    try:
+        entry = index.files["pkg/layers.py"]
+        node = next(n for n, name, _ in entry.parsed.defs if name == "Encoder")
+        ref = DefRef("pkg/layers.py", node, "Encoder", "class")
+        shown = render_definition(ref, entry.parsed, entry.lines, max_lines=40, docstring_lines=3)
+        lines = LAYERS.split("\n")
+        got = [lines[n] for n, _ in shown.lines]
+        assert got == [
+            "@dataclass", "@register(", '    "encoder",', ")", "class Encoder(Base):",
+            '    """Encodes things.',
+            "    size = 3",
+            "    def __init__(", "        self,", "        dim: int,", "    ) -> None:",
+            "    @property", "    def width(self):",
+            "    def forward(self, x):",
+            "    def layernorm(self, x):",
+            "    def _private(self):",
+        ]
+        assert all(text == lines[n] for n, text in shown.lines)  # every shown line is the file's own
+        assert len(shown.runs) > 1  # a skeleton is several runs of lines
+        small = render_definition(ref, entry.parsed, entry.lines, max_lines=12, docstring_lines=3)
+        assert len(small.lines) <= 12 and "    def __init__(" in [t for _, t in small.lines]
+        fn = next(n for n, name, _ in entry.parsed.defs if name == "helper")
+        helper = render_definition(DefRef("pkg/layers.py", fn, "helper", "function"), entry.parsed, entry.lines)
+        assert [t for _, t in helper.lines] == ["def helper(x):", '    """Help with x.']
+        const = next(n for n in range(entry.parsed.n_nodes) if entry.parsed.start_line[n] == 0
+                     and entry.parsed.kinds[n] == "expression_statement")
+        assert [t for _, t in render_definition(DefRef("pkg/layers.py", const, "SCALE", "constant"), entry.parsed,
+                                                entry.lines).lines] == ["SCALE = 4"]
+    finally:
+        index.update_file("pkg/layers.py")
+
+
+def _bpe_counter(tmp_path: Path):
+    """A real byte-level BPE tokenizer, trained on the spot on this project's own code."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    corpus = [p.read_text() for p in sorted(Path(__file__).parent.parent.joinpath("repocomp").glob("*.py"))]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=2000, show_progress=False,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return lambda text: len(tok.encode(text).ids)
+
+
+def test_definitions_share_of_the_block_budget_with_a_real_tokenizer(tmp_path: Path) -> None:
+    count = _bpe_counter(tmp_path)
+    defs = [DefinitionSource(f"f{i}", f"pkg/m{i}.py",
+                             tuple((n, f"def f{i}_{n}(alpha, beta, gamma):") for n in range(3)))
+            for i in range(20)]
+    sources = [BlockSource(i, (f"s{i}.py",), 0, 20, "\n".join(f"value_{i}_{n} = compute({n})" for n in range(20)))
+               for i in range(30)]
+    cfg = PromptConfig(max_tokens=1500, context_tokens=300, max_blocks=30)
+    prefix = "\n".join(f"line_{n} = {n}" for n in range(40))
+    p = build_prompt(sources, prefix, "", cfg, count, definitions=defs, definitions_share=0.25,
+                     max_definitions=20)
+    budget = cfg.max_tokens - count(p.context)
+    section = p.text[: p.text.index("# Here are some relevant code fragments")]
+    assert p.definitions and p.blocks
+    assert count(section) <= 0.25 * budget  # the definitions' share, counted on the prompt's own text
+    assert count(p.text) <= cfg.max_tokens
+    assert cfg.max_tokens - p.tokens < min(b.tokens for b in p.blocks)  # similar code fills the rest
+
+
+def test_no_duplicate_of_what_is_visible() -> None:
+    prefix = "def local(a):\n    return a\n\nx = "
+    visible = DefinitionSource("local", "hole.py", ((10, "def local(a):"),))
+    in_block = DefinitionSource("add", "pkg/util.py", ((10, "def add(a, b):"),))
+    fresh = DefinitionSource("mul", "pkg/util.py", ((30, "def mul(a, b):"), (31, '    """Multiply."""')))
+    block = BlockSource(7, ("pkg/util.py",), 5, 15, "\n".join(f"line{n}" for n in range(5, 15)))
+    p = build_prompt([block], prefix, "", PromptConfig(), definitions=[visible, in_block, fresh],
+                     definitions_share=0.5, hole=("hole.py", 13))
+    assert [d.source.name for d in p.definitions] == ["mul"]
+    assert p.text.count("def local(a):") == 1 and "# def add" not in p.text
+
+
+def test_overlapping_hits_merge_into_one_span_and_nothing_is_shown_twice() -> None:
+    lines = [f"stmt_{n} = {n}" for n in range(60)]
+
+    def src(fid: int, start: int) -> BlockSource:
+        return BlockSource(fid, ("a.py",), start, start + 20, "\n".join(lines[start:start + 20]))
+
+    p = build_prompt([src(1, 10), src(2, 20), src(3, 15), src(4, 40)], "x = ", "", PromptConfig())
+    spans = sorted((b.source.start_line, b.source.end_line) for b in p.blocks)
+    assert spans == [(10, 30), (40, 60)] or spans == [(10, 40), (40, 60)] or spans == [(10, 60)]
+    assert all(p.text.count(f"# {line}\n") == 1 for line in lines[10:60])
+    off = build_prompt([src(1, 10), src(2, 20)], "x = ", "", PromptConfig(merge_overlaps=False))
+    assert len(off.blocks) == 2  # RepoCoder's own layout when asked
+
+
+def test_context_entries_are_exact_shown_runs(repo: Path, index: Index) -> None:
+    index.update_file("app.py")
+    completer = Completer(index, Config().replace("prompt", max_blocks=0))  # definitions only: all of them show
+    text = APP
+    lines = text.split("\n")
+    res = completer.complete("app.py", text, 12, 0)
+    assert any(b.kind == "definition" for b in res.context)
+    for b in res.context:
+        file_lines = (repo / b.path).read_text().split("\n")
+        assert b.text == "\n".join(file_lines[b.start_line:b.end_line])  # exactly those lines
+        for line in file_lines[b.start_line:b.end_line]:
+            assert f"# {line}\n" in res.prompt  # and each of them is in the prompt
+    runs = Counter(b.name for b in res.context if b.kind == "definition")
+    assert max(runs.values()) >= 2  # a skeleton shows several runs of lines: one entry each
+    shown = [d for d in res.definitions if d.shown]
+    assert shown and all(d.reasons for d in shown)
+    assert lines[12] not in {b.text for b in res.context}
+
+
+PLANT = "zqxplanted"
+
+
+def test_nothing_at_or_after_the_cursor_reaches_the_definitions(repo: Path, index: Index) -> None:
+    """A live buffer (as the language server holds it) whose code after the cursor defines what the code before
+    it calls: neither that definition nor any line at or after the cursor may be shown."""
+    text = APP.rstrip("\n").rsplit("\n", 1)[0] + "\n        later(" + "\n" * 3 + \
+        f"\ndef later({PLANT}_arg):\n    '''{PLANT} doc'''\n    return 1\n"
+    text = text.replace("        y = helper(x)", "        y = later(helper(x))")
+    lines = text.split("\n")
+    cursor = next(i for i, ln in enumerate(lines) if ln == "        later(")
+    completer = Completer(index, _one_block())
+    try:
+        res = completer.complete("app.py", text, cursor, len(lines[cursor]))
+        assert PLANT not in res.prompt
+        assert all(not (b.path == "app.py" and b.end_line > cursor) for b in res.context)
+        assert all(PLANT not in b.text for b in res.context)
+        assert "later" not in {d.name for d in res.definitions if d.shown}
+        assert res.definitions  # the definitions did run
+    finally:
+        index.update_file("app.py")
+
+
+def test_no_definitions_and_plain_repocoder(index: Index) -> None:
+    completer = Completer(index, _one_block())
+    on = completer.complete("app.py", APP, 12, 0)
+    off = completer.complete("app.py", APP, 12, 0, definitions=False)
+    plain = completer.complete("app.py", APP, 12, 0, fragrel=False)
+    assert any(b.kind == "definition" for b in on.context)
+    assert not any(b.kind == "definition" for b in off.context + plain.context)
+    assert "# Here are definitions" in on.prompt and "# Here are definitions" not in off.prompt
+
+
+def test_budget_follows_the_model() -> None:
+    from repocomp.budget import resolve_prompt
+    from repocomp.config import BackendConfig
+
+    ref = resolve_prompt(PromptConfig(), None, BackendConfig())
+    assert (ref.max_tokens, ref.context_tokens) == (4096 - 128, (4096 - 128) // 2)
+    assert resolve_prompt(PromptConfig(), "vllm", BackendConfig(max_new_tokens=64)).max_tokens == 4096 - 64
+    assert resolve_prompt(PromptConfig(), "transformers", BackendConfig(device="cpu")).max_tokens == 2048
+    assert resolve_prompt(PromptConfig(max_tokens=1000), "transformers", BackendConfig()).max_tokens == 1000
+    assert estimate_tokens("a") == 1 and dataclasses.is_dataclass(ref)
