@@ -97,3 +97,17 @@ async def test_generation_stops_once_the_completion_is_finished(hf_backend: Tran
     text, n = hf_backend._generate(early, threading.Event())
     assert n_full == 24 and n < 24  # stopped as soon as the predicate held, not at max_new_tokens
     assert len(text) >= 3 and full.startswith(text) and seen[-1] == text
+
+
+async def test_a_load_whose_request_was_cancelled_still_lands(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend(model=str(tiny_model_dir))
+    task = asyncio.create_task(backend.aload())
+    await asyncio.sleep(0)  # the load has started in its thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(600):  # the thread finishes the load and keeps it
+        if backend._model is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert backend._model is not None and backend._tokenizer is not None

@@ -30,7 +30,7 @@ class TransformersBackend:
         self.dtype = dtype
         self._model: Any = None
         self._tokenizer: Any = None
-        self._load_lock = asyncio.Lock()
+        self._load_lock = threading.Lock()
         self._gen_lock = threading.Lock()  # one generate() at a time: a model is not safe to share across threads
 
     @classmethod
@@ -38,9 +38,15 @@ class TransformersBackend:
         return cls(model=config.model, device=config.device, dtype=config.dtype)
 
     async def _ensure_loaded(self) -> None:
-        async with self._load_lock:
+        # The worker thread stores what it loaded itself: a request cancelled while waiting (timeout, a newer
+        # keystroke) does not throw away a half-minute load.
+        if self._model is None:
+            await asyncio.to_thread(self._load_once)
+
+    def _load_once(self) -> None:
+        with self._load_lock:
             if self._model is None:
-                self._model, self._tokenizer = await asyncio.to_thread(self._load)
+                self._model, self._tokenizer = self._load()
 
     def _load(self) -> tuple[Any, Any]:
         try:
