@@ -411,7 +411,7 @@ class Completer:
         out = []
         for run in prompt.shown:
             if run.kind == "definition":
-                d = prompt.definitions[run.block].source
+                d = prompt.definitions[run.block].owner(run.start_line)
                 out.append(ContextBlock(-1, run.path, run.start_line, run.end_line, 0.0, 0.0, d.score, run.text,
                                         kind="definition", name=d.name, reasons=list(d.reasons)))
                 continue
@@ -426,7 +426,7 @@ class Completer:
     @staticmethod
     def _definition_traces(ranked: list["RankedDefinition"], sources: list[DefinitionSource],
                            prompt: Prompt) -> list[DefinitionTrace]:
-        shown = {(d.source.path, d.source.name) for d in prompt.definitions}
+        shown = {(m.path, m.name) for d in prompt.definitions for m in d.members}
         rendered = {(s.path, s.name): [n for n, _ in s.lines] for s in sources}
         return [DefinitionTrace(r.ref.name, r.ref.kind, r.ref.path, rendered.get((r.ref.path, r.ref.name), []),
                                 r.score, dict(r.features), list(r.reasons), (r.ref.path, r.ref.name) in shown)

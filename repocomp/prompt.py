@@ -121,9 +121,19 @@ class PromptBlock:
 
 @dataclass(frozen=True)
 class DefinitionBlock:
-    source: DefinitionSource  # with only the lines not already visible elsewhere in the prompt
+    """The chosen definitions of one file, in file order under one path line (a path is written once)."""
+
+    path: str
+    members: tuple[DefinitionSource, ...]  # best first; each with only the lines not visible elsewhere
     rendered: str
     tokens: int
+
+    @property
+    def lines(self) -> tuple[tuple[int, str], ...]:
+        return tuple(sorted({n: (n, t) for m in self.members for n, t in m.lines}.values()))
+
+    def owner(self, line: int) -> DefinitionSource:
+        return next((m for m in self.members if any(n == line for n, _ in m.lines)), self.members[0])
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,7 @@ class ShownRun:
     end_line: int  # exclusive
     text: str
     block: int  # index of its block in Prompt.blocks / Prompt.definitions
+    name: str = ""  # the definition whose lines these are
 
 
 @dataclass(frozen=True)
@@ -342,11 +353,11 @@ def _elision(line: str) -> str:
     return "# " + " " * (len(line) - len(line.lstrip())) + "..."
 
 
-def render_definition_block(src: DefinitionSource) -> str:
-    """`# <path>`, the definition's lines comment-prefixed (an elision mark between runs), a separator."""
-    out = [f"# {src.path}"]
+def render_definition_block(path: str, lines: Sequence[tuple[int, str]]) -> str:
+    """`# <path>`, the lines comment-prefixed in file order (an elision mark between runs), a separator."""
+    out = [f"# {path}"]
     prev = None
-    for n, line in src.lines:
+    for n, line in lines:
         if prev is not None and n != prev + 1:
             out.append(_elision(line))
         out.append(f"# {line}")
@@ -355,27 +366,39 @@ def render_definition_block(src: DefinitionSource) -> str:
     return "\n".join(out) + "\n"
 
 
+def _group(members: Sequence[DefinitionSource], count: TokenCounter) -> DefinitionBlock:
+    path = members[0].path
+    lines = sorted({n: (n, t) for m in members for n, t in m.lines}.values())
+    rendered = render_definition_block(path, lines)
+    return DefinitionBlock(path, tuple(members), rendered, count_lines(rendered, count))
+
+
 def _pick_definitions(definitions: Sequence[DefinitionSource], shown: _Shown, limit: int, max_n: int,
                       count: TokenCounter) -> tuple[list[DefinitionBlock], int]:
-    chosen: list[DefinitionBlock] = []
-    used = 0
+    """Best first, each with the lines not yet visible, while the section fits `limit`; grouped by file
+    (best file last in the prompt, nearest what follows)."""
+    groups: dict[str, list[DefinitionSource]] = {}
+    blocks: dict[str, DefinitionBlock] = {}
+    used = n_chosen = 0
     for src in definitions:
-        if len(chosen) >= max_n:
+        if n_chosen >= max_n:
             break
         fresh = tuple((n, t) for n, t in src.lines if not shown.covered(src.path, n))
         if not fresh:
             continue  # already visible in the in-file context, a similar block or another definition
         if len(fresh) < len(src.lines):
             src = dataclasses.replace(src, lines=fresh)
-        rendered = render_definition_block(src)
-        cost = count_lines(rendered, count)
+        block = _group([*groups.get(src.path, []), src], count)
+        cost = block.tokens - (blocks[src.path].tokens if src.path in blocks else 0)
         if used + cost > limit:
             continue
-        chosen.append(DefinitionBlock(src, rendered, cost))
+        groups.setdefault(src.path, []).append(src)
+        blocks[src.path] = block
         used += cost
+        n_chosen += 1
         for n, _ in src.lines:
             shown.add(src.path, n, n + 1)
-    return chosen, used
+    return list(blocks.values()), used
 
 
 def _runs(lines: Sequence[tuple[int, str]]) -> list[tuple[int, int, str]]:
@@ -441,8 +464,8 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     if defs and not blocks:
         tokens += blank
 
-    runs = [ShownRun("definition", d.source.path, s, e, t, i) for i, d in enumerate(defs)
-            for s, e, t in _runs(d.source.lines)]
+    runs = [ShownRun("definition", d.path, s, e, t, i, d.owner(s).name) for i, d in enumerate(defs)
+            for s, e, t in _runs(d.lines)]
     runs += [ShownRun("similar", b.source.paths[0], b.source.start_line, b.source.end_line, b.source.text, i)
              for i, b in enumerate(blocks)]
     return Prompt(text=text, blocks=blocks, context=context, suffix=suffix_kept, tokens=tokens, definitions=defs,

@@ -251,7 +251,7 @@ def test_no_duplicate_of_what_is_visible() -> None:
     block = BlockSource(7, ("pkg/util.py",), 5, 15, "\n".join(f"line{n}" for n in range(5, 15)))
     p = build_prompt([block], prefix, "", PromptConfig(), definitions=[visible, in_block, fresh],
                      definitions_share=0.5, hole=("hole.py", 13))
-    assert [d.source.name for d in p.definitions] == ["mul"]
+    assert [m.name for d in p.definitions for m in d.members] == ["mul"]
     assert p.text.count("def local(a):") == 1 and "# def add" not in p.text
 
 
