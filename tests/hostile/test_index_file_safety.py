@@ -17,15 +17,6 @@ import pytest
 from cli_run import assert_one_line, cli, python, repocomp
 from repocomp.store import INDEX_FILE, MAGIC, read_state
 
-SOURCE = "def area(width, height):\n    return width * height\n\n\ntotal = area(2, 3)\n"
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    (root / ".git").mkdir(parents=True)
-    (root / "shapes.py").write_text(SOURCE)
-    return root
 
 
 class _Payload:

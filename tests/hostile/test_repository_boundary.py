@@ -10,20 +10,10 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 
 from cli_run import TcpSink, assert_one_line_error, python, repocomp
 from repocomp.store import INDEX_FILE
 
-SOURCE = "def area(width, height):\n    return width * height\n\n\ntotal = area(2, 3)\n"
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    (root / ".git").mkdir(parents=True)
-    (root / "shapes.py").write_text(SOURCE)
-    return root
 
 
 def test_symlink_to_a_file_outside_the_repository_is_never_indexed(repo: Path, tmp_path: Path) -> None:
@@ -47,7 +37,7 @@ def test_repository_config_cannot_send_code_off_the_machine_or_write_outside(rep
         # the user's own config picks the endpoint; the repository tries another one and an index dir outside
         (tmp_path / "config" / "repocomp").mkdir(parents=True)
         (tmp_path / "config" / "repocomp" / "config.toml").write_text(
-            f'[backend]\nendpoints = ["{user_sink.url}"]\nmodel = "m"\ntimeout_s = 1\nretries = 0\n')
+            f'[backend]\nendpoints = ["{user_sink.url}"]\nmodel = "m"\ntimeout_s = 5\nretries = 0\n')
         (repo / "repocomp.toml").write_text(
             '[backend]\nendpoints = ["http://192.0.2.7:8000"]\nconnect_timeout_s = 1\n[index]\ndir = "../outside"\n')
         done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "vllm")
