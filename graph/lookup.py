@@ -74,6 +74,8 @@ class SymbolLookup:
         self._methods_key: tuple[int, ...] | None = None
         self._methods: dict[str, list[DefRef]] = {}
         self._def_info: dict[str, tuple[int, dict[int, tuple[str, int]]]] = {}  # path -> (id(sym), node -> info)
+        self._bases: dict[tuple[DefRef, int], list[DefRef]] = {}
+        self._generation = 0  # bumped when some file's symbols changed
 
     def refresh(self) -> None:
         """Call once per request: rebuilds the method-name table when some file's symbols changed."""
@@ -86,6 +88,7 @@ class SymbolLookup:
                     for method, node in cls_methods.items():
                         table.setdefault(method, []).append(DefRef(sym.path, node, method, "method"))
             self._methods, self._methods_key = table, key
+            self._generation += 1
 
     # -- single definitions --------------------------------------------------------------------------------------
     def _def(self, sym: FileSymbols, node: int) -> DefRef:
@@ -122,7 +125,16 @@ class SymbolLookup:
 
     # -- members -------------------------------------------------------------------------------------------------
     def class_bases(self, ref: DefRef) -> list[DefRef]:
-        """The classes `ref` derives from, as its header names them (resolved in its own file)."""
+        """The classes `ref` derives from, as its header names them (resolved in its own file); cached until
+        some file's symbols change (`refresh`)."""
+        key = (ref, self._generation)
+        if key not in self._bases:
+            if len(self._bases) > 4096:
+                self._bases.clear()
+            self._bases[key] = self._class_bases(ref)
+        return self._bases[key]
+
+    def _class_bases(self, ref: DefRef) -> list[DefRef]:
         sym = self.resolver.files.get(ref.path)
         lines = self.lines_of(ref.path)
         if sym is None or lines is None or ref.kind != "class":

@@ -90,6 +90,10 @@ class RankedDefinition:
     reasons: tuple[str, ...]
 
 
+def _no_strength() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, np.int64), np.zeros(0)
+
+
 @dataclass
 class BufferState:
     """What one request's buffer yields, computed once and reused by every RepoCoder round."""
@@ -100,7 +104,9 @@ class BufferState:
     candidates: dict[DefRef, Candidate] = field(default_factory=dict)
     bindings: dict[str, int] = field(default_factory=dict)  # import name -> line, imports above the cursor
     types: dict[str, DefRef] = field(default_factory=dict)  # variable -> class of the instance assigned to it
-    strength: np.ndarray = field(default_factory=lambda: np.zeros(0))  # global node -> path strength from the region
+    # (reached global nodes, strengths): paths from the nodes of the lines just above the cursor
+    strength: tuple[np.ndarray, np.ndarray] = field(default_factory=lambda: _no_strength())
+    code: dict[int, str] = field(default_factory=dict)  # scanned line -> its code (no strings, no comment)
     lookup: SymbolLookup | None = None
     memo: dict[tuple[Any, ...], Resolution] = field(default_factory=dict)
     class_spans: list[tuple[int, int, DefRef]] = field(default_factory=list)  # classes of the file: (start, end)
@@ -188,10 +194,26 @@ def _scan_range(state: BufferState, cfg: DefinitionsConfig) -> range:
     return range(max(0, state.cursor_line - cfg.scan_lines), min(state.cursor_line + 1, len(state.lines)))
 
 
+_STRINGS = re.compile(r"(\"[^\"\n]*\"|'[^'\n]*')")
+_COMMENT = re.compile(r"#[^\n]*")
+
+
+def _code_lines(state: BufferState, cfg: DefinitionsConfig) -> dict[int, str]:
+    """The scanned lines without string literals and comments (roughly: names in them are not references),
+    one regex pass over the whole range."""
+    if not state.code:
+        span = _scan_range(state, cfg)
+        text = _COMMENT.sub("", _STRINGS.sub('""', "\n".join(state.lines[span.start:span.stop])))
+        state.code = dict(zip(span, text.split("\n")))
+    return state.code
+
+
 def _source_types(state: BufferState, index: Any, cfg: DefinitionsConfig) -> None:
     """`x = Cls(...)` / `self.x = Cls(...)` above the cursor: x holds a Cls (for `x.method`)."""
-    for i in _scan_range(state, cfg):
-        m = _TYPED.match(state.lines[i])
+    for i, code in _code_lines(state, cfg).items():
+        if "=" not in code or "(" not in code:
+            continue
+        m = _TYPED.match(code)
         if m is None:
             continue
         parts = tuple(m.group(2).split("."))
@@ -215,10 +237,9 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
     sym = state.lookup.resolver.files.get(state.path)
     # names that can start a chain worth resolving (a local variable or a library module resolves to nothing)
     known = set(state.bindings) | set(sym.top if sym else ()) | {"self", "cls"} | {t.split(".")[0] for t in state.types}
-    for i in _scan_range(state, cfg):
+    for i, text in _code_lines(state, cfg).items():
         if i in import_lines:
             continue
-        text = _code(state.lines[i])
         if i == state.cursor_line:  # the identifier being typed is the prefix source's
             m = _AT_CURSOR.search(text)
             text = text[: m.start()] if m else text
@@ -240,7 +261,7 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
                 owners = state.lookup.methods_named(parts[-1])
                 if len(owners) == 1:
                     state.add(owners[0], Evidence("unique-method", i, m.group(0)))
-        if enclosing is not None:
+        if enclosing is not None and "super(" in text:
             for m in _SUPER.finditer(text):
                 for base in state.lookup.class_bases(enclosing):
                     found = state.lookup.class_member(base, m.group(1))
@@ -335,23 +356,21 @@ class DefinitionFinder:
         state.strength = self._region_strength(path, cursor_line)
         return state
 
-    def _region_strength(self, path: str, cursor_line: int) -> np.ndarray:
+    def _region_strength(self, path: str, cursor_line: int) -> tuple[np.ndarray, np.ndarray]:
         """Global node -> strongest max-product path from a node of the lines just above the cursor."""
         if self.config.w_relation <= 0:
-            return np.zeros(0)
+            return _no_strength()
         entry = self.index.files[path]
         parsed = entry.parsed
         start, end = max(0, cursor_line - self.window), min(cursor_line, parsed.n_lines)
         if start >= end:
-            return np.zeros(0)
+            return _no_strength()
         keep = parsed.line_len[start:end] > 0
         sources = np.unique(entry.node_ids[parsed.line_owner[start:end][keep]])
         if len(sources) == 0:
-            return np.zeros(0)
+            return _no_strength()
         strengths = max_product_strengths(self.index.graph.cost_matrix(), sources, self.cutoff, self.max_reach)
-        best = np.zeros(strengths.shape[1], np.float64)  # per node its strongest link (a few thousand entries)
-        np.maximum.at(best, strengths.indices, strengths.data)
-        return best
+        return strengths.indices, strengths.data  # reached node, strength (a node may appear once per source)
 
     def _global_node(self, ref: DefRef) -> int | None:
         entry = self.index.files.get(ref.path)
@@ -390,11 +409,16 @@ class DefinitionFinder:
         for ref, n in calls.items():
             if ref not in pool:
                 pool[ref] = Candidate(ref)
+        nodes = {ref: self._global_node(ref) for ref in pool}
+        reached, strengths = state.strength
+        hit = np.isin(reached, np.fromiter((n for n in nodes.values() if n is not None), np.int64))
+        relation_of: dict[int, float] = {}
+        for node, value in zip(reached[hit].tolist(), strengths[hit].tolist()):
+            relation_of[node] = max(value, relation_of.get(node, 0.0))
         ranked = []
         for ref, cand in pool.items():
             n_calls = calls.get(ref, 0)
-            node = self._global_node(ref)
-            relation = float(state.strength[node]) if node is not None and node < len(state.strength) else 0.0
+            relation = relation_of.get(nodes[ref], 0.0) if nodes[ref] is not None else 0.0
             distance = None if cand.last_reference is None else max(0, state.cursor_line - cand.last_reference)
             features = {
                 "near": 0.0 if distance is None else 1.0 / (1.0 + distance / cfg.distance_scale),
