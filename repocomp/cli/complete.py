@@ -175,7 +175,8 @@ def definitions_text(result: Any) -> list[str]:
              "yes" if d.shown else "", "; ".join(d.reasons) or "-") for d in defs]
     head = ("definition", "lines shown", "score", "prompt", "why")
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head[:-1])]
-    out = ["definitions (final round, best first):", "  ".join(h.ljust(w) for h, w in zip(head, widths)) + head[-1]]
+    out = ["definitions (final round, best first):",
+           "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  " + head[-1]]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows]
     return out
 
