@@ -77,6 +77,8 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
     from repocomp.index import Index
     from repocomp.local_model import resolve
 
+    from repocomp.budget import resolve_prompt
+
     config = resolve(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
@@ -85,7 +87,8 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
-        iterations=rounds, prompt_budget=config.prompt.max_tokens,
+        iterations=rounds,
+        prompt_budget=resolve_prompt(config.prompt, config.backend.name, config.backend).max_tokens,  # 0 = model's
         request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
         prompt_tokens=_stats([r.prompt_tokens for r in results]), first_request_ms=round(first, 1),
         failures=sum(1 for r in results if r.error))
