@@ -22,6 +22,8 @@ def test_run_label():
     assert run_label(_rec("a", "r", "infile", True, True, kind="line")) == "line infile [none]"
     assert run_label(dict(_rec("a", "r", "repocoder", True, True), query_relations=0.5)) == \
         "api repocoder+FragRel+qr0.5 [none]"
+    assert run_label(dict(_rec("a", "r", "repocoder", True, True), query_relations=0.25, definitions=True)) == \
+        "api repocoder+FragRel+qr0.25+defs [none]"
 
 
 def test_markdown_tables_and_chart(tmp_path):

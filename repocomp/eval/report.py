@@ -14,13 +14,14 @@ METRICS = (("em", "EM"), ("es", "ES"), ("gt_line_recall", "gt_line_recall"), ("d
 
 
 def run_label(record: dict[str, Any]) -> str:
-    """`<kind> <mode>[+FragRel][+qrW] [<backend>]`, e.g. `api repocoder+FragRel+qr0.5 [none]`."""
+    """`<kind> <mode>[+FragRel][+qrW][+defs] [<backend>]`, e.g. `api repocoder+FragRel+qr0.5+defs [none]`."""
     retrieves = record.get("mode") != "infile"
     fragrel = "+FragRel" if record.get("fragrel") and retrieves else ""
     kind = record.get("kind") or "?"
     qr = record.get("query_relations")
     qr_label = f"+qr{qr:g}" if qr and retrieves else ""
-    return f"{kind} {record.get('mode')}{fragrel}{qr_label} [{record.get('backend', '?')}]"
+    defs = "+defs" if record.get("definitions") and retrieves else ""
+    return f"{kind} {record.get('mode')}{fragrel}{qr_label}{defs} [{record.get('backend', '?')}]"
 
 
 def collect_records(paths: list[str | os.PathLike[str]]) -> dict[str, list[dict[str, Any]]]:
