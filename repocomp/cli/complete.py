@@ -92,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         print(explain_text(result))
     sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
-    note = f" ({result.error}; answered by the fallback)" if result.error else ""
+    from repocomp.local_model import resolve
+
+    fallback = result.backend != resolve(config).backend.name  # else the note is only about skipped rounds
+    note = f" ({result.error}{'; answered by the fallback' if fallback else ''})" if result.error else ""
     print(f"repocomp: completed by the {result.backend} backend{note} in {result.timings_ms.get('total', 0):.0f} ms",
           file=sys.stderr)
     if config.backend.name == "auto" and result.backend == "extractive":
