@@ -226,3 +226,14 @@ def _outside_address() -> str:
             return str(s.getsockname()[0])
     except OSError:  # no network at all: nothing but loopback to bind to anyway
         return ""
+
+
+def test_bench_complete_reports_request_and_generation_latency(hole_repo: Path, tmp_path: Path) -> None:
+    proc = _cli("bench", "complete", str(hole_repo), "--positions", "3", "--backend", "extractive", "--json",
+                cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["backend"] == "extractive" and result["positions"] == 3 and result["failures"] == 0
+    assert result["request_ms"]["n"] == 3 and result["generate_ms"]["n"] == 3 * result["iterations"]
+    assert 0 < result["request_ms"]["p50"] <= result["request_ms"]["max"]
+    assert result["prompt_tokens"]["p50"] > 0
