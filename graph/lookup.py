@@ -71,17 +71,18 @@ class SymbolLookup:
     def __init__(self, resolver: Resolver, lines_of: LinesOf) -> None:
         self.resolver = resolver
         self.lines_of = lines_of
-        self._methods_key: tuple[int, ...] | None = None
+        self._methods_key: tuple[object, ...] = ()  # the FileSymbols the table was built from (held, not id()s)
         self._methods: dict[str, list[DefRef]] = {}
-        self._def_info: dict[str, tuple[int, dict[int, tuple[str, int]]]] = {}  # path -> (id(sym), node -> info)
+        self._def_info: dict[str, tuple[object, dict[int, tuple[str, int]]]] = {}  # path -> (sym, node -> info)
         self._bases: dict[tuple[DefRef, int], list[DefRef]] = {}
         self._generation = 0  # bumped when some file's symbols changed
 
     def refresh(self) -> None:
         """Call once per request: rebuilds the method-name table when some file's symbols changed."""
         files = self.resolver.files
-        key = tuple(id(sym) for sym in files.values())
-        if key != self._methods_key:
+        # Identity, not id(): a freed FileSymbols' address can be reused by its replacement.
+        key = tuple(files.values())
+        if len(key) != len(self._methods_key) or any(a is not b for a, b in zip(key, self._methods_key)):
             table: dict[str, list[DefRef]] = {}
             for sym in files.values():
                 for cls_methods in sym.methods.values():
@@ -94,8 +95,8 @@ class SymbolLookup:
     def _def(self, sym: FileSymbols, node: int) -> DefRef:
         parsed = sym.parsed
         cached = self._def_info.get(sym.path)
-        if cached is None or cached[0] != id(sym):
-            cached = (id(sym), {d: (n, c) for d, n, c in parsed.defs})
+        if cached is None or cached[0] is not sym:
+            cached = (sym, {d: (n, c) for d, n, c in parsed.defs})
             self._def_info[sym.path] = cached
         name, cls = cached[1].get(node, ("", -1))
         kind = "class" if parsed.kinds[node] in CLASS_KINDS else "method" if cls >= 0 else "function"

@@ -115,7 +115,9 @@ class Generations:
     async def _timed(self, make: Callable[[], Awaitable[Any]]) -> Any:
         started = time.monotonic()
         result = await make()
-        self._typical_s += 0.3 * ((time.monotonic() - started) - self._typical_s)  # a moving average
+        elapsed = time.monotonic() - started
+        # a moving average, seeded by the first generation (from 0 it would start at 30% of the real time)
+        self._typical_s = elapsed if self._typical_s == 0 else self._typical_s + 0.3 * (elapsed - self._typical_s)
         return result
 
     def _take_turn(self, key: str) -> asyncio.Future[None]:
@@ -146,6 +148,9 @@ class Generations:
         gen = self._current.pop(key, None)
         if gen is not None:
             gen.task.cancel()
+        turn = self._superseded.pop(key, None)
+        if turn is not None and not turn.done():
+            turn.set_result(None)  # a request still waiting for its turn gives up
         self.rate.forget(key)
 
     async def cancel_all(self) -> None:

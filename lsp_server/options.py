@@ -83,7 +83,7 @@ _CHECKS: dict[str, typing.Callable[[Any], bool]] = {
     "backend.timeout_s": lambda v: v > 0,
     "retrieval.alpha": lambda v: v >= 0,
     "retrieval.iterations": lambda v: v >= 1,
-    "prompt.max_tokens": lambda v: v > 0,
+    "prompt.max_tokens": lambda v: v >= 0,  # 0: the model's budget
     "prompt.fim": lambda v: v in ("none", "codellama", "starcoder"),
     "server.request_timeout_ms": lambda v: v > 0,
     "server.max_document_bytes": lambda v: v > 0,

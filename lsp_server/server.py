@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 SERVER_NAME = "repocomp"
 STATS_METHOD = "repocomp/stats"  # custom request: timings, RSS and index state (used by `repocomp bench lsp`)
+_ANSWER_MARGIN_S = 2.0  # past [backend] timeout_s: the pipeline gives a late backend 0.5 s, then the fallback answers
 
 
 @dataclasses.dataclass
@@ -220,8 +221,11 @@ class RepocompServer(LanguageServer):
         site = Site(cursor.text[:offset], cursor.text[offset:], stamp)
         version = document.version
         timeout_ms = self.options.server.request_timeout_ms
+        # By default a little past the completion's own deadline, so the engine's answer at the deadline (the
+        # fallback's, or an earlier round's draft) reaches the editor instead of an empty one.
         timeout_s = (timeout_ms / 1000 if timeout_ms is not None
-                     else self.config_for(folder.root if folder is not None else None).backend.timeout_s)
+                     else self.config_for(folder.root if folder is not None else None).backend.timeout_s
+                     + _ANSWER_MARGIN_S)
 
         async def generate() -> Any:
             async with _maybe_reading(folder) as index:

@@ -94,7 +94,7 @@ def prepared(folder: Path | None = None, *, verify: bool = False) -> LocalModel 
     """
     folder = default_model_dir() if folder is None else folder
     manifest = _read_manifest(folder)
-    if manifest is None or not (folder / "config.json").is_file():
+    if manifest is None or not manifest["weights"] or not (folder / "config.json").is_file():
         return None
     for name, meta in manifest["weights"].items():
         path = folder / name

@@ -26,7 +26,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from repocomp.config import Config
 from repocomp.errors import RepocompError
@@ -35,10 +35,8 @@ from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter,
 from repocomp.retrieval import Hit, Retriever
 
 if TYPE_CHECKING:
-    from repocomp.definitions import BufferState, DefinitionFinder, RankedDefinition
-
-if TYPE_CHECKING:
     from repocomp.backends import Backend
+    from repocomp.definitions import DefinitionFinder, RankedDefinition
     from repocomp.index import Index
 
 __all__ = ["CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "RoundTrace", "MODES"]
@@ -170,7 +168,7 @@ class Completer:
         self.prompt_config = resolve_prompt(self.config.prompt, getattr(backend, "name", None), self.config.backend)
         self._finder: "DefinitionFinder | None" = None
         self._line_cache: dict[str, tuple[object, list[str]]] = {}
-        self._rendered: dict[tuple[object, int], object] = {}  # (definition, id of its file's parse) -> rendering
+        self._rendered: dict[object, tuple[object, Any]] = {}  # definition -> (its file's parse, rendering)
 
     @property
     def finder(self) -> "DefinitionFinder | None":
@@ -381,13 +379,17 @@ class Completer:
             entry = self.index.files.get(cand.ref.path)
             if entry is None:
                 continue
-            key = (cand.ref, id(entry.parsed))  # a file's parse is replaced, never changed, when it is edited
-            shown = self._rendered.get(key)
-            if shown is None:
+            # A file's parse is replaced, never changed, when it is edited: a rendering is good while the parse it
+            # came from is the file's (held and compared by identity; an id() could be reused after a free).
+            cached = self._rendered.get(cand.ref)
+            if cached is not None and cached[0] is entry.parsed:
+                shown = cached[1]
+            else:
                 if len(self._rendered) > 4096:
                     self._rendered.clear()
-                shown = self._rendered[key] = render_definition(cand.ref, entry.parsed, self._lines(cand.ref.path),
-                                                                dc.max_lines, dc.docstring_lines)
+                shown = render_definition(cand.ref, entry.parsed, self._lines(cand.ref.path), dc.max_lines,
+                                          dc.docstring_lines)
+                self._rendered[cand.ref] = (entry.parsed, shown)
             if not shown.lines or (cand.ref.path == path and shown.lines[-1][0] >= line):
                 continue
             out.append(DefinitionSource(cand.ref.name, cand.ref.path, shown.lines, cand.score, cand.reasons))

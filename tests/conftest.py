@@ -208,6 +208,7 @@ def _no_local_model_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path_factory
     no hint stamps or indexes land in the user's cache; tests about the real model ask for `local_model`."""
     cache = tmp_path_factory.mktemp("xdg-cache")  # per test: a hint shown in one test is not "already shown" in another
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(cache / "config"))  # nor the developer's own config.toml
     monkeypatch.setenv("REPOCOMP_MODEL_DIR", str(cache / "no-model"))
 
 

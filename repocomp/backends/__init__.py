@@ -116,8 +116,8 @@ class FallbackBackend:
     async def aload(self) -> None:
         try:
             await self.primary.aload()
-        except BackendError as exc:  # the first request reports it (and the fallback answers it)
-            log.warning("backend %s could not load (%s)", self.primary.name, exc)
+        except Exception as exc:  # noqa: BLE001 - the first request reports it (and the fallback answers it)
+            log.warning("backend %s could not load (%s: %s)", self.primary.name, type(exc).__name__, exc)
 
     async def aclose(self) -> None:
         try:

@@ -91,7 +91,7 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         prompt_budget=resolve_prompt(config.prompt, config.backend.name, config.backend).max_tokens,  # 0 = model's
         request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
         prompt_tokens=_stats([r.prompt_tokens for r in results]), first_request_ms=round(first, 1),
-        failures=sum(1 for r in results if r.error))
+        failures=sum(1 for r in results if r.backend != config.backend.name))
 
 
 def format_table(res: CompleteBenchResult) -> str:

