@@ -249,7 +249,7 @@ def test_cli_make_tasks_eval_resume_and_report(tmp_path, capsys):
     assert summary["tasks"] == 4 and summary["def_hit"] is not None
     capsys.readouterr()
     assert main(["eval", "report", str(out), "--png", str(tmp_path / "c.png")]) == 0
-    assert "| api vanilla+FragRel+qr0.25 [extractive] | " in capsys.readouterr().out
+    assert "| api vanilla+FragRel+qr0.25+defs [extractive] | " in capsys.readouterr().out
     assert main(["eval", str(tmp_path / "missing.jsonl"), "--repos", str(repos)]) == 2
 
 
