@@ -112,6 +112,15 @@ def vllm_python() -> Path | None:
     return next((p for p in candidates if p.is_file() and os.access(p, os.X_OK)), None)
 
 
+@pytest.fixture(scope="session")
+def vllm_interpreter() -> Path:
+    """The vLLM virtualenv's interpreter (fails, never skips, when there is none)."""
+    python = vllm_python()
+    if python is None:
+        pytest.fail("no vLLM virtualenv: run `bash .ci/setup` (or `bash .ci/setup_vllm.sh`)", pytrace=False)
+    return python
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

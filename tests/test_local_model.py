@@ -180,17 +180,16 @@ def test_serve_without_a_prepared_model_or_without_vllm_says_what_to_do(tiny_mod
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_model_serve_runs_vllm_on_loopback_under_the_model_name(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_model_serve_runs_vllm_on_loopback_under_the_model_name(tiny_model_dir: Path, tmp_path: Path,
+                                                                 vllm_interpreter: Path) -> None:
     import httpx
 
-    from conftest import _free_port, vllm_python
-
-    python = vllm_python()
-    assert python is not None, "no vLLM virtualenv: run `bash .ci/setup`"
     lm.prepare(tiny_model_dir, tmp_path / "model")
-    port = _free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "repocomp", "model", "serve", "--python", str(python),
+    proc = subprocess.Popen([sys.executable, "-m", "repocomp", "model", "serve", "--python", str(vllm_interpreter),
                              "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, process_group=0,
                             env={**os.environ, "REPOCOMP_MODEL_DIR": str(tmp_path / "model"), "HF_HUB_OFFLINE": "1"})
     try:
