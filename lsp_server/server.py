@@ -34,7 +34,6 @@ from lsp_server.protocol import RepocompProtocol
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
 from repocomp.config import Config, load_config
 from repocomp.errors import BackendError, RepocompError
-from repocomp.local_model import resolve
 
 logger = logging.getLogger(__name__)
 
@@ -262,8 +261,8 @@ class RepocompServer(LanguageServer):
             self.stats.superseded += 1
             return "", line_text
         result = served.result
-        # "auto" is the local model or extractive: compare with what it resolved to
-        configured = resolve(self.config_for(folder.root if folder is not None else None)).backend.name
+        # the backend object's name: what "auto" resolved to when it was built (no model lookup per request)
+        configured = self.backend_for(self.config_for(folder.root if folder is not None else None)).name
         if getattr(result, "backend", configured) not in (configured, "") and configured != "extractive":
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
         self.stats.completed_ms.append((time.perf_counter() - started) * 1000)
