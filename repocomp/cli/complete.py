@@ -92,15 +92,14 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         print(explain_text(result))
     sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
-    from repocomp.local_model import resolve
+    from repocomp.local_model import hint_once, resolve
 
-    fallback = result.backend != resolve(config).backend.name  # else the note is only about skipped rounds
+    chosen = resolve(config).backend.name  # what "auto" became
+    fallback = result.backend != chosen  # else the note is only about skipped rounds
     note = f" ({result.error}{'; answered by the fallback' if fallback else ''})" if result.error else ""
     print(f"repocomp: completed by the {result.backend} backend{note} in {result.timings_ms.get('total', 0):.0f} ms",
           file=sys.stderr)
-    if config.backend.name == "auto" and resolve(config).backend.name == "extractive":
-        from repocomp.local_model import hint_once
-
+    if config.backend.name == "auto" and chosen == "extractive":
         hint_once(lambda msg: print(f"repocomp: {msg}", file=sys.stderr))
     return 0
 
