@@ -61,9 +61,10 @@ async def test_cancel_stops_the_worker(hf_backend: TransformersBackend) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     # The generation thread saw the flag: the model lock frees long before 1500 tokens would be done.
+    lock = hf_backend._loaded.gen_lock
     for _ in range(100):
-        if hf_backend._gen_lock.acquire(blocking=False):
-            hf_backend._gen_lock.release()
+        if lock.acquire(blocking=False):
+            lock.release()
             break
         await asyncio.sleep(0.05)
     else:
@@ -100,14 +101,27 @@ async def test_generation_stops_once_the_completion_is_finished(hf_backend: Tran
 
 
 async def test_a_load_whose_request_was_cancelled_still_lands(tiny_model_dir: Path) -> None:
-    backend = TransformersBackend(model=str(tiny_model_dir))
+    backend = TransformersBackend(model=str(tiny_model_dir), dtype="float32")  # not the module fixture's model
     task = asyncio.create_task(backend.aload())
     await asyncio.sleep(0)  # the load has started in its thread
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     for _ in range(600):  # the thread finishes the load and keeps it
-        if backend._model is not None:
+        if backend._loaded is not None:
             break
         await asyncio.sleep(0.05)
-    assert backend._model is not None and backend._tokenizer is not None
+    assert backend._loaded is not None and backend._loaded.tokenizer is not None
+
+
+async def test_backends_of_one_model_loading_at_once_share_one_load(tiny_model_dir: Path) -> None:
+    # A language server builds a backend per folder configuration and loads them in the background at once;
+    # concurrent transformers loads broke each other (meta tensors), and each would hold its own weights.
+    backends = [TransformersBackend(model=str(tiny_model_dir), dtype="bfloat16") for _ in range(3)]
+    await asyncio.wait_for(asyncio.gather(*(b.aload() for b in backends)), 300)
+    assert all(b._loaded is backends[0]._loaded for b in backends)
+    texts = await asyncio.gather(*(b.agenerate(req(8)) for b in backends))
+    assert len({t.text for t in texts}) == 1 and texts[0].text
+    for b in backends:
+        await b.aclose()
+    assert b._loaded is None

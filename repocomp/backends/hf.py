@@ -1,8 +1,9 @@
 """In-process generation with a local causal LM through `transformers` (CPU or GPU).
 
 torch and transformers are imported on first use, so `repocomp` works without them (`pip install 'repocomp[hf]'`).
-The model is loaded once, off the event loop; generation runs in a worker thread and checks a flag after every
-token, so cancelling `agenerate` stops the thread's work too, not just the await.
+The model is loaded once per process, off the event loop, and shared by every backend that names it (a language
+server builds one per folder configuration); generation runs in a worker thread and checks a flag after every token,
+so cancelling `agenerate` stops the thread's work too, not just the await.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import weakref
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,20 @@ from repocomp.errors import BackendError
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
+class _LoadedModel:
+    model: Any
+    tokenizer: Any
+    gen_lock: threading.Lock = field(default_factory=threading.Lock)  # a model is not safe to share across threads
+
+
+# transformers' loading is not thread-safe (lazy imports, meta-device initialisation are process-wide state: two
+# loads at once failed with "Cannot copy out of meta tensor"), so loads take turns; a model stays loaded while a
+# backend holds it.
+_LOAD_LOCK = threading.Lock()
+_LOADED: weakref.WeakValueDictionary[tuple[str, str, str], _LoadedModel] = weakref.WeakValueDictionary()
+
+
 class TransformersBackend:
     name = "transformers"
 
@@ -28,10 +45,7 @@ class TransformersBackend:
         self.model_name = model
         self.device = device
         self.dtype = dtype
-        self._model: Any = None
-        self._tokenizer: Any = None
-        self._load_lock = threading.Lock()
-        self._gen_lock = threading.Lock()  # one generate() at a time: a model is not safe to share across threads
+        self._loaded: _LoadedModel | None = None
 
     @classmethod
     def from_config(cls, config: BackendConfig) -> "TransformersBackend":
@@ -40,13 +54,17 @@ class TransformersBackend:
     async def _ensure_loaded(self) -> None:
         # The worker thread stores what it loaded itself: a request cancelled while waiting (timeout, a newer
         # keystroke) does not throw away a half-minute load.
-        if self._model is None:
+        if self._loaded is None:
             await asyncio.to_thread(self._load_once)
 
     def _load_once(self) -> None:
-        with self._load_lock:
-            if self._model is None:
-                self._model, self._tokenizer = self._load()
+        key = (self.model_name, self.device, self.dtype)
+        with _LOAD_LOCK:
+            loaded = _LOADED.get(key)
+            if loaded is None:
+                loaded = _LoadedModel(*self._load())
+                _LOADED[key] = loaded
+            self._loaded = loaded
 
     def _load(self) -> tuple[Any, Any]:
         try:
@@ -82,7 +100,9 @@ class TransformersBackend:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
-        tok, model = self._tokenizer, self._model
+        loaded = self._loaded
+        assert loaded is not None, "agenerate loads the model first"
+        tok, model = loaded.tokenizer, loaded.model
         enc = tok(request.prompt, return_tensors="pt", add_special_tokens=False)
         input_ids = enc["input_ids"].to(self.device)
         n_in = input_ids.shape[1]
@@ -103,7 +123,7 @@ class TransformersBackend:
         if sampling:
             kwargs["temperature"] = request.temperature
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        with self._gen_lock, torch.inference_mode():
+        with loaded.gen_lock, torch.inference_mode():
             out = model.generate(
                 input_ids,
                 attention_mask=enc["attention_mask"].to(self.device),
@@ -139,5 +159,4 @@ class TransformersBackend:
         await self._ensure_loaded()
 
     async def aclose(self) -> None:
-        self._model = None
-        self._tokenizer = None
+        self._loaded = None  # the weights go when no other backend holds them
