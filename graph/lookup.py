@@ -75,7 +75,7 @@ class SymbolLookup:
         self._methods: dict[str, list[DefRef]] = {}
         self._def_info: dict[str, tuple[object, dict[int, tuple[str, int]]]] = {}  # path -> (sym, node -> info)
         self._bases: dict[tuple[DefRef, int], list[DefRef]] = {}
-        self._generation = 0  # bumped when some file's symbols changed
+        self.generation = 0  # bumped when some file's symbols changed
 
     def refresh(self) -> None:
         """Call once per request: rebuilds the method-name table when some file's symbols changed."""
@@ -89,7 +89,7 @@ class SymbolLookup:
                     for method, node in cls_methods.items():
                         table.setdefault(method, []).append(DefRef(sym.path, node, method, "method"))
             self._methods, self._methods_key = table, key
-            self._generation += 1
+            self.generation += 1
 
     # -- single definitions --------------------------------------------------------------------------------------
     def _def(self, sym: FileSymbols, node: int) -> DefRef:
@@ -128,7 +128,7 @@ class SymbolLookup:
     def class_bases(self, ref: DefRef) -> list[DefRef]:
         """The classes `ref` derives from, as its header names them (resolved in its own file); cached until
         some file's symbols change (`refresh`)."""
-        key = (ref, self._generation)
+        key = (ref, self.generation)
         if key not in self._bases:
             if len(self._bases) > 4096:
                 self._bases.clear()

@@ -323,6 +323,8 @@ class Completer:
                 timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
             if state is not None:
                 t = time.perf_counter()
+                if not self.finder.is_current(state):
+                    state = self.finder.buffer_state(path, lines, line, col)
                 ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
                 def_sources = self._definition_sources(ranked, path, line)
                 timings[f"definitions_{r}"] = (time.perf_counter() - t) * 1e3

@@ -331,3 +331,40 @@ def test_budget_follows_the_model() -> None:
     assert resolve_prompt(PromptConfig(), "transformers", BackendConfig(device="cpu")).max_tokens == 2048
     assert resolve_prompt(PromptConfig(max_tokens=1000), "transformers", BackendConfig()).max_tokens == 1000
     assert estimate_tokens("a") == 1 and dataclasses.is_dataclass(ref)
+
+
+async def test_a_buffer_synced_while_a_completion_awaits_the_model_leaves_it_consistent(index: Index) -> None:
+    """Another request (an eval worker, a second editor buffer) replaces a file's parse while this completion
+    awaits its first draft: the second round must not use references into the parse that is gone."""
+    import asyncio
+
+    from repocomp.backends import Generation, GenerationRequest
+    from repocomp.backends.extractive import ExtractiveBackend
+
+    class GatedExtractive(ExtractiveBackend):
+        """The real extractive backend, held at its first answer until the test lets it go."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered, self.go = asyncio.Event(), asyncio.Event()
+
+        async def agenerate(self, request: GenerationRequest) -> Generation:
+            self.entered.set()
+            await self.go.wait()
+            return await super().agenerate(request)
+
+    backend = GatedExtractive()
+    completer = Completer(index, _one_block(), backend)
+    lines = APP.split("\n")
+    cursor = next(i for i, ln in enumerate(lines) if ln == "        self.enc.lay")
+    try:
+        task = asyncio.create_task(completer.acomplete("app.py", APP, cursor, len(lines[cursor])))
+        await asyncio.wait_for(backend.entered.wait(), 30)
+        index.update_file("pkg/layers.py", text="SCALE = 4\n")  # helper and Encoder are gone
+        backend.go.set()
+        res = await asyncio.wait_for(task, 30)
+        shown = {d.name for d in res.definitions if d.shown}
+        assert shown and not shown & {"helper", "Encoder", "layernorm", "forward"}
+        assert all("def helper" not in b.text for b in res.context if b.kind == "definition")
+    finally:
+        index.update_file("pkg/layers.py")
