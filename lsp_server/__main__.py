@@ -3,12 +3,12 @@
 import argparse
 import sys
 
-from repocomp.cli import serve
+from lsp_server import entry
 from repocomp.errors import RepocompError
 
-parser = argparse.ArgumentParser(prog="python -m lsp_server")
-serve.register(parser.add_subparsers(dest="command"))
-args = parser.parse_args(["serve", *sys.argv[1:]])
+parser = argparse.ArgumentParser(prog="python -m lsp_server", description=entry.DESCRIPTION)
+entry.add_arguments(parser)
+args = parser.parse_args()
 try:
     sys.exit(args.run(args))
 except RepocompError as exc:
