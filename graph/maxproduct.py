@@ -41,9 +41,13 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, windo
     out_t = np.empty(cap, np.int64)
     out_d = np.empty(cap, np.float64)
     n_out = 0
+    # A binary min-heap of (distance, node) with lazy deletion: a node whose distance improves is pushed again
+    # rather than moved (numba has no decrease-key), and the stale entry is skipped when popped (`d > dist[u]`).
     hcap = 1024
     heap_d = np.empty(hcap, np.float64)
     heap_v = np.empty(hcap, np.int64)
+    # `dist` and `pred` are allocated once for all sources; after each source only the entries it touched are
+    # reset (`touched`), so a source costs what it reaches, not O(n).
     for si in range(sources.shape[0]):
         s = sources[si]
         n_touch = 0
@@ -143,7 +147,8 @@ def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff:
     docstring), whatever `max_reach` is.
 
     `adjacency` holds edge costs -log(w) (an explicit 0 is a weight-1 edge). Returns a (len(sources), N) CSR
-    matrix of strengths in (cutoff, 1], the source itself included with strength 1.
+    matrix of strengths in [cutoff, 1] (a path of exactly the cutoff's strength is kept), the source itself
+    included with strength 1.
     """
     sources = np.ascontiguousarray(sources, dtype=np.int64)
     if not adjacency.has_sorted_indices:  # hubs find their windows by binary search in the row

@@ -104,15 +104,18 @@ def _csr_arrays(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.float64)
 
 
-def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_nodes_t: sp.csr_matrix | None,
+def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_fragments: sp.csr_matrix | None,
                    costs: sp.csr_matrix, cutoff: float, max_reach: int = 0) -> sp.csr_matrix:
-    """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept."""
+    """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept.
+
+    `fragment_nodes` is the fragment x node membership matrix; `node_fragments` its transpose (node x fragment),
+    passed in when the caller keeps one, else computed here."""
     n_frag = fragment_nodes.shape[0]
     sizes = np.asarray(fragment_nodes.sum(axis=1)).ravel()
-    nodes_t = fragment_nodes.T.tocsr() if node_nodes_t is None else node_nodes_t  # node x fragment
-    if not nodes_t.has_sorted_indices:  # hub nodes find the row's neighbourhood by binary search
-        nodes_t = nodes_t.sorted_indices()
-    t_arrays = _csr_arrays(nodes_t)
+    node_frag = fragment_nodes.T.tocsr() if node_fragments is None else node_fragments
+    if not node_frag.has_sorted_indices:  # hub nodes find the row's neighbourhood by binary search
+        node_frag = node_frag.sorted_indices()
+    t_arrays = _csr_arrays(node_frag)
     blocks = []
     for lo in range(0, len(rows), _ROW_CHUNK):
         chunk = np.asarray(rows[lo:lo + _ROW_CHUNK], dtype=np.int64)
