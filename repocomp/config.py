@@ -238,6 +238,12 @@ class Config:
         merged = dataclasses.asdict(getattr(self, section)) | changes
         return dataclasses.replace(self, **{section: _build(type(getattr(self, section)), merged, section)})
 
+    def plain_repocoder(self) -> "Config":
+        """RepoCoder as published: similar code only, no relations (FragRel, query side) and no definitions.
+
+        The one place the FragRel switch (`--no-fragrel`) is turned into settings."""
+        return self.replace("retrieval", alpha=0.0, query_relations=0.0).replace("definitions", enabled=False)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

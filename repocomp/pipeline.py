@@ -242,13 +242,13 @@ class Completer:
         return asyncio.run(self.acomplete(path, text, line, col, **kwargs))  # type: ignore[arg-type]
 
     async def acomplete(self, path: str, text: str, line: int, col: int, *, mode: str = "repocoder",
-                        fragrel: bool | None = None, oracle_text: str | None = None, kind: str = "auto",
+                        oracle_text: str | None = None, kind: str = "auto",
                         context_start_line: int = 0, explain: bool = False,
                         definitions: bool | None = None) -> CompletionResult:
         """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col).
 
-        `fragrel=False` is plain RepoCoder: no relations and no definitions; `definitions` overrides the latter
-        (None: `[definitions] enabled`)."""
+        Relations and definitions are the config's (`Config.plain_repocoder()` turns them off); `definitions`
+        overrides `[definitions] enabled` for this request."""
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "oracle" and oracle_text is None:
@@ -277,13 +277,10 @@ class Completer:
         prefix_lines = before + ([partial] if partial else [])  # lines before the cursor, query material
 
         rc, fc = self.config.retrieval, self.config.fragments
-        alpha = rc.alpha if fragrel is None or fragrel else 0.0
-        if fragrel and alpha == 0.0:
-            alpha = 0.5  # the paper's value when FragRel is asked for but switched off in the config
-        query_relations = rc.query_relations if fragrel is None or fragrel else 0.0  # off: plain RepoCoder
+        alpha, query_relations = rc.alpha, rc.query_relations
         rounds_n = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": rc.iterations}[mode]
         if definitions is None:
-            definitions = self.config.definitions.enabled and fragrel is not False
+            definitions = self.config.definitions.enabled
         state = None
         if definitions and mode != "infile" and self.finder is not None:
             t = time.perf_counter()

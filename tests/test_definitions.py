@@ -315,7 +315,7 @@ def test_no_definitions_and_plain_repocoder(index: Index) -> None:
     completer = Completer(index, _one_block())
     on = completer.complete("app.py", APP, 12, 0)
     off = completer.complete("app.py", APP, 12, 0, definitions=False)
-    plain = completer.complete("app.py", APP, 12, 0, fragrel=False)
+    plain = Completer(index, _one_block().plain_repocoder()).complete("app.py", APP, 12, 0)
     assert any(b.kind == "definition" for b in on.context)
     assert not any(b.kind == "definition" for b in off.context + plain.context)
     assert "# Here are definitions" in on.prompt and "# Here are definitions" not in off.prompt

@@ -132,7 +132,7 @@ def test_each_task_sees_its_file_only_up_to_the_hole_and_the_file_is_restored(tm
         assert state["a.py"] == text  # ... and so does the indexed file at that moment
     assert index.calls[-1] == ("a.py", None)  # restored from disk after the file's last task
     kw = completer.asked[0][4]
-    assert kw["mode"] == "repocoder" and kw["fragrel"] is True and kw["kind"] == "line"
+    assert kw["mode"] == "repocoder" and "fragrel" not in kw and kw["kind"] == "line"
 
 
 def test_resume_skips_done_tasks_and_survives_a_torn_line(tmp_path):

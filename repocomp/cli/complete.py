@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         if args.iterations < 1:
             raise RepocompError("--iterations must be >= 1")
         config = config.replace("retrieval", iterations=args.iterations)
+    if args.no_fragrel:
+        config = config.plain_repocoder()
     from repocomp.walk import read_text_file
 
     text = read_text_file(file, config.index.max_file_bytes)  # as the indexer reads it (FIFOs never)
@@ -124,7 +126,7 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     completer = Completer(index, config, backend)
     try:
         return await completer.acomplete(path, text, line, col, mode=args.mode,
-                                          fragrel=False if args.no_fragrel else None, explain=args.explain,
+                                          explain=args.explain,
                                           definitions=False if args.no_definitions else None)
     finally:
         await completer.aclose()

@@ -55,10 +55,10 @@ def eval_config(config: Config, options: EvalOptions) -> Config:
         config = config.replace("retrieval", iterations=1)
     if options.query_relations is not None:
         config = config.replace("retrieval", query_relations=float(options.query_relations))
-    if not options.fragrel:  # plain RepoCoder
-        config = config.replace("retrieval", alpha=0.0, query_relations=0.0)
-    if options.definitions is False or (options.definitions is None and not options.fragrel):
-        config = config.replace("definitions", enabled=False)
+    if not options.fragrel:
+        config = config.plain_repocoder()
+    if options.definitions is not None:
+        config = config.replace("definitions", enabled=options.definitions)
     if options.backend != "none":
         config = config.replace("backend", name=options.backend)
     return config
@@ -240,7 +240,7 @@ class RepoEvaluator:
                 t1 = time.perf_counter()
                 try:
                     result = await self.completer.acomplete(
-                        path, text, line, 0, mode=self.options.mode, fragrel=self.options.fragrel,
+                        path, text, line, 0, mode=self.options.mode,
                         oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
                         kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno)
                 except RepocompError as exc:  # a slow or dead backend fails this task, not the run
