@@ -1,9 +1,11 @@
 """repocomp: repository-level code completion (FragRel relations + iterative RepoCoder retrieval)."""
 
 from repocomp.config import Config, load_config
-from repocomp.errors import BackendError, ConfigError, IndexCorruptError, RepocompError
+from repocomp.errors import (BackendError, ConfigError, IndexCorruptError, IndexMissingError, IndexStaleError,
+                             IndexUnusableError, RepocompError)
 
-__all__ = ["Config", "load_config", "RepocompError", "ConfigError", "IndexCorruptError", "BackendError", "Index"]
+__all__ = ["Config", "load_config", "RepocompError", "ConfigError", "IndexUnusableError", "IndexMissingError",
+           "IndexStaleError", "IndexCorruptError", "BackendError", "Index"]
 
 
 def __getattr__(name: str):  # lazy: importing the package must stay cheap for the CLI and the LSP server

@@ -1,4 +1,9 @@
-"""The one exception type users can cause (bad path, bad position, corrupt index, backend down)."""
+"""The exception types users can cause (bad path, bad position, unusable stored index, backend down).
+
+Errors of dependencies met while reading a stored index (OSError, numpy/scipy, JSON, the index codec, the term
+index) are translated into the `IndexUnusableError` kinds where they enter (`repocomp.store.read_state`,
+`Index._restore`), each with a one-line message naming the file; nothing raw leaves `Index.load`.
+"""
 
 
 class RepocompError(Exception):
@@ -9,8 +14,21 @@ class ConfigError(RepocompError):
     """Invalid configuration: unknown keys or bad values, each named in the message."""
 
 
-class IndexCorruptError(RepocompError):
-    """The on-disk index is unreadable or of another format version; it is rebuilt when possible."""
+class IndexUnusableError(RepocompError):
+    """The stored index cannot be used as it is; `Index.open` rebuilds it. Raised by `Index.load` only as one of:"""
+
+
+class IndexMissingError(IndexUnusableError):
+    """No index is stored yet (the first run): built without a word."""
+
+
+class IndexStaleError(IndexUnusableError):
+    """The stored index is of another format version (of the file, its schema or a part such as the term index) or
+    was built with other structural settings: expected after an upgrade or a config change, rebuilt quietly."""
+
+
+class IndexCorruptError(IndexUnusableError):
+    """The stored index is damaged or unreadable (truncated, garbage, inconsistent tables): rebuilt with a warning."""
 
 
 class BackendError(RepocompError):

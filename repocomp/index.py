@@ -27,7 +27,7 @@ from graph.parsing import ParsedFile, parse_source
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config, load_config
-from repocomp.errors import IndexCorruptError, RepocompError
+from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError, RepocompError
 from repocomp.fragments import Fragment, Location, window_spans, window_text
 from repocomp import index_codec
 from repocomp.store import INDEX_FILE, fallback_dir, read_state, write_state
@@ -515,54 +515,65 @@ class Index:
 
     @classmethod
     def load(cls, root: str | Path, config: Config | None = None) -> "Index":
-        """The stored index: `[index] dir`, else the user's cache (where a read-only repository's index goes)."""
+        """The stored index: `[index] dir`, else the user's cache (where a read-only repository's index goes).
+
+        Raises one of the `IndexUnusableError` kinds (`IndexMissingError`, `IndexStaleError`, `IndexCorruptError`)
+        when no stored index can be used; no raw error of the store, codec or numpy/scipy comes out.
+        """
         root = Path(root)
         config = config or load_config(root)
         index = cls(root, config)
         try:
             index._restore(*read_state(index.index_dir))
             return index
-        except IndexCorruptError as exc:
+        except IndexUnusableError as exc:
             cached = cls(root, config)
             cached._store_dir = fallback_dir(cached.root)
             if cached._store_dir == index.index_dir or not (cached._store_dir / INDEX_FILE).is_file():
                 raise
             try:
                 cached._restore(*read_state(cached.index_dir))
-            except IndexCorruptError:
-                raise exc from None
+            except IndexUnusableError as cached_exc:  # the more telling one: the cache's when the folder has none
+                raise (cached_exc if isinstance(exc, IndexMissingError) else exc) from None
             return cached
 
     def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Fill this empty index from a stored state; the codec's, term index's and numpy/scipy's errors are
+        translated here, where they enter: another version -> `IndexStaleError`, anything else -> corrupt."""
         stored = meta.get("config")
         live = index_codec.plain(self.config.to_dict())
         for section in _STRUCTURAL_SECTIONS:
             if not isinstance(stored, dict) or stored.get(section) != live[section]:
-                raise IndexCorruptError(f"the index at {self.index_dir} was built with other [{section}] "
-                                        "settings; rebuilding")
+                raise IndexStaleError(f"the index at {self.index_dir} was built with other [{section}] "
+                                      "settings; rebuilding")
         try:
             index_codec.decode(self, meta, arrays)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, UnicodeDecodeError) as exc:
+            self._rebuild_fragment_nodes()  # from the decoded tables: a damage the codec missed fails here
+        except index_codec.OtherVersionError as exc:
+            raise IndexStaleError(f"{self.index_dir / INDEX_FILE} was written by another repocomp ({exc}); "
+                                  "rebuilding") from None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, MemoryError,
+                RecursionError) as exc:
             raise IndexCorruptError(f"{self.index_dir / INDEX_FILE} is corrupt ({type(exc).__name__}: {exc}); "
                                     "rebuilding") from None
-        self._rebuild_fragment_nodes()
 
     @classmethod
     def open(cls, root: str | Path, config: Config | None = None, build: bool = True,
              progress: Progress | None = None) -> "Index":
         """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings.
 
-        When the index cannot be saved anywhere the built one is used from memory (and that is said)."""
+        A missing or stale index (another version, other settings) is rebuilt quietly (an info log), a corrupt one
+        with a warning; with `build=False` the `IndexUnusableError` is raised instead. When the index cannot be
+        saved anywhere the built one is used from memory (and that is said)."""
         try:
             return cls.load(root, config)
-        except IndexCorruptError as exc:
+        except IndexUnusableError as exc:
             if not build:
                 raise
-            index_file = Path(root).resolve() / (config or load_config(root)).index.dir / INDEX_FILE
-            if index_file.exists():
+            if isinstance(exc, IndexCorruptError):
                 log.warning("%s", exc)
             else:
-                log.info("no index yet at %s; building it", index_file.parent)
+                log.info("%s", exc)
         index = cls.build(root, config, progress)
         try:
             index.save()

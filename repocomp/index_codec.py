@@ -6,7 +6,8 @@ first location in the file texts, the resolver's symbol tables from the parsed f
 lengths, so a crafted file cannot make the loader allocate more than the file holds; ids are range-checked.
 
 `encode(index) -> (meta, arrays)`, `decode(index, meta, arrays)` fills an empty `Index`; any inconsistency
-raises `ValueError` (the caller reports the file as corrupt).
+raises `ValueError` (the caller reports the file as corrupt), another `SCHEMA` or another version of a part's state
+(the term index's) raises `OtherVersionError`, a `ValueError` too (the caller rebuilds quietly).
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ from graph.code_graph import CodeGraph, FileNodes
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
 from repocomp.fragments import Fragment, Location, window_text
-from repocomp.term_index import TermIndex
+from repocomp.term_index import StateVersionError, TermIndex
 
 if TYPE_CHECKING:
     from repocomp.index import Index
 
 SCHEMA = 1  # bump with any change below (the store's FORMAT_VERSION covers the container)
+
+
+class OtherVersionError(ValueError):
+    """The stored data is of another schema version (this codec's or a part's): written by another repocomp."""
 
 
 def plain(value: Any) -> Any:
@@ -153,7 +158,11 @@ def decode(index: "Index", meta: dict[str, Any], arrays: dict[str, np.ndarray]) 
     from repocomp.index import FileEntry, IndexSummary
 
     if meta.get("schema") != SCHEMA:
-        raise ValueError(f"schema {meta.get('schema')!r}")
+        raise OtherVersionError(f"schema {meta.get('schema')!r}, expected {SCHEMA}")
+    try:  # before any of the part's tables is read: another version may lay them out otherwise
+        TermIndex.check_state_version(meta["term_index"])
+    except StateVersionError as exc:  # the term index's own versioning, translated where it enters
+        raise OtherVersionError(str(exc)) from None
     a = arrays
     files = meta["files"]
     n_files = len(files)
@@ -238,7 +247,7 @@ def decode(index: "Index", meta: dict[str, Any], arrays: dict[str, np.ndarray]) 
             or indptr[-1] != len(term["terms"]) or len(term["terms"]) != len(term["counts"]) \
             or (len(term["terms"]) and not 0 <= term["terms"].min() <= term["terms"].max() < n_terms):
         raise ValueError("term index tables inconsistent")
-    index.term_index = TermIndex.from_state(term)
+    index.term_index = TermIndex.from_state(term)  # its version was checked above
     known = {f.name for f in dataclasses.fields(IndexSummary)}
     index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
 

@@ -8,7 +8,9 @@ repository could ship one that ran code when unpickled).
 
 The file is written to a temporary name in the same folder, fsynced, then renamed over the old one, so a crash
 mid-write leaves the previous index loadable. Temporary files of a write that was killed are removed by the next
-write or open once they are `STALE_TMP_S` old. Anything unreadable raises `IndexCorruptError`.
+write or open once they are `STALE_TMP_S` old. Reading translates every failure where it happens: no file is
+`IndexMissingError`, another format version `IndexStaleError`, anything damaged or unreadable `IndexCorruptError`
+(never a raw OSError/ValueError/numpy error).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.lib.format as npy
 
-from repocomp.errors import IndexCorruptError, RepocompError
+from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError, RepocompError
 
 MAGIC = b"repocomp-index\n"
 FORMAT_VERSION = 2
@@ -70,21 +72,29 @@ def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray
 
 
 def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(meta, arrays) of the index file of `folder`; `IndexCorruptError` for anything else."""
+    """(meta, arrays) of the index file of `folder`.
+
+    `IndexMissingError` when there is none, `IndexStaleError` for another format version, `IndexCorruptError` for
+    anything else that cannot be read (each message names the file).
+    """
     target = folder / INDEX_FILE
     try:
         st = target.stat()
-    except OSError:
-        raise IndexCorruptError(f"no index at {folder}: run `repocomp index <repo>` to build one") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise IndexMissingError(f"no index at {folder} yet: run `repocomp index <repo>` to build one") from None
+    except OSError as exc:
+        raise IndexCorruptError(f"{target} cannot be read ({exc.strerror or type(exc).__name__}); "
+                                "run `repocomp index` to rebuild it") from None
     if not stat.S_ISREG(st.st_mode):
         raise IndexCorruptError(f"{target} is not a regular file; remove it and run `repocomp index`")
     remove_stale_tmp(folder)
     try:
         with target.open("rb") as fh:
             return _read(fh, target, st.st_size)
-    except IndexCorruptError:
+    except IndexUnusableError:
         raise
-    except (OSError, ValueError, TypeError, KeyError, MemoryError, RecursionError) as exc:
+    except (OSError, EOFError, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:
+        # numpy's .npy reader, json and int() raise ValueError and kin; a disk error raises OSError
         raise IndexCorruptError(f"{target} is corrupt ({type(exc).__name__}); run `repocomp index` to rebuild it"
                                 ) from None
 
@@ -94,9 +104,10 @@ def _read(fh: BinaryIO, target: Path, size: int) -> tuple[dict[str, Any], dict[s
         raise IndexCorruptError(f"{target} is not a repocomp index; delete it or run `repocomp index` to rebuild")
     version = fh.readline(16).strip()
     if version != str(FORMAT_VERSION).encode():
-        raise IndexCorruptError(
-            f"{target} has format version {version.decode(errors='replace')!r}, this repocomp reads "
-            f"{FORMAT_VERSION}; run `repocomp index` to rebuild it")
+        if not version.isdigit():
+            raise ValueError("format version")
+        raise IndexStaleError(f"{target} has format version {version.decode()}, this repocomp reads "
+                              f"{FORMAT_VERSION}; run `repocomp index` to rebuild it")
     length = int(fh.readline(24))
     if not 0 < length <= min(size, _MAX_HEADER_BYTES):
         raise ValueError("header length")

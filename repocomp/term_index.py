@@ -20,13 +20,17 @@ import scipy.sparse as sp
 
 from repocomp.tokenize import code_tokens
 
-__all__ = ["TermIndex", "METHODS"]
+__all__ = ["TermIndex", "METHODS", "StateVersionError"]
 
 log = logging.getLogger(__name__)
 
 METHODS = ("jaccard", "bm25")
 _MAX_DELTA_ROWS = 512  # fold the delta into the snapshot beyond this many changed rows
 _STATE_VERSION = 1
+
+
+class StateVersionError(ValueError):
+    """`from_state` got a state of another `_STATE_VERSION` (written by another repocomp): not damage, a rebuild."""
 
 
 @dataclass(frozen=True)
@@ -254,10 +258,15 @@ class TermIndex:
             "counts": np.concatenate(live_counts) if live_counts else np.zeros(0, np.float32),
         }
 
+    @staticmethod
+    def check_state_version(d: dict[str, Any]) -> None:
+        """`StateVersionError` unless `d` (a `state()`, or its scalar part) is of this version's layout."""
+        if d.get("version") != _STATE_VERSION:
+            raise StateVersionError(f"term index state version {d.get('version')!r}, expected {_STATE_VERSION}")
+
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> "TermIndex":
-        if d.get("version") != _STATE_VERSION:
-            raise ValueError(f"term index state version {d.get('version')!r}, expected {_STATE_VERSION}")
+        cls.check_state_version(d)
         idx = cls()
         words = d["vocab"].split("\n") if d["vocab"] else []
         idx.vocab = {w: i for i, w in enumerate(words)}

@@ -12,7 +12,7 @@ import pytest
 
 from repocomp.cli import main
 from repocomp.config import config_from_dict, load_config
-from repocomp.errors import ConfigError, IndexCorruptError, RepocompError
+from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
 from repocomp.index import Index
 from repocomp.store import INDEX_FILE
 
@@ -121,7 +121,7 @@ def test_corrupt_or_old_index_gives_clear_error_and_is_rebuilt(repo, damage):
     else:
         magic, _, rest = data.split(b"\n", 2)
         path.write_bytes(magic + b"\n1\n" + rest)
-    with pytest.raises(IndexCorruptError, match="rebuild"):
+    with pytest.raises(IndexStaleError if damage == "old_version" else IndexCorruptError, match="rebuild"):
         Index.load(repo)
     reopened = Index.open(repo)
     assert "app.py" in reopened.files
@@ -131,7 +131,7 @@ def test_corrupt_or_old_index_gives_clear_error_and_is_rebuilt(repo, damage):
 def test_changed_structural_config_triggers_rebuild(repo):
     Index.build(repo).save()
     other = config_from_dict({"fragments": {"window": 10, "stride": 5}})
-    with pytest.raises(IndexCorruptError, match="other \\[fragments\\] settings"):
+    with pytest.raises(IndexStaleError, match="other \\[fragments\\] settings"):
         Index.load(repo, other)
     assert Index.open(repo, other).config.fragments.window == 10
 

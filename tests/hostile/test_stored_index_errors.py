@@ -1,0 +1,177 @@
+"""Issue 10, item 5: a stored index that cannot be used is named for what it is and rebuilt, never a raw error.
+
+`Index.load` raises `IndexMissingError` (none yet), `IndexStaleError` (another version of the file, of the codec's
+schema or of the term index's state; other settings) or `IndexCorruptError` (damaged), all `IndexUnusableError`s.
+The CLI (a real subprocess) and the language server's folder build rebuild on each: quietly when missing or stale,
+with a one-line warning naming the file when corrupt; no traceback, no folder failed for good. Every index here is
+a real one written to disk by `Index.save` in tmp_path, then altered in the file itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from cli_run import repocomp
+from lsp_server.workspace_index import WorkspaceIndexes
+from repocomp.config import Config, config_from_dict
+from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError
+from repocomp.index import Index
+from repocomp.store import INDEX_FILE, MAGIC
+
+
+@pytest.fixture(autouse=True)
+def _user_folders(tmp_path: Path, monkeypatch) -> None:
+    """The same user folders as the CLI subprocesses get (`cli_run.user_env(tmp_path)`): one config for both."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def _saved(repo: Path) -> Path:
+    Index.build(repo).save()
+    return repo / ".repocomp" / INDEX_FILE
+
+
+def _edit_header(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite the stored file's JSON header through `edit(meta)`, the arrays after it untouched."""
+    data = path.read_bytes()
+    assert data.startswith(MAGIC)
+    version, length, rest = data[len(MAGIC):].split(b"\n", 2)
+    header = json.loads(rest[: int(length)])
+    edit(header["meta"])
+    new = json.dumps(header, separators=(",", ":")).encode()
+    path.write_bytes(MAGIC + version + b"\n" + str(len(new)).encode() + b"\n" + new + rest[int(length):])
+
+
+def _term_index_of_another_version(meta: dict[str, Any]) -> None:
+    assert meta["term_index"]["version"] == 1
+    meta["term_index"]["version"] = 99
+
+
+def _codec_schema_of_another_version(meta: dict[str, Any]) -> None:
+    meta["schema"] = 99
+
+
+def _infinite_count(meta: dict[str, Any]) -> None:
+    """A damaged header whose value no int holds (JSON's `Infinity`): OverflowError deep in the codec."""
+    meta["graph"]["dirs"][0][2] = float("inf")
+
+
+def _complete(home: Path, repo: Path):
+    return repocomp(home, "complete", f"{repo / 'shapes.py'}:5", "--backend", "extractive")
+
+
+def _assert_answered(done) -> None:
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "completed by the extractive backend" in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------------------------------------ the library
+
+
+@pytest.mark.parametrize("edit", [_term_index_of_another_version, _codec_schema_of_another_version])
+def test_a_part_of_another_version_is_stale_not_a_value_error(repo: Path, edit) -> None:
+    path = _saved(repo)
+    _edit_header(path, edit)
+    with pytest.raises(IndexStaleError, match=str(path)) as caught:
+        Index.load(repo)
+    assert not isinstance(caught.value, (ValueError, IndexCorruptError))
+    assert "\n" not in str(caught.value)
+    with pytest.raises(IndexStaleError):
+        Index.open(repo, build=False)
+    assert "shapes.py" in Index.open(repo).files  # rebuilt and saved in the current version
+    Index.load(repo)
+
+
+def test_another_format_version_and_other_settings_are_stale(repo: Path) -> None:
+    path = _saved(repo)
+    data = path.read_bytes()
+    path.write_bytes(MAGIC + b"7\n" + data[len(MAGIC) + 2:])
+    with pytest.raises(IndexStaleError, match="format version 7"):
+        Index.load(repo)
+    _saved(repo)
+    other = config_from_dict({"fragments": {"window": 10, "stride": 5}})
+    with pytest.raises(IndexStaleError, match=r"other \[fragments\] settings"):
+        Index.load(repo, other)
+
+
+def test_no_index_yet_is_missing_not_corrupt(repo: Path) -> None:
+    with pytest.raises(IndexMissingError, match="no index") as caught:
+        Index.load(repo)
+    assert not isinstance(caught.value, IndexCorruptError)
+    with pytest.raises(IndexMissingError):
+        Index.open(repo, build=False)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count"])
+def test_a_damaged_file_is_corrupt_and_named(repo: Path, damage: str) -> None:
+    path = _saved(repo)
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) * 2 // 3])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00garbage" * 10)
+    elif damage == "bad_version_line":
+        path.write_bytes(MAGIC + b"two\n" + data[len(MAGIC) + 2:])
+    else:
+        _edit_header(path, _infinite_count)
+    with pytest.raises(IndexCorruptError, match=str(path)) as caught:
+        Index.load(repo)
+    assert isinstance(caught.value, IndexUnusableError) and "\n" not in str(caught.value)
+    assert "shapes.py" in Index.open(repo).files
+    Index.load(repo)
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+
+def test_cli_rebuilds_a_stale_term_index_quietly_and_answers(repo: Path, tmp_path: Path) -> None:
+    path = _saved(repo)
+    _edit_header(path, _term_index_of_another_version)
+    done = _complete(tmp_path, repo)
+    _assert_answered(done)
+    assert "WARNING" not in done.stderr and "corrupt" not in done.stderr, done.stderr  # expected, not an error
+    Index.load(repo)  # saved again in this version
+
+
+@pytest.mark.parametrize("damage", ["truncate", "infinite_count"])
+def test_cli_rebuilds_a_corrupt_index_with_one_warning_and_answers(repo: Path, tmp_path: Path, damage: str) -> None:
+    path = _saved(repo)
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:200])
+    else:
+        _edit_header(path, _infinite_count)
+    done = _complete(tmp_path, repo)
+    _assert_answered(done)
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1 and str(path) in warnings[0] and "corrupt" in warnings[0], done.stderr
+    Index.load(repo)
+
+
+# ------------------------------------------------------------------------------------------------ the language server
+
+
+@pytest.mark.parametrize("edit", [_term_index_of_another_version, _infinite_count])
+def test_language_server_folder_with_an_unusable_index_becomes_ready(repo: Path, edit) -> None:
+    _edit_header(_saved(repo), edit)
+    states: list[str] = []
+    settled = threading.Event()
+
+    def on_state(folder) -> None:
+        states.append(folder.state)
+        settled.set()
+
+    indexes = WorkspaceIndexes(on_state=on_state)
+    try:
+        folder = indexes.add_folder(repo, Config())
+        indexes.start(folder).join(60)
+        assert settled.wait(5)
+        assert folder.state == "ready" and not folder.error, (folder.state, folder.error)
+        assert states == ["ready"]
+    finally:
+        indexes.close()
