@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from repocomp.config import BACKEND_NAMES, Config
+from repocomp.config import BACKEND_NAMES, FIM_FORMATS, Config
 from repocomp.errors import ConfigError
 
 
@@ -84,7 +84,7 @@ _CHECKS: dict[str, typing.Callable[[Any], bool]] = {
     "retrieval.alpha": lambda v: v >= 0,
     "retrieval.iterations": lambda v: v >= 1,
     "prompt.max_tokens": lambda v: v >= 0,  # 0: the model's budget
-    "prompt.fim": lambda v: v in ("none", "codellama", "starcoder"),
+    "prompt.fim": lambda v: v in FIM_FORMATS,
     "server.request_timeout_ms": lambda v: v > 0,
     "server.max_document_bytes": lambda v: v > 0,
     "server.debounce_ms": lambda v: v >= 0,

@@ -26,6 +26,13 @@ from urllib.parse import urlsplit
 
 from repocomp.errors import ConfigError
 
+# The fixed sets of names, each spelled once: validation, CLI choices and LSP options read these.
+MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle (ground truth as query) is eval-only
+BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers")
+EVAL_BACKENDS = ("none",) + tuple(n for n in BACKEND_NAMES if n != "auto")  # none: retrieval only
+FIM_FORMATS = ("none", "codellama", "starcoder")
+SIMILARITIES = ("jaccard", "bm25")
+
 log = logging.getLogger(__name__)
 
 _DAY_S = 86_400.0  # the longest any timeout may be
@@ -96,7 +103,7 @@ class RetrievalConfig:
     iterations: int = 2  # RepoCoder rounds; 1 = vanilla retrieve-then-generate
 
     def validate(self) -> None:
-        _check(self.similarity in ("jaccard", "bm25"), "similarity must be 'jaccard' or 'bm25'")
+        _check(self.similarity in SIMILARITIES, f"similarity must be one of {', '.join(SIMILARITIES)}")
         _check(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
         _check(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")
         _check(0 < self.top_k <= 10_000, "top_k must be in 1..10000")
@@ -119,7 +126,7 @@ class PromptConfig:
         _check(0 <= self.context_tokens and (self.max_tokens == 0 or self.context_tokens <= self.max_tokens),
                "context_tokens must be in 0..max_tokens (0 = half of max_tokens)")
         _check(0 <= self.max_blocks <= 10_000, "max_blocks must be in 0..10000")
-        _check(self.fim in ("none", "codellama", "starcoder"), "fim must be 'none', 'codellama' or 'starcoder'")
+        _check(self.fim in FIM_FORMATS, f"fim must be one of {', '.join(FIM_FORMATS)}")
 
 
 @dataclass(frozen=True)
@@ -154,8 +161,6 @@ class DefinitionsConfig:
         for name in ("w_near", "w_imported", "w_prefix", "w_relation", "w_similar"):
             _check(0.0 <= getattr(self, name) <= 1000.0, f"{name} must be in [0, 1000]")
 
-
-BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers")
 
 
 @dataclass(frozen=True)

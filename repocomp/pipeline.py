@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from repocomp.config import Config
+from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.budget import resolve_prompt
 from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter, build_prompt, make_token_counter
@@ -43,7 +43,6 @@ __all__ = ["CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "
 
 log = logging.getLogger(__name__)
 
-MODES = ("infile", "vanilla", "repocoder", "oracle")
 _DRAFT_LINES = 10  # RepoCoder: first 10 non-blank lines of the previous draft join the next query
 # A backend past the deadline gets this much longer to report its own error (and its fallback to answer) before
 # the round is cancelled: only backends that ignore `GenerationRequest.deadline` ever see the cancellation.

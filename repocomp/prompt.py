@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repocomp.config import PromptConfig
+from repocomp.config import FIM_FORMATS, PromptConfig
 from repocomp.errors import RepocompError
 from repocomp.tokenize import code_tokens
 
@@ -210,15 +210,20 @@ def _head_that_fits(text: str, budget: int, count: TokenCounter) -> str:
     return "\n".join(kept)
 
 
+_FIM_TEMPLATES = {  # keyed by config.FIM_FORMATS
+    "none": "{prefix}",
+    "codellama": "<PRE> {prefix} <SUF>{suffix} <MID>",
+    "starcoder": "<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>",
+}
+assert tuple(_FIM_TEMPLATES) == FIM_FORMATS
+
+
 def format_fim(fim: str, prefix: str, suffix: str) -> str:
     """Fill-in-the-middle prompt: Code Llama's `<PRE> {prefix} <SUF>{suffix} <MID>` or StarCoder's tokens."""
-    if fim == "codellama":
-        return f"<PRE> {prefix} <SUF>{suffix} <MID>"
-    if fim == "starcoder":
-        return f"<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>"
-    if fim == "none":
-        return prefix
-    raise ValueError(f"unknown fim format {fim!r}")
+    template = _FIM_TEMPLATES.get(fim)
+    if template is None:
+        raise ValueError(f"unknown fim format {fim!r}")
+    return template.format(prefix=prefix, suffix=suffix)  # braces in the code are values, never parsed
 
 
 class _Shown:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from repocomp.config import SIMILARITIES
 from repocomp.errors import RepocompError
 
 __all__ = ["register", "run_retrieve_bench", "RetrieveBenchResult"]
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--positions", type=int, default=300, help="cursor positions (default 300)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--iterations", type=int, help="RepoCoder rounds (default: config, 2)")
-    p.add_argument("--similarity", choices=("jaccard", "bm25"), help="override [retrieval] similarity")
+    p.add_argument("--similarity", choices=SIMILARITIES, help="override [retrieval] similarity")
     p.add_argument("--alpha", type=float, help="override FragRel alpha (0 = off)")
     p.add_argument("--query-relations", type=float, metavar="W", help="override query-side relation weight")
     p.add_argument("--no-definitions", action="store_true", help="no definitions section")

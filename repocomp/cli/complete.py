@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repocomp.config import BACKEND_NAMES
+from repocomp.config import BACKEND_NAMES, MODES
 from repocomp.errors import RepocompError
 
 _ROOT_MARKERS = (".git", ".repocomp", "pyproject.toml", "repocomp.toml")
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("position", metavar="FILE:LINE[:COL]", help="1-based line and column (default: end of line)")
     p.add_argument("--backend", choices=BACKEND_NAMES, help="override [backend] name")
     p.add_argument("--iterations", type=int, metavar="N", help="RepoCoder rounds (1 = vanilla)")
-    p.add_argument("--mode", choices=("infile", "vanilla", "repocoder"), default="repocoder")
+    p.add_argument("--mode", choices=[m for m in MODES if m != "oracle"], default="repocoder")
     p.add_argument("--no-fragrel", action="store_true",
                    help="plain RepoCoder: similarity alone (no FragRel, no query-side relations, no definitions)")
     p.add_argument("--no-definitions", action="store_true", help="no definitions section in the prompt")

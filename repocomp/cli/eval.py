@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from repocomp.config import EVAL_BACKENDS, MODES
 from repocomp.errors import RepocompError
 
 _VERBS = ("make-tasks", "report")
@@ -35,12 +36,12 @@ def run_parser() -> argparse.ArgumentParser:
         epilog="Other verbs: `repocomp eval make-tasks -h`, `repocomp eval report -h`.")
     p.add_argument("tasks", type=Path, help="RepoEval JSONL tasks file")
     p.add_argument("--repos", type=Path, required=True, help="folder holding the repositories (fpath_tuple[0])")
-    p.add_argument("--mode", default="repocoder", choices=("infile", "vanilla", "repocoder", "oracle"))
+    p.add_argument("--mode", default="repocoder", choices=MODES)
     p.add_argument("--no-fragrel", action="store_true", help="plain RepoCoder: FragRel and query-side relations off")
     p.add_argument("--query-relations", type=float, metavar="W", help="weight of query-side relations")
     p.add_argument("--no-definitions", action="store_true",
                    help="no definitions section (ablation; plain RepoCoder, --no-fragrel, has none either)")
-    p.add_argument("--backend", default="none", choices=("none", "extractive", "vllm", "transformers"),
+    p.add_argument("--backend", default="none", choices=EVAL_BACKENDS,
                    help="none = retrieval only (prediction empty, EM/ES null)")
     p.add_argument("--kind", choices=("line", "api", "function"),
                    help="task kind when the file does not say (default: guessed)")

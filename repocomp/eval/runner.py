@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from repocomp.config import Config
+from repocomp.config import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
 from repocomp.eval.tasks import COMPLETION_KIND, Task, check_paths
@@ -27,8 +27,6 @@ from repocomp.walk import decode_source, read_regular
 
 log = logging.getLogger(__name__)
 
-MODES = ("infile", "vanilla", "repocoder", "oracle")
-BACKENDS = ("none", "extractive", "vllm", "transformers")
 
 
 @dataclass(frozen=True)
@@ -43,8 +41,8 @@ class EvalOptions:
     def validate(self) -> None:
         if self.mode not in MODES:
             raise RepocompError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
-        if self.backend not in BACKENDS:
-            raise RepocompError(f"unknown backend {self.backend!r}; use one of {', '.join(BACKENDS)}")
+        if self.backend not in EVAL_BACKENDS:
+            raise RepocompError(f"unknown backend {self.backend!r}; use one of {', '.join(EVAL_BACKENDS)}")
         if self.workers < 1:
             raise RepocompError("--workers must be >= 1")
 
@@ -403,5 +401,5 @@ class _Progress:
             self._progress.advance(self._task)
 
 
-__all__ = ["EvalOptions", "MODES", "BACKENDS", "run_eval", "summarize", "read_results", "make_record",
+__all__ = ["EvalOptions", "run_eval", "summarize", "read_results", "make_record",
            "error_record", "task_buffer", "gt_line_hit", "def_hit", "RepoEvaluator", "eval_config"]
