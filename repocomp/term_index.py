@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from repocomp.config import SIMILARITIES
 from repocomp.tokenize import code_tokens
 
-__all__ = ["TermIndex", "METHODS", "StateVersionError"]
+__all__ = ["TermIndex", "StateVersionError"]
 
 log = logging.getLogger(__name__)
 
-METHODS = ("jaccard", "bm25")
 _MAX_DELTA_ROWS = 512  # fold the delta into the snapshot beyond this many changed rows
 _STATE_VERSION = 1
 
@@ -236,7 +236,7 @@ class TermIndex:
             contrib = weight * counts * (k1 + 1.0) / (counts + norm)
             out[:] = np.bincount(rows, weights=contrib, minlength=self.n_rows)
         else:
-            raise ValueError(f"unknown similarity {method!r}; expected one of {METHODS}")
+            raise ValueError(f"unknown similarity {method!r}; expected one of {', '.join(SIMILARITIES)}")
         return out
 
     # -- persistence ----------------------------------------------------------------------------------------
