@@ -282,7 +282,7 @@ class RepocompServer(LanguageServer):
         self._loop = asyncio.get_running_loop()
         debounce = self.options.server.debounce_ms / 1000
         self.indexes = WorkspaceIndexes(on_progress=self._on_index_progress, on_state=self._on_index_state,
-                                        on_batch=self._on_index_batch, debounce_s=debounce)
+                                        debounce_s=debounce)
         for root in self.folder_roots():
             self.add_folder(root)
 
@@ -346,13 +346,6 @@ class RepocompServer(LanguageServer):
         pct = int(100 * done / total) if total > 0 else None
         report = types.WorkDoneProgressReport(message=f"{phase} {done}/{total}", percentage=pct)
         self.call_on_loop(self.work_done_progress.report, token, report)
-
-    def _on_index_batch(self, folder: FolderIndex) -> None:
-        """Called by the update worker under the folder's write lock: drop retrieval caches of the old index."""
-        completer = self._completers.get((folder.root, True))
-        retriever = getattr(completer, "retriever", None)
-        if retriever is not None:
-            retriever.invalidate()
 
     def _on_index_state(self, folder: FolderIndex) -> None:
         def done() -> None:

@@ -196,8 +196,6 @@ class Completer:
         # Compare texts, not line lists: indexers split lines differently around a final newline.
         if held is None or "\n".join(held).rstrip("\n") != text.rstrip("\n"):
             self.index.update_file(path, text=text)
-            if self.retriever is not None:
-                self.retriever.invalidate()
 
     def _block(self, hit: Hit, shift: int, hole_path: str, prompt_start: int,
                file_cache: dict[str, list[str] | None]) -> ContextBlock:

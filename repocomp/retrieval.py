@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
+import scipy.sparse as sp
 
 from repocomp.config import Config
-from repocomp.fragments import Location
+from repocomp.fragments import Fragment, Location
 from repocomp.scoring import fragrel_scores
+from repocomp.term_index import TermIndex
 
-if TYPE_CHECKING:
-    from repocomp.index import Index
-
-__all__ = ["Hit", "Retriever", "RetrievalResult", "LocationTable"]
+__all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex"]
 
 log = logging.getLogger(__name__)
 
@@ -52,113 +51,47 @@ class RetrievalResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-class LocationTable:
-    """Every fragment location as flat arrays grouped by path, so the leak rule is array work per request."""
+class FileWindows(Protocol):
+    windows: Sequence[int]  # fragment id of each of the file's windows, in file order
 
-    def __init__(self, fragments: Sequence[Any]) -> None:
-        fids: list[int] = []
-        pids: list[int] = []
-        starts: list[int] = []
-        ends: list[int] = []
-        self.path_ids: dict[str, int] = {}
-        for f in fragments:  # one pass when the fragment set changes, never per request
-            if f is None:
-                continue
-            for loc in f.locations:
-                fids.append(f.id)
-                pids.append(self.path_ids.setdefault(loc.path, len(self.path_ids)))
-                starts.append(loc.start_line)
-                ends.append(loc.end_line)
-        pid = np.asarray(pids, np.int32)
-        order = np.argsort(pid, kind="stable")
-        self.fid = np.asarray(fids, np.int64)[order]
-        self.start = np.asarray(starts, np.int64)[order]
-        self.end = np.asarray(ends, np.int64)[order]
-        self.offsets = np.zeros(len(self.path_ids) + 1, np.int64)
-        np.cumsum(np.bincount(pid, minlength=len(self.path_ids)), out=self.offsets[1:])
-        n_ids = len(fragments)
-        self.n_locations = np.bincount(self.fid, minlength=n_ids) if len(self.fid) else np.zeros(n_ids, np.int64)
 
-    def in_path(self, path: str) -> slice:
-        pid = self.path_ids.get(path)
-        if pid is None:
-            return slice(0, 0)
-        return slice(int(self.offsets[pid]), int(self.offsets[pid + 1]))
+class RetrievalIndex(Protocol):
+    """What the retriever reads of an index: `repocomp.index.Index` implements it (the tests' stand-in too)."""
 
-    def leaked(self, path: str, prompt_start: int) -> np.ndarray:
-        """Fragment ids whose every location is in `path` and ends past `prompt_start`."""
-        sl = self.in_path(path)
-        fid, end = self.fid[sl], self.end[sl]
-        past = fid[end > prompt_start]
-        if len(past) == 0:
-            return past
-        ids, counts = np.unique(past, return_counts=True)
-        return ids[counts == self.n_locations[ids]]
+    config: Config
+    fragments: Sequence[Fragment | None]  # by id; None once removed
+    files: Mapping[str, FileWindows]
+    term_index: TermIndex
+    relations: sp.csr_matrix  # W: fragment x fragment relations (FragRel)
 
-    def covering(self, path: str, line: int) -> int | None:
-        """The fragment whose window in `path` covers `line` and starts latest (the cursor's own fragment)."""
-        sl = self.in_path(path)
-        start, end = self.start[sl], self.end[sl]
-        hit = np.flatnonzero((start <= line) & (line < end))
-        if len(hit) == 0:
-            return None
-        return int(self.fid[sl][hit[np.argmax(start[hit])]])
+    def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray: ...
 
 
 class Retriever:
-    """Ranks an index's fragments for a query; stateless per request apart from the cached location table."""
+    """Ranks an index's fragments for a query; stateless per request."""
 
-    def __init__(self, index: "Index", config: Config | None = None) -> None:
+    def __init__(self, index: RetrievalIndex, config: Config | None = None) -> None:
         self.index = index
         self.config = config or index.config
-        self._table: LocationTable | None = None
-        self._table_key: tuple[Any, ...] | None = None
         self._diag_key: tuple[Any, ...] | None = None
         self._diag = True
 
-    def _has_diagonal(self, w: Any) -> bool:
+    def _has_diagonal(self, w: sp.csr_matrix) -> bool:
         """Indexes keep W's diagonal zero; check each new matrix once instead of on every request."""
-        key = (id(w), getattr(w, "nnz", 0), getattr(w, "shape", None))
+        key = (id(w), w.nnz, w.shape)
         if key != self._diag_key:
             self._diag_key = key
-            self._diag = w is not None and w.shape[0] == w.shape[1] and bool(w.diagonal().any())
+            self._diag = w.shape[0] == w.shape[1] and bool(w.diagonal().any())
         return self._diag
 
-    def invalidate(self) -> None:
-        """Forget cached fragment locations (call after changing the index's fragments)."""
-        self._table = None
-
-    def _key(self, alive: np.ndarray) -> tuple[Any, ...]:
-        frags = self.index.fragments
-        # Cheap fingerprint of the fragment set: an index `generation` counter when it has one, else sizes.
-        return (id(frags), len(frags), int(alive.sum()), getattr(self.index, "generation", None))
-
-    def table(self) -> LocationTable:
-        """Fallback for indexes without per-file window lists: all locations as arrays, rebuilt on change."""
-        alive = self.index.alive_mask()
-        key = self._key(alive)
-        if self._table is None or key != self._table_key:
-            t0 = time.perf_counter()
-            self._table = LocationTable(self.index.fragments)
-            self._table_key = key
-            log.debug("location table rebuilt in %.1f ms", (time.perf_counter() - t0) * 1e3)
-        return self._table
-
-    def _file_fragment_ids(self, path: str) -> list[int] | None:
-        """Fragment ids of `path`'s windows when the index keeps per-file window lists (cheap), else None."""
-        files = getattr(self.index, "files", None)
-        if not isinstance(files, dict):
-            return None
-        entry = files.get(path)
-        return list(getattr(entry, "windows", ())) if entry is not None else []
+    def _file_fragment_ids(self, path: str) -> set[int]:
+        entry = self.index.files.get(path)
+        return set(entry.windows) if entry is not None else set()
 
     def leaked(self, path: str, prompt_start_line: int) -> np.ndarray:
         """Fragment ids excluded by the leak rule for a hole in `path` whose prompt starts at `prompt_start_line`."""
-        ids = self._file_fragment_ids(path)
-        if ids is None:
-            return self.table().leaked(path, prompt_start_line)
         frags = self.index.fragments
-        out = [i for i in set(ids) if (f := frags[i]) is not None and f.locations
+        out = [i for i in self._file_fragment_ids(path) if (f := frags[i]) is not None and f.locations
                and all(loc.path == path and loc.end_line > prompt_start_line for loc in f.locations)]
         return np.asarray(sorted(out), np.int64)
 
@@ -171,11 +104,8 @@ class Retriever:
 
     def covering(self, path: str, line: int) -> int | None:
         """The fragment whose window in `path` covers `line` and starts latest (the cursor's own fragment)."""
-        ids = self._file_fragment_ids(path)
-        if ids is None:
-            return self.table().covering(path, line)
         best: tuple[int, int] | None = None
-        for i in set(ids):
+        for i in self._file_fragment_ids(path):
             f = self.index.fragments[i]
             for loc in (f.locations if f is not None else ()):
                 if loc.path == path and loc.start_line <= line < loc.end_line and (best is None or loc.start_line > best[0]):

@@ -9,12 +9,18 @@ import scipy.sparse as sp
 
 from repocomp.config import Config
 from repocomp.fragments import Fragment, Location, window_spans, window_text
-from repocomp.retrieval import LocationTable, Retriever
+from repocomp.retrieval import RetrievalIndex, Retriever
 from repocomp.term_index import TermIndex
 
 
+class Windows:
+    def __init__(self, windows: list[int]) -> None:
+        self.windows = windows
+
+
 class FakeIndex:
-    """The slice of `repocomp.index.Index` the engine uses, over in-memory files (windows as RepoCoder's)."""
+    """A `RetrievalIndex` (what the engine reads of `repocomp.index.Index`) over in-memory files, windows as
+    RepoCoder's."""
 
     def __init__(self, files: dict[str, str], config: Config | None = None,
                  relations: dict[tuple[int, int], float] | None = None) -> None:
@@ -52,6 +58,14 @@ class FakeIndex:
         for (i, j), v in self._rel_pairs.items():
             w[i, j] = v
         self.relations = w.tocsr()
+
+    @property
+    def files(self) -> dict[str, Windows]:
+        out: dict[str, Windows] = {}
+        for f in self.fragments:
+            for loc in (f.locations if f is not None else ()):
+                out.setdefault(loc.path, Windows([])).windows.append(f.id)
+        return out
 
     def file_lines(self, path: str) -> list[str] | None:
         return self._files.get(path)
@@ -97,8 +111,9 @@ def _lines(prefix: str, n: int) -> str:
     return "\n".join(f"{prefix}_{i} = compute_{prefix}({i})" for i in range(n))
 
 
-def test_location_table_leak_rule() -> None:
-    frags = [
+def test_leak_rule_and_the_cursor_fragment() -> None:
+    idx = FakeIndex({})
+    idx.fragments = [
         Fragment(0, "a", [Location("hole.py", 0, 4)]),  # wholly above prompt start 4: allowed
         Fragment(1, "b", [Location("hole.py", 2, 6)]),  # reaches past 4: excluded
         Fragment(2, "c", [Location("hole.py", 4, 8), Location("other.py", 0, 4)]),  # also elsewhere: allowed
@@ -106,12 +121,21 @@ def test_location_table_leak_rule() -> None:
         None,
         Fragment(5, "e", [Location("hole.py", 6, 10), Location("hole.py", 10, 14)]),  # all past: excluded
     ]
-    t = LocationTable(frags)
-    assert t.leaked("hole.py", 4).tolist() == [1, 5]
-    assert t.leaked("hole.py", 0).tolist() == [0, 1, 5]
-    assert t.leaked("nothere.py", 0).tolist() == []
-    assert t.covering("hole.py", 7) == 5 or t.covering("hole.py", 7) == 2
-    assert t.covering("hole.py", 3) == 1
+    r = Retriever(idx)
+    assert r.leaked("hole.py", 4).tolist() == [1, 5]
+    assert r.leaked("hole.py", 0).tolist() == [0, 1, 5]
+    assert r.leaked("nothere.py", 0).tolist() == []
+    assert r.covering("hole.py", 7) == 5  # [6, 10) starts later than [4, 8)
+    assert r.covering("hole.py", 3) == 1
+
+
+def test_the_index_and_the_stand_in_both_implement_the_retrieval_seam(tmp_path: Path) -> None:
+    from repocomp.index import Index
+
+    (tmp_path / "a.py").write_text("def f():\n    return 1\n")
+    seam = set(RetrievalIndex.__annotations__) | {"region_strength"}
+    for index in (Index.build(tmp_path, Config()), FakeIndex({"a.py": "x = 1"})):
+        assert all(hasattr(index, name) for name in seam), type(index)
 
 
 def test_retrieve_ranks_by_jaccard_and_applies_leak_rule() -> None:

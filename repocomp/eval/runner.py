@@ -261,18 +261,11 @@ class RepoEvaluator:
         else:
             for p, t in changes.items():
                 self.index.update_file(p, text=t)
-        self._invalidate()
 
     def _flush_restores(self) -> None:
         for p in sorted(self._pending_restore):
             self.index.update_file(p)
         self._pending_restore.clear()
-        self._invalidate()
-
-    def _invalidate(self) -> None:
-        retriever = getattr(self.completer, "retriever", None)
-        if retriever is not None and hasattr(retriever, "invalidate"):
-            retriever.invalidate()  # cached fragment locations are stale now
 
 
 def _read_disk_lines(path: Path) -> tuple[list[str] | None, str]:
