@@ -82,7 +82,9 @@ class Index:
         self.graph = CodeGraph(config.graph.__dict__)
         self.resolver = Resolver()
         self.term_index = TermIndex.build([])
+        # per row, the top-k relations of Eq. 8 (what is stored; the cut makes it asymmetric)
         self.relations = sp.csr_matrix((0, 0), dtype=np.float32)
+        self._symmetric: tuple[sp.csr_matrix, int, tuple[int, int], sp.csr_matrix] | None = None
         self._fnodes = sp.csr_matrix((0, 0))  # fragment x node owned lengths (Eq. 8's len)
         self._fnodes_t: sp.csr_matrix | None = None
         # graph nodes near changes whose relation rows still await `refresh_relations`
@@ -385,6 +387,20 @@ class Index:
             self.relations.eliminate_zeros()
         self.summary.files = len(self.files)
         self.summary.fragments = int(alive.sum())
+
+    @property
+    def symmetric_relations(self) -> sp.csr_matrix:
+        """W for Eq. 9: the stored relations with an entry kept when either of its two fragments keeps it.
+
+        Eq. 8 is symmetric, but each row keeps only its top k, so w_ij and w_ji can differ; Eq. 9 reads a fragment's
+        row for its neighbours and a lender's row for what it lends, and both must be the same number. Made once
+        per change of the stored matrix (about 5 ms for diffusers), when a request first needs it."""
+        w = self.relations
+        cached = self._symmetric
+        if cached is None or cached[0] is not w or cached[1] != w.nnz or cached[2] != w.shape:
+            cached = (w, w.nnz, w.shape, w.maximum(w.T.tocsr()).tocsr())
+            self._symmetric = cached
+        return cached[3]
 
     @property
     def relations_stale(self) -> bool:

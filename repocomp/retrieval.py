@@ -62,7 +62,7 @@ class RetrievalIndex(Protocol):
     fragments: Sequence[Fragment | None]  # by id; None once removed
     files: Mapping[str, FileWindows]
     term_index: TermIndex
-    relations: sp.csr_matrix  # W: fragment x fragment relations (FragRel)
+    symmetric_relations: sp.csr_matrix  # W of Eq. 9: fragment x fragment relations, w_ij = w_ji
 
     def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray: ...
 
@@ -149,7 +149,7 @@ class Retriever:
 
         if len(s_ind) < n:
             s_ind = np.concatenate([s_ind, np.zeros(n - len(s_ind), np.float32)])
-        w = self.index.relations
+        w = self.index.symmetric_relations
         scores = fragrel_scores(s_ind, w, alpha, available=available, extra=extra,
                                 drop_diagonal=self._has_diagonal(w), lenders=lenders)
         t3 = time.perf_counter()

@@ -8,7 +8,9 @@ both sums: they must neither lend their score to their neighbours (that would le
 the relation graph) nor dilute the neighbours' averages. The one exception is `lenders`: the hole's file's
 windows wholly before the cursor. They are not shown (the in-file context has them) but they are the code being
 written, the strongest evidence of which definitions it needs, so they lend their s_ind through their own rows
-of W (w_ji = w_ij by Eq. 8; their rows are the ones an incremental update recomputes first).
+of W (their rows are the ones an incremental update recomputes first). That reads w_ji where the sum over
+available neighbours reads w_ij: W must be symmetric (`Index.symmetric_relations`: an entry is kept when either
+fragment's top-k keeps it).
 """
 
 from __future__ import annotations

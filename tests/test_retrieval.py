@@ -67,6 +67,10 @@ class FakeIndex:
                 out.setdefault(loc.path, Windows([])).windows.append(f.id)
         return out
 
+    @property
+    def symmetric_relations(self) -> sp.csr_matrix:
+        return self.relations.maximum(self.relations.T).tocsr()
+
     def file_lines(self, path: str) -> list[str] | None:
         return self._files.get(path)
 

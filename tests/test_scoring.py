@@ -68,3 +68,45 @@ def test_lenders_lend_through_their_own_rows_but_are_not_ranked() -> None:
     w[2, 0] = 0.0
     r = fragrel_scores(S_IND, w.tocsr(), alpha=0.5, available=avail, lenders=np.array([2]))
     np.testing.assert_allclose(r.s_env[0], 0.6, rtol=1e-6)
+
+
+def test_eq9_matches_a_dense_reference_after_updates(tmp_path) -> None:
+    """On a real index whose per-row top-k cut makes the stored relations asymmetric, after incremental edits and
+    the refresh: Eq. 9 with lenders equals a dense computation that reads one symmetric W for everything."""
+    import shutil
+    from pathlib import Path
+
+    from repocomp.config import Config
+    from repocomp.index import Index
+
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", repo)
+    index = Index.build(repo, Config().replace("relations", top_k=2).replace("fragments", window=4, stride=2))
+    refunds = (repo / "ledger" / "refunds.py").read_text()
+    index.update_file("ledger/refunds.py", text=refunds.replace("subtotal", "sub_total"))
+    index.update_file("ledger/notes.py", text="from ledger import currency\n\n\ndef note(x):\n"
+                                              "    return currency.quaxify_amount_cents(x, 'EUR')\n")
+    index.refresh_relations()
+
+    stored = index.relations.toarray()
+    assert (stored != stored.T).any()  # the top-k cut made it asymmetric: the case this is about
+    w = index.symmetric_relations.toarray()
+    np.testing.assert_array_equal(w, np.maximum(stored, stored.T))
+
+    n = w.shape[0]
+    rng = np.random.default_rng(0)
+    s_ind = rng.random(n).astype(np.float32)
+    available = rng.random(n) < 0.6
+    lenders = np.flatnonzero(~available)[::2]
+    got = environment_scores(index.symmetric_relations, s_ind, available, lenders=lenders)
+    heard = available.copy()
+    heard[lenders] = True
+    ref = np.zeros(n)
+    for i in range(n):
+        js = [j for j in range(n) if j != i and heard[j]]
+        den = w[i, js].sum()
+        ref[i] = (w[i, js] * s_ind[js]).sum() / den if den > 1e-12 else 0.0
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    # the stored matrix would read w_ij for neighbours but w_ji for lenders: not Eq. 9 of any one W
+    asym = environment_scores(index.relations, s_ind, available, lenders=lenders)
+    assert not np.allclose(asym, ref, rtol=1e-5, atol=1e-6)
