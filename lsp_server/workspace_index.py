@@ -38,6 +38,13 @@ StateCallback = Callable[["FolderIndex"], None]
 _NOISE_PARTS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache",
                           ".tox", ".venv", "venv", ".idea", ".vscode"})
 _CHUNK = 50  # files per write-lock hold (one relation update each), so completions interleave with a large batch
+# Background upkeep between changes: stale relation rows are recomputed a slice per write-lock hold (tens of ms on
+# diffusers), with a gap between slices where waiting requests take the read lock (a request waits one slice at
+# most); an index whose files changed is saved once the folder has been quiet a while.
+_REFRESH_ROWS = 64
+_SLICE_GAP_S = 0.005
+_UPKEEP_POLL_S = 0.25
+_SAVE_AFTER_S = 30.0
 
 
 class RWLock:
@@ -93,6 +100,8 @@ class FolderIndex:
     error: str = ""
     lock: RWLock = field(default_factory=RWLock)
     version: int = 0  # bumped by every applied batch (lets tests and the bench see a save land)
+    saved_version: int = 0  # the version last written to disk
+    changed_at: float = 0.0  # time.monotonic() of the last applied batch
     _deferred: set[Path] = field(default_factory=set)  # changes seen while building; replayed from disk after
 
     @property
@@ -143,6 +152,7 @@ class WorkspaceIndexes:
         on_batch: StateCallback | None = None,
         debounce_s: float = 0.03,
         max_delay_s: float = 0.3,
+        save_after_s: float = _SAVE_AFTER_S,
     ) -> None:
         self.folders: dict[Path, FolderIndex] = {}
         self._on_progress = on_progress
@@ -150,6 +160,7 @@ class WorkspaceIndexes:
         self._on_batch = on_batch  # called under the write lock after each applied chunk
         self._debounce_s = debounce_s
         self._max_delay_s = max_delay_s
+        self._save_after_s = save_after_s
         self._pending: dict[Path, _Change] = {}
         self._cond = threading.Condition()
         self._closed = False
@@ -263,24 +274,35 @@ class WorkspaceIndexes:
         return True
 
     def _run_worker(self) -> None:
+        more_upkeep = False
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
+                if not self._pending and not self._closed:
+                    self._cond.wait(_SLICE_GAP_S if more_upkeep else _UPKEEP_POLL_S)
                 if self._closed:
                     return
-                first = time.monotonic()
-                # coalesce: wait for a quiet period (or the max delay) so a burst becomes one batch
-                while not self._closed:
-                    count = len(self._pending)
-                    left = min(self._debounce_s, first + self._max_delay_s - time.monotonic())
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                    if len(self._pending) == count:
-                        break
-                batch, self._pending = self._pending, {}
-                self._busy = True
+                if not self._pending:
+                    batch = None
+                else:
+                    first = time.monotonic()
+                    # coalesce: wait for a quiet period (or the max delay) so a burst becomes one batch
+                    while not self._closed:
+                        count = len(self._pending)
+                        left = min(self._debounce_s, first + self._max_delay_s - time.monotonic())
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                        if len(self._pending) == count:
+                            break
+                    batch, self._pending = self._pending, {}
+                    self._busy = True
+            if batch is None:
+                try:
+                    more_upkeep = self._upkeep()
+                except Exception:  # pragma: no cover - upkeep must never stop the worker
+                    logger.exception("index upkeep failed")
+                    more_upkeep = False
+                continue
             try:
                 self._apply(batch)
             except Exception:  # pragma: no cover - _apply isolates per file; this is the last resort
@@ -316,12 +338,50 @@ class WorkspaceIndexes:
                 try:
                     self._apply_chunk(folder, chunk)
                     folder.version += 1
+                    folder.changed_at = time.monotonic()
                     if self._on_batch is not None:
                         self._on_batch(folder)
                 finally:
                     folder.lock.release_write()
             logger.info("index of %s: %d file(s) updated in %.0f ms", folder.root.name, len(items),
                         (time.perf_counter() - started) * 1000)
+
+    def _upkeep(self) -> bool:
+        """Between changes, one bounded step: a slice of stale relation rows, or saving a quiet changed index.
+
+        Returns True while relation rows remain stale (the worker comes straight back for the next slice; a
+        change that arrives meanwhile goes first)."""
+        for folder in list(self.folders.values()):
+            index = folder.index
+            if not folder.ready or index is None:
+                continue
+            if index.relations_stale:
+                folder.lock.acquire_write()
+                try:
+                    index.refresh_relations(max_rows=_REFRESH_ROWS)
+                    return index.relations_stale
+                finally:
+                    folder.lock.release_write()
+            if folder.version != folder.saved_version and time.monotonic() - folder.changed_at >= self._save_after_s:
+                self._save(folder)
+        return False
+
+    def _save(self, folder: FolderIndex) -> None:
+        """Write the folder's index (under the write lock: a request's buffer sync must not change it mid-write)."""
+        index = folder.index
+        if index is None:
+            return
+        folder.lock.acquire_write()
+        try:
+            version = folder.version
+            index.save()
+            folder.saved_version = version
+            logger.info("index of %s saved", folder.root.name)
+        except Exception as exc:  # a read-only disk: keep serving from memory, say it once per version
+            folder.saved_version = folder.version
+            logger.warning("saving the index of %s failed: %s", folder.root, exc)
+        finally:
+            folder.lock.release_write()
 
     def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> None:
         index = folder.index
@@ -403,7 +463,7 @@ class WorkspaceIndexes:
     # ----- lifecycle -----
 
     def close(self) -> None:
-        """Stop the observer and the worker (queued changes are dropped)."""
+        """Stop the observer and the worker (queued changes are dropped); save indexes whose files changed."""
         if self._observer is not None:
             try:
                 self._observer.stop()
@@ -416,6 +476,9 @@ class WorkspaceIndexes:
             self._pending.clear()
             self._cond.notify_all()
         self._worker.join(timeout=2)
+        for folder in list(self.folders.values()):
+            if folder.ready and folder.version != folder.saved_version:
+                self._save(folder)
 
 
 def _stale_files(index: Any) -> list[tuple[str, str | None]]:

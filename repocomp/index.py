@@ -90,6 +90,7 @@ class Index:
         # graph nodes near changes whose relation rows still await `refresh_relations`
         self._pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
         self._pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
+        self._pending_rows = np.zeros(0, np.int64)  # fragment rows found stale, not recomputed yet
         self.summary = IndexSummary()
         self._store_dir: Path | None = None  # set when the index lives in the user's cache instead
 
@@ -404,23 +405,29 @@ class Index:
 
     @property
     def relations_stale(self) -> bool:
-        return len(self._pending_old) > 0 or len(self._pending_seeds) > 0
+        return len(self._pending_old) > 0 or len(self._pending_seeds) > 0 or len(self._pending_rows) > 0
 
-    def refresh_relations(self) -> int:
-        """Recompute the relation rows that earlier updates left stale; returns how many rows were redone.
+    def refresh_relations(self, max_rows: int | None = None) -> int:
+        """Recompute relation rows that earlier updates left stale, at most `max_rows` of them (None: all);
+        returns how many were redone.
 
-        Afterwards the relation matrix equals a full rebuild's."""
-        if not self.relations_stale:
-            return 0
-        new_reach = self._reach_nodes(self.graph.cost_matrix(), self._pending_seeds.astype(np.int64))
-        nodes = np.union1d(self._pending_old, new_reach).astype(np.int64)
-        nodes = nodes[nodes < self._fnodes.shape[1]]
-        rows = np.unique(self._fragment_nodes_t()[nodes].indices)
-        rows = rows[self.alive_mask()[rows]]
-        self._recompute_rows(rows)
-        self._pending_old = np.zeros(0, np.int64)
-        self._pending_seeds = np.zeros(0, np.int64)
-        return len(rows)
+        Once `relations_stale` is False the relation matrix equals a full rebuild's. `max_rows` bounds the work of
+        one call, so a caller holding a lock (the language server's background upkeep) can do it in slices."""
+        if len(self._pending_old) or len(self._pending_seeds):
+            new_reach = self._reach_nodes(self.graph.cost_matrix(), self._pending_seeds.astype(np.int64))
+            nodes = np.union1d(self._pending_old, new_reach).astype(np.int64)
+            nodes = nodes[nodes < self._fnodes.shape[1]]
+            rows = np.unique(self._fragment_nodes_t()[nodes].indices).astype(np.int64)
+            self._pending_rows = np.union1d(self._pending_rows, rows)
+            self._pending_old = np.zeros(0, np.int64)
+            self._pending_seeds = np.zeros(0, np.int64)
+        pending = self._pending_rows[self._pending_rows < len(self.fragments)]
+        pending = pending[self.alive_mask()[pending]]  # a row that died since needs nothing
+        now, self._pending_rows = (pending, pending[:0]) if max_rows is None else (pending[:max_rows],
+                                                                                   pending[max_rows:])
+        if len(now):
+            self._recompute_rows(now)
+        return len(now)
 
     def _reach_nodes(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
         if len(seeds) == 0:

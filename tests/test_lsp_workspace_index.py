@@ -11,11 +11,17 @@ from repocomp.config import Config
 
 
 class RecordingIndex:
+    relations_stale = False
+
     def __init__(self) -> None:
         self.calls: list[dict[str, str | None]] = []
+        self.saves = 0
 
     def update_files(self, changes: dict[str, str | None]) -> None:
         self.calls.append(dict(changes))
+
+    def save(self) -> None:
+        self.saves += 1
 
 
 def _ready_folder(indexes: WorkspaceIndexes, root: Path) -> RecordingIndex:
@@ -106,3 +112,49 @@ def test_rwlock_prefers_writers() -> None:
     lock.release_read()
     writer.join(2)
     assert got.is_set()
+
+
+def _relations_by_text(index) -> dict[tuple[str, str], float]:
+    """The relation matrix keyed by fragment text (unique among live fragments), so two indexes whose ids differ
+    (an updated one and a fresh build) compare exactly."""
+    w = index.relations.tocoo()
+    texts = [f.text if f is not None else None for f in index.fragments]
+    return {(texts[i], texts[j]): float(v) for i, j, v in zip(w.row, w.col, w.data) if v}
+
+
+def test_stale_relations_are_refreshed_in_the_background_and_a_changed_index_is_saved(tmp_path: Path) -> None:
+    import shutil
+
+    from repocomp.index import Index
+
+    root = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", root)
+    config = Config()
+    indexes = WorkspaceIndexes(debounce_s=0.01, save_after_s=0.3)
+    try:
+        folder = indexes.add_folder(root, config)
+        folder.index, folder.state = Index.build(root, config), "ready"
+        index = folder.index
+        edited = (root / "ledger" / "refunds.py").read_text().replace("subtotal", "sub_total")
+        index.update_file("ledger/refunds.py", text=edited)  # a request's buffer sync: rows left stale
+        assert index.relations_stale
+        for _ in range(200):  # the worker refreshes between changes, without being asked
+            if not index.relations_stale:
+                break
+            threading.Event().wait(0.05)
+        assert not index.relations_stale
+
+        (root / "ledger" / "refunds.py").write_text(edited)  # the same text saved: a rebuild sees it
+        fresh = Index.build(root, config)
+        assert _relations_by_text(index) == _relations_by_text(fresh)
+
+        indexes.file_changed(root / "ledger" / "notes.py", "NOTE = 1\n")
+        assert indexes.wait_idle(10)
+        for _ in range(200):  # saved once the folder has been quiet for save_after_s
+            if folder.saved_version == folder.version:
+                break
+            threading.Event().wait(0.05)
+        assert folder.saved_version == folder.version == 1
+        assert "ledger/notes.py" in Index.load(root, config).files
+    finally:
+        indexes.close()
