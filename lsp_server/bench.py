@@ -197,9 +197,13 @@ def _plain(value: Any) -> Any:
 
 
 def _python_files(repo: Path, limit_bytes: int = 200_000) -> list[Path]:
-    skip = {".git", ".repocomp", "__pycache__", "node_modules", ".venv", "venv"}
-    files = [p for p in repo.rglob("*.py") if not (set(p.relative_to(repo).parts) & skip)]
-    return sorted(p for p in files if 0 < p.stat().st_size <= limit_bytes)
+    """The Python files the index indexes (the build's own walk), small enough to type into."""
+    from repocomp.config import Config
+    from repocomp.walk import walk_repository
+
+    walked = walk_repository(repo, Config())
+    return sorted(repo / f.path for f in walked.files
+                  if f.language == "python" and 0 < len(f.text.encode("utf-8", "surrogatepass")) <= limit_bytes)
 
 
 def _cursor_sites(files: list[Path], n: int, rng: random.Random) -> list[tuple[Path, str, int, int]]:

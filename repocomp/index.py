@@ -32,7 +32,7 @@ from repocomp.fragments import Fragment, Location, window_spans, window_text
 from repocomp import index_codec
 from repocomp.store import INDEX_FILE, fallback_dir, read_state, write_state
 from repocomp.term_index import TermIndex
-from repocomp.walk import WalkResult, addressable, read_source, walk_repository
+from repocomp.walk import IgnoreRules, WalkResult, addressable, read_source, walk_repository
 
 log = logging.getLogger(__name__)
 
@@ -293,9 +293,10 @@ class Index:
     def update_files(self, changes: dict[str, str | None], removed: bool = False) -> None:
         """Apply a batch of changes ({relative path: text or None to read disk}) with one relation update."""
         new_texts: dict[str, tuple[str, str] | None] = {}
+        rules = IgnoreRules(self.root, self.config, self.index_dir)  # fresh: a .gitignore may have changed too
         for path, text in changes.items():
             rel = self.relpath(path)
-            if removed:
+            if removed or rules.path_ignored(rel):  # what a build leaves out, an update does too
                 new_texts[rel] = None
                 continue
             if text is None:

@@ -124,22 +124,48 @@ def _gitignore(dirpath: Path, rel_dir: str) -> tuple[pathspec.PathSpec, str] | N
     return pathspec.GitIgnoreSpec.from_lines(lines), rel_dir
 
 
+class IgnoreRules:
+    """Which paths the index leaves out by name: `[index] exclude`, every `.gitignore` from the root down, the
+    always-skipped folders (`.git`, `node_modules`, ...) and the index folder. One rule for the full walk and for
+    a single path (an editor's save, a watcher event, a task), so an update never indexes what a build skips."""
+
+    def __init__(self, root: Path, config: Config, index_dir: Path | None = None) -> None:
+        self.root = root
+        self.index_dir = index_dir
+        self._specs: dict[str, tuple[pathspec.PathSpec, str] | None] = {}  # folder -> its .gitignore
+        self._exclude = pathspec.GitIgnoreSpec.from_lines(config.index.exclude) if config.index.exclude else None
+
+    def gitignore(self, rel_dir: str) -> tuple[pathspec.PathSpec, str] | None:
+        if rel_dir not in self._specs:
+            self._specs[rel_dir] = _gitignore(self.root / rel_dir if rel_dir else self.root, rel_dir)
+        return self._specs[rel_dir]
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        """`rel` (POSIX, relative to the root) is ignored by name; its parent folders are not checked."""
+        name = rel.rpartition("/")[2]
+        if is_dir and (name in _ALWAYS_SKIPPED_DIRS or (self.index_dir is not None and self.root / rel == self.index_dir)):
+            return True
+        if self._exclude is not None and self._exclude.match_file(rel + ("/" if is_dir else "")):
+            return True
+        parts = rel.split("/")
+        for depth in range(len(parts)):  # every .gitignore of a folder above, nearest last
+            base = "/".join(parts[:depth])
+            found = self.gitignore(base)
+            if found is not None and found[0].match_file("/".join(parts[depth:]) + ("/" if is_dir else "")):
+                return True
+        return False
+
+    def path_ignored(self, rel: str) -> bool:
+        """`rel` or one of its folders is ignored: what the walk never reaches."""
+        parts = rel.split("/")
+        return any(self.ignored("/".join(parts[:i]), True) for i in range(1, len(parts))) or self.ignored(rel, False)
+
+
 def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -> WalkResult:
     root = root.resolve()
     result = WalkResult()
-    specs: list[tuple[pathspec.PathSpec, str]] = []
-    if config.index.exclude:
-        specs.append((pathspec.GitIgnoreSpec.from_lines(config.index.exclude), ""))
+    rules = IgnoreRules(root, config, index_dir)
     seen_dirs: set[tuple[int, int]] = set()
-
-    def ignored(rel: str, is_dir: bool) -> bool:
-        for spec_, base in specs:
-            if base and not rel.startswith(base + "/"):
-                continue
-            sub = rel[len(base) + 1:] if base else rel
-            if spec_.match_file(sub + ("/" if is_dir else "")):
-                return True
-        return False
 
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=lambda e: result.skipped.update(["unreadable"])):
         here = Path(dirpath)
@@ -155,14 +181,11 @@ def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -
             dirnames[:] = []
             continue
         seen_dirs.add((st.st_dev, st.st_ino))
-        found = _gitignore(here, rel_dir)
-        if found is not None:
-            specs.append(found)
         kept = []
         for name in sorted(dirnames):
             rel = f"{rel_dir}/{name}" if rel_dir else name
             full = here / name
-            if name in _ALWAYS_SKIPPED_DIRS or (index_dir is not None and full == index_dir) or ignored(rel, True):
+            if rules.ignored(rel, True):
                 continue
             if full.is_symlink():
                 try:
@@ -178,7 +201,7 @@ def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -
         dirnames[:] = kept
         for name in sorted(filenames):
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            if ignored(rel, False):
+            if rules.ignored(rel, False):
                 continue
             source, reason = read_source(root, rel, config)
             if reason == "unsupported":

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator
 
+from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.walk import addressable, read_regular
+from repocomp.walk import IgnoreRules, addressable, read_regular
 
 KINDS = ("line", "api", "function")
 # the completion kind the engine post-processes a task's output for
@@ -194,12 +195,17 @@ def write_tasks(tasks: Iterable[Task], path: str | os.PathLike[str]) -> int:
 
 
 def iter_python_files(root: Path, max_bytes: int = 1_000_000) -> Iterator[str]:
-    """POSIX paths (relative to root, sorted) of the repository's Python files."""
+    """POSIX paths (relative to root, sorted) of the repository's Python files that the index indexes (its
+    `IgnoreRules`), less hidden folders and build copies (a `build/lib` copy of the hole's file would leak it)."""
+    rules = IgnoreRules(root.resolve(), Config())
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")
+                             and not rules.ignored(prefix + d, True))
         for name in filenames:
-            if name.endswith(".py"):
+            if name.endswith(".py") and not rules.ignored(prefix + name, False):
                 full = Path(dirpath) / name
                 try:
                     if full.stat().st_size > max_bytes:
