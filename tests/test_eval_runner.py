@@ -108,7 +108,7 @@ def test_summary_numbers_per_repository_then_over_repositories(tmp_path):
     recs = {r["task_id"]: r for r in read_results(tmp_path / "out.jsonl")}
     assert recs["t3"]["context"] == [{"path": "b.py", "start_line": 0, "end_line": 10, "kind": "similar", "s_ind": 0.5,
                                       "s_env": 0.25, "s_rel": 0.625}]
-    assert recs["t3"]["mode"] == "vanilla" and recs["t3"]["fragrel"] is True and recs["t3"]["prompt_tokens"] == 7
+    assert recs["t3"]["mode"] == "vanilla" and recs["t3"]["fragrel"] is False and recs["t3"]["prompt_tokens"] == 7
     assert recs["t1"]["prediction"] == "line5 = 5" and recs["t1"]["em"] == 1.0
     assert {"retrieve", "no_leak_update", "task_total"} <= set(recs["t1"]["timings_ms"])
 
@@ -249,19 +249,22 @@ def test_cli_make_tasks_eval_resume_and_report(tmp_path, capsys):
     assert summary["tasks"] == 4 and summary["def_hit"] is not None
     capsys.readouterr()
     assert main(["eval", "report", str(out), "--png", str(tmp_path / "c.png")]) == 0
-    assert "| api vanilla+FragRel+qr0.25+defs [extractive] | " in capsys.readouterr().out
+    assert "| api vanilla+defs [extractive] | " in capsys.readouterr().out  # the defaults: no relations
     assert main(["eval", str(tmp_path / "missing.jsonl"), "--repos", str(repos)]) == 2
 
 
 def test_fragrel_switch_turns_every_relation_off_and_records_what_ran(tmp_path):
-    cfg = eval_config(Config(), EvalOptions(fragrel=False, query_relations=0.5))
+    cfg = eval_config(Config(), EvalOptions(plain=True, alpha=0.5, query_relations=0.5))
     assert cfg.retrieval.alpha == 0.0 and cfg.retrieval.query_relations == 0.0  # plain RepoCoder
-    on = eval_config(Config(), EvalOptions())
-    assert on.retrieval.alpha == Config().retrieval.alpha and on.retrieval.query_relations == 0.25
+    assert not cfg.definitions.enabled
+    on = eval_config(Config(), EvalOptions(alpha=0.5, query_relations=0.25))
+    assert on.retrieval.alpha == 0.5 and on.retrieval.query_relations == 0.25 and on.definitions.enabled
     repos = _repos(tmp_path)
-    run_eval(TASKS[:1], repos, EvalOptions(fragrel=False), Config(), out=tmp_path / "off.jsonl",
+    run_eval(TASKS[:1], repos, EvalOptions(plain=True), Config(), out=tmp_path / "off.jsonl",
              progress=False, engine_factory=_factory({}))
-    run_eval(TASKS[:1], repos, EvalOptions(query_relations=0.5), Config(), out=tmp_path / "on.jsonl",
+    run_eval(TASKS[:1], repos, EvalOptions(alpha=0.5, query_relations=0.5), Config(), out=tmp_path / "on.jsonl",
              progress=False, engine_factory=_factory({}))
-    assert read_results(tmp_path / "off.jsonl")[0]["query_relations"] == 0.0
+    off = read_results(tmp_path / "off.jsonl")[0]
+    assert off["query_relations"] == 0.0 and off["fragrel"] is False and off["definitions"] is False
+    assert read_results(tmp_path / "on.jsonl")[0]["fragrel"] is True
     assert read_results(tmp_path / "on.jsonl")[0]["query_relations"] == 0.5

@@ -137,6 +137,17 @@ def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: lm.
     assert (result["text"].strip() == EXPECTED) is exact, result["text"]
 
 
+@pytest.mark.local_model
+async def test_the_in_process_model_reads_its_prompt_after_bos_as_vllm_does(local_model: lm.LocalModel) -> None:
+    from repocomp.backends.hf import TransformersBackend
+
+    backend = TransformersBackend(model=str(local_model.path))
+    await asyncio.wait_for(backend.aload(), 300)
+    ids = backend.encode("def f():")["input_ids"][0].tolist()
+    assert ids[0] == backend._loaded.tokenizer.bos_token_id and len(ids) > 1
+    await backend.aclose()
+
+
 # The server starts before any fixture could change the environment: give it the prepared model's folder.
 _SERVER_ENV = {**os.environ, "REPOCOMP_MODEL_DIR": str(lm.default_model_dir())}
 

@@ -37,7 +37,9 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("tasks", type=Path, help="RepoEval JSONL tasks file")
     p.add_argument("--repos", type=Path, required=True, help="folder holding the repositories (fpath_tuple[0])")
     p.add_argument("--mode", default="repocoder", choices=MODES)
-    p.add_argument("--no-fragrel", action="store_true", help="plain RepoCoder: FragRel and query-side relations off")
+    p.add_argument("--no-fragrel", action="store_true",
+                   help="plain RepoCoder: no relations (FragRel, query side) and no definitions")
+    p.add_argument("--alpha", type=float, metavar="A", help="FragRel's weight (Eq. 10; the paper's is 0.5)")
     p.add_argument("--query-relations", type=float, metavar="W", help="weight of query-side relations")
     p.add_argument("--no-definitions", action="store_true",
                    help="no definitions section (ablation; plain RepoCoder, --no-fragrel, has none either)")
@@ -93,7 +95,7 @@ def _evaluate(a: argparse.Namespace) -> int:
     if a.limit is not None:
         tasks = tasks[: a.limit]
     config = load_config(config_file=a.config) if a.config else Config()
-    options = EvalOptions(mode=a.mode, fragrel=not a.no_fragrel, query_relations=a.query_relations,
+    options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
                           backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None)
     summary = run_eval(tasks, a.repos, options, config, out=a.out, summary_json=a.summary_json,
                        progress=not a.no_progress and sys.stderr.isatty())

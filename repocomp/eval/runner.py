@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EvalOptions:
     mode: str = "repocoder"
-    fragrel: bool = True  # False: plain RepoCoder (no relations and, unless `definitions` says so, no definitions)
+    plain: bool = False  # plain RepoCoder: no relations and, unless `definitions` says so, no definitions
+    alpha: float | None = None  # FragRel's weight (Eq. 10); None = the config's value
     query_relations: float | None = None  # None = the config's value
     definitions: bool | None = None  # the definitions section; None = on with FragRel, off for plain RepoCoder
     backend: str = "none"
@@ -51,9 +52,11 @@ def eval_config(config: Config, options: EvalOptions) -> Config:
     """The engine configuration of one run: vanilla = one round, FragRel off = no relations at all."""
     if options.mode == "vanilla":
         config = config.replace("retrieval", iterations=1)
+    if options.alpha is not None:
+        config = config.replace("retrieval", alpha=float(options.alpha))
     if options.query_relations is not None:
         config = config.replace("retrieval", query_relations=float(options.query_relations))
-    if not options.fragrel:
+    if options.plain:
         config = config.plain_repocoder()
     if options.definitions is not None:
         config = config.replace("definitions", enabled=options.definitions)
@@ -104,7 +107,7 @@ def def_hit(definitions: list[dict[str, Any]], blocks: Iterable[Any]) -> bool | 
 
 def _run_fields(task: Task, options: EvalOptions) -> dict[str, Any]:
     return {"task_id": task.task_id, "repo": task.repo, "path": task.path, "kind": task.kind, "mode": options.mode,
-            "fragrel": options.fragrel, "backend": options.backend, "query_relations": options.query_relations,
+            "fragrel": bool(options.alpha), "backend": options.backend, "query_relations": options.query_relations,
             "definitions": options.definitions}
 
 
@@ -299,8 +302,8 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
     options.validate()
     config = eval_config(config, options)
-    options = replace(options, query_relations=config.retrieval.query_relations,  # records say what ran
-                      definitions=config.definitions.enabled)
+    options = replace(options, alpha=config.retrieval.alpha, query_relations=config.retrieval.query_relations,
+                      definitions=config.definitions.enabled)  # records say what ran
     repos_dir = Path(repos_dir)
     engine_factory = engine_factory or open_engine
     for target, flag in ((out, "--out"), (summary_json, "--summary-json")):
@@ -309,7 +312,7 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     existing = read_results(out) if out else []
     for r in existing:
         ran = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions))
-        if ran != (options.mode, options.fragrel, options.backend, options.definitions):
+        if ran != (options.mode, bool(options.alpha), options.backend, options.definitions):
             raise RepocompError(
                 f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
                 f"backend={r.get('backend')}, definitions={r.get('definitions')}); give this run its own --out")
