@@ -115,13 +115,12 @@ def read_source(root: Path, rel: str, config: Config) -> tuple[SourceFile | None
     return SourceFile(rel, language, text), note
 
 
-def _gitignore(dirpath: Path, rel_dir: str) -> tuple[pathspec.PathSpec, str] | None:
-    """The folder's .gitignore, with the folder its patterns are relative to."""
+def _gitignore(dirpath: Path) -> pathspec.PathSpec | None:
+    """The folder's .gitignore (its patterns are relative to the folder)."""
     data, _ = read_regular(dirpath / ".gitignore", 1 << 20)
     if data is None:
         return None
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines), rel_dir
+    return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", errors="replace").splitlines())
 
 
 class IgnoreRules:
@@ -132,26 +131,26 @@ class IgnoreRules:
     def __init__(self, root: Path, config: Config, index_dir: Path | None = None) -> None:
         self.root = root
         self.index_dir = index_dir
-        self._specs: dict[str, tuple[pathspec.PathSpec, str] | None] = {}  # folder -> its .gitignore
+        self._specs: dict[str, pathspec.PathSpec | None] = {}  # folder -> its .gitignore (read once)
         self._exclude = pathspec.GitIgnoreSpec.from_lines(config.index.exclude) if config.index.exclude else None
 
-    def gitignore(self, rel_dir: str) -> tuple[pathspec.PathSpec, str] | None:
+    def _gitignore_of(self, rel_dir: str) -> pathspec.PathSpec | None:
         if rel_dir not in self._specs:
-            self._specs[rel_dir] = _gitignore(self.root / rel_dir if rel_dir else self.root, rel_dir)
+            self._specs[rel_dir] = _gitignore(self.root / rel_dir if rel_dir else self.root)
         return self._specs[rel_dir]
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         """`rel` (POSIX, relative to the root) is ignored by name; its parent folders are not checked."""
-        name = rel.rpartition("/")[2]
-        if is_dir and (name in _ALWAYS_SKIPPED_DIRS or (self.index_dir is not None and self.root / rel == self.index_dir)):
+        suffix = "/" if is_dir else ""
+        if is_dir and (rel.rpartition("/")[2] in _ALWAYS_SKIPPED_DIRS
+                       or (self.index_dir is not None and self.root / rel == self.index_dir)):
             return True
-        if self._exclude is not None and self._exclude.match_file(rel + ("/" if is_dir else "")):
+        if self._exclude is not None and self._exclude.match_file(rel + suffix):
             return True
         parts = rel.split("/")
-        for depth in range(len(parts)):  # every .gitignore of a folder above, nearest last
-            base = "/".join(parts[:depth])
-            found = self.gitignore(base)
-            if found is not None and found[0].match_file("/".join(parts[depth:]) + ("/" if is_dir else "")):
+        for depth in range(len(parts)):  # the .gitignore of every folder above, each relative to its folder
+            spec = self._gitignore_of("/".join(parts[:depth]))
+            if spec is not None and spec.match_file("/".join(parts[depth:]) + suffix):
                 return True
         return False
 
