@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,6 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
-from graph.languages import language_for
 from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.parsing import ParsedFile, parse_source
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
@@ -32,7 +32,7 @@ from repocomp.fragments import Fragment, Location, window_spans, window_text
 from repocomp import index_codec
 from repocomp.store import INDEX_FILE, fallback_dir, read_state, write_state
 from repocomp.term_index import TermIndex
-from repocomp.walk import IgnoreRules, WalkResult, addressable, read_source, walk_repository
+from repocomp.walk import FileRule, WalkResult, walk_repository
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +104,16 @@ class Index:
         return folder if folder.is_absolute() else self.root / folder
 
     def relpath(self, path: str | Path) -> str:
-        """`path` (absolute, or relative to the repository root) as the index names it; outside -> error."""
+        """`path` (absolute, or relative to the repository root) as the index names it; outside -> error.
+
+        A symlink keeps its own name, as in the walk: one that leads out of the repository is then left out by
+        `FileRule` like in a build, not an error."""
         p = Path(path)
-        full = (p if p.is_absolute() else self.root / p).resolve()
-        try:
-            return full.relative_to(self.root).as_posix()
-        except ValueError:
-            raise RepocompError(f"{path} is outside the indexed repository {self.root}") from None
+        full = Path(os.path.abspath(p if p.is_absolute() else self.root / p))
+        for named in (full.parent.resolve() / full.name, full):  # through the real folders, else as written
+            if named.is_relative_to(self.root):
+                return named.relative_to(self.root).as_posix()
+        raise RepocompError(f"{path} is outside the indexed repository {self.root}")
 
     # -- construction --------------------------------------------------------------------------------------------
     @classmethod
@@ -293,23 +296,17 @@ class Index:
     def update_files(self, changes: dict[str, str | None], removed: bool = False) -> None:
         """Apply a batch of changes ({relative path: text or None to read disk}) with one relation update."""
         new_texts: dict[str, tuple[str, str] | None] = {}
-        rules = IgnoreRules(self.root, self.config, self.index_dir)  # fresh: a .gitignore may have changed too
+        rule = FileRule(self.root, self.config, self.index_dir)  # fresh: a .gitignore may have changed too
         for path, text in changes.items():
             rel = self.relpath(path)
-            if removed or rules.path_ignored(rel):  # what a build leaves out, an update does too
+            if removed:
                 new_texts[rel] = None
                 continue
-            if text is None:
-                source, reason = read_source(self.root, rel, self.config)
-                if source is None and reason not in ("unsupported", "unreadable") and (self.root / rel).exists():
-                    log.info("%s not indexed: %s", rel, reason)
-                new_texts[rel] = (source.language, source.text) if source is not None else None
-            else:
-                language = language_for(rel)
-                ok = language is not None and language in self.config.index.languages and addressable(rel) \
-                    and len(text.encode("utf-8", "surrogatepass")) <= self.config.index.max_file_bytes \
-                    and "\x00" not in text
-                new_texts[rel] = (language, text) if ok else None
+            # what a build leaves out, an update does too: it is absent (removed if it was indexed)
+            source, reason = rule.source(rel, text)
+            if source is None and reason not in ("ignored", "unsupported", "unreadable"):  # unreadable: deleted
+                log.info("%s not indexed: %s", rel, reason)
+            new_texts[rel] = (source.language, source.text) if source is not None else None
         new_texts = {p: v for p, v in new_texts.items()
                      if not (v is None and p not in self.files)
                      and not (v is not None and p in self.files and self.files[p].text == v[1])}

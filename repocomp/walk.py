@@ -1,4 +1,4 @@
-"""Repository walking: which files get indexed, and why the others were skipped.
+"""Repository walking: which files get indexed (`FileRule`, the one rule), and why the others were skipped.
 
 Respects `.gitignore` files (root and nested, via pathspec), skips `.git` and the index folder, binary files
 (NUL bytes), files over the size limit, unreadable files, symlinks that loop or leave the repository (a file is
@@ -94,27 +94,6 @@ def read_text_file(path: Path, max_bytes: int) -> str:
     return decode_source(data)[0]
 
 
-def read_source(root: Path, rel: str, config: Config) -> tuple[SourceFile | None, str | None]:
-    """Read one file as the indexer would: (file, None) or (None or decoded file, reason it was skipped/noted).
-
-    `root` is the resolved repository root; a file whose real path leaves it is never read."""
-    language = language_for(rel)
-    if language is None or language not in config.index.languages:
-        return None, "unsupported"
-    if not addressable(rel):
-        return None, "bad_name"
-    real = Path(os.path.realpath(root / rel))
-    if not real.is_relative_to(root):
-        return None, "symlink_outside"
-    data, reason = read_regular(real, config.index.max_file_bytes)
-    if data is None:
-        return None, reason
-    if b"\x00" in data:
-        return None, "binary"
-    text, note = decode_source(data)
-    return SourceFile(rel, language, text), note
-
-
 def _gitignore(dirpath: Path) -> pathspec.PathSpec | None:
     """The folder's .gitignore (its patterns are relative to the folder)."""
     data, _ = read_regular(dirpath / ".gitignore", 1 << 20)
@@ -123,27 +102,38 @@ def _gitignore(dirpath: Path) -> pathspec.PathSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", errors="replace").splitlines())
 
 
-class IgnoreRules:
-    """Which paths the index leaves out by name: `[index] exclude`, every `.gitignore` from the root down, the
-    always-skipped folders (`.git`, `node_modules`, ...) and the index folder. One rule for the full walk and for
-    a single path (an editor's save, a watcher event, a task), so an update never indexes what a build skips."""
+class FileRule:
+    """Which files the index holds: the one rule for the build's walk, incremental updates (editor saves, the
+    language server's watcher), the task maker and the benches, so an update never indexes what a build skips.
+
+    By name: `[index] exclude`, every `.gitignore` from the root down, the always-skipped folders (`.git`,
+    `node_modules`, ...), the index folder, the configured languages, an addressable name. By content (a file on
+    disk or an editor's buffer): the real path inside the root, a regular file, the size limit, no NUL byte.
+    `.gitignore` files are read once per instance: make a fresh one when they may have changed.
+    """
 
     def __init__(self, root: Path, config: Config, index_dir: Path | None = None) -> None:
-        self.root = root
-        self.index_dir = index_dir
+        self.root = root.resolve()
+        self.config = config
+        self.index_dir = index_dir if index_dir is not None else self.root / config.index.dir
         self._specs: dict[str, pathspec.PathSpec | None] = {}  # folder -> its .gitignore (read once)
         self._exclude = pathspec.GitIgnoreSpec.from_lines(config.index.exclude) if config.index.exclude else None
 
-    def _gitignore_of(self, rel_dir: str) -> pathspec.PathSpec | None:
-        if rel_dir not in self._specs:
-            self._specs[rel_dir] = _gitignore(self.root / rel_dir if rel_dir else self.root)
-        return self._specs[rel_dir]
+    def source(self, rel: str, text: str | None = None) -> tuple[SourceFile | None, str | None]:
+        """`rel` (POSIX, relative to the root) as the index holds it, from disk or from an editor's `text`:
+        (file, None), or (None or the decoded file, why it is left out or noted)."""
+        if self._path_ignored(rel):
+            return None, "ignored"
+        return self.read(rel, text)
+
+    def excluded(self, rel: str) -> bool:
+        """Left out by its name alone (no source file is read): what a watcher need not report."""
+        return self._language(rel) is None or not addressable(rel) or self._path_ignored(rel)
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
-        """`rel` (POSIX, relative to the root) is ignored by name; its parent folders are not checked."""
+        """`rel` is ignored by name; its parent folders are not checked (the walk prunes them as it goes)."""
         suffix = "/" if is_dir else ""
-        if is_dir and (rel.rpartition("/")[2] in _ALWAYS_SKIPPED_DIRS
-                       or (self.index_dir is not None and self.root / rel == self.index_dir)):
+        if is_dir and (rel.rpartition("/")[2] in _ALWAYS_SKIPPED_DIRS or self.root / rel == self.index_dir):
             return True
         if self._exclude is not None and self._exclude.match_file(rel + suffix):
             return True
@@ -154,16 +144,49 @@ class IgnoreRules:
                 return True
         return False
 
-    def path_ignored(self, rel: str) -> bool:
+    def read(self, rel: str, text: str | None = None) -> tuple[SourceFile | None, str | None]:
+        """`source` for a path whose folders and name were found not ignored (by the walk)."""
+        language = self._language(rel)
+        if language is None:
+            return None, "unsupported"
+        if not addressable(rel):
+            return None, "bad_name"
+        real = Path(os.path.realpath(self.root / rel))
+        if not real.is_relative_to(self.root):  # a symlink out of the repository: never read, never indexed
+            return None, "symlink_outside"
+        note = None
+        if text is None:
+            data, reason = read_regular(real, self.config.index.max_file_bytes)
+            if data is None:
+                return None, reason
+            text, note = decode_source(data)
+        elif len(text.encode("utf-8", "surrogatepass")) > self.config.index.max_file_bytes:
+            return None, "too_large"  # a buffer is held to the limit of the file it will be saved as
+        if "\x00" in text:
+            return None, "binary"
+        return SourceFile(rel, language, text), note
+
+    def _language(self, rel: str) -> str | None:
+        """The file's language when the index takes it (`[index] languages`), else None."""
+        language = language_for(rel)
+        return language if language in self.config.index.languages else None
+
+    def _path_ignored(self, rel: str) -> bool:
         """`rel` or one of its folders is ignored: what the walk never reaches."""
         parts = rel.split("/")
         return any(self.ignored("/".join(parts[:i]), True) for i in range(1, len(parts))) or self.ignored(rel, False)
 
+    def _gitignore_of(self, rel_dir: str) -> pathspec.PathSpec | None:
+        if rel_dir not in self._specs:
+            self._specs[rel_dir] = _gitignore(self.root / rel_dir if rel_dir else self.root)
+        return self._specs[rel_dir]
+
 
 def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -> WalkResult:
+    """The files the index holds (`FileRule`), with counts and notes of the ones left out."""
     root = root.resolve()
     result = WalkResult()
-    rules = IgnoreRules(root, config, index_dir)
+    rules = FileRule(root, config, index_dir)
     seen_dirs: set[tuple[int, int]] = set()
 
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=lambda e: result.skipped.update(["unreadable"])):
@@ -202,7 +225,7 @@ def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if rules.ignored(rel, False):
                 continue
-            source, reason = read_source(root, rel, config)
+            source, reason = rules.read(rel)
             if reason == "unsupported":
                 continue
             if reason is not None:

@@ -10,6 +10,7 @@ import pytest
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config import Config
 from repocomp.eval.tasks import iter_python_files
+from repocomp.errors import RepocompError
 from repocomp.index import Index
 
 IGNORED = ("gen/x.py", "skip_me.py", "pkg/local.py", "pkg/deep/build_cache.py")
@@ -70,3 +71,24 @@ def test_the_watcher_drops_ignored_paths(repo: Path) -> None:
 def test_tasks_are_made_only_from_indexed_files(repo: Path) -> None:
     (repo / ".gitignore").write_text("gen/\nskip_me.py\n")  # the task maker reads the repository's own rules
     assert list(iter_python_files(repo)) == ["main.py", "pkg/__init__.py", "pkg/core.py"]
+
+
+def test_an_update_of_a_symlink_out_of_the_repository_leaves_it_out_like_a_build(repo: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOKEN = 'tok_31337'\n")
+    (repo / "pkg" / "link.py").symlink_to(secret)  # named inside the repository, real path outside
+    index = Index.build(repo, _config())
+    index.update_file(repo / "pkg" / "link.py")  # a watcher's event: not an error, not indexed
+    index.update_file("pkg/link.py", text="TOKEN = 'tok_31337'\n")  # an editor's save through the link
+    assert "pkg/link.py" not in index.files
+    assert set(index.files) == set(Index.build(repo, _config()).files)
+    with pytest.raises(RepocompError, match="outside the indexed repository"):
+        index.update_file(secret)
+
+
+def test_a_buffer_holds_to_the_file_rules_of_its_file(repo: Path) -> None:
+    index = Index.build(repo, _config().replace("index", max_file_bytes=64))
+    index.update_file("pkg/big.py", text="x = 1\n" * 20)  # 120 bytes: over the limit, as on disk
+    index.update_file("pkg/nul.py", text="x = '\x00'\n")
+    index.update_file("pkg/ok.py", text="x = 1\n")
+    assert {"pkg/big.py", "pkg/nul.py"}.isdisjoint(index.files) and "pkg/ok.py" in index.files

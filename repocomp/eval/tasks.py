@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.walk import IgnoreRules, addressable, read_regular
+from repocomp.walk import FileRule, addressable, read_regular, walk_repository
 
 KINDS = ("line", "api", "function")
 # the completion kind the engine post-processes a task's output for
@@ -27,6 +27,8 @@ COMPLETION_KIND = {"line": "line", "api": "statement", "function": "function"}
 
 _SKIP_DIRS = {".git", ".hg", ".svn", ".repocomp", "__pycache__", "node_modules", ".venv", "venv", ".tox",
               "build", "dist", ".eggs", "site-packages"}
+# tasks are made from the files an evaluation's index holds (the eval's default config), Python only
+_CONFIG = Config().replace("index", languages=("python",))
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 _MAX_TASKS_BYTES = 1 << 32
 
@@ -194,26 +196,12 @@ def write_tasks(tasks: Iterable[Task], path: str | os.PathLike[str]) -> int:
 # ---------------------------------------------------------------------------------------------------- making
 
 
-def iter_python_files(root: Path, max_bytes: int = 1_000_000) -> Iterator[str]:
-    """POSIX paths (relative to root, sorted) of the repository's Python files that the index indexes (its
-    `IgnoreRules`), less hidden folders and build copies (a `build/lib` copy of the hole's file would leak it)."""
-    rules = IgnoreRules(root.resolve(), Config())
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = Path(dirpath).relative_to(root).as_posix()
-        prefix = "" if rel_dir == "." else rel_dir + "/"
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")
-                             and not rules.ignored(prefix + d, True))
-        for name in filenames:
-            if name.endswith(".py") and not rules.ignored(prefix + name, False):
-                full = Path(dirpath) / name
-                try:
-                    if full.stat().st_size > max_bytes:
-                        continue
-                except OSError:
-                    continue
-                found.append(full.relative_to(root).as_posix())
-    return iter(sorted(found))
+def iter_python_files(root: Path) -> Iterator[str]:
+    """POSIX paths (relative to root, sorted) of the Python files the index holds (the build's walk, so its
+    `FileRule`), less hidden folders and build copies (a `build/lib` copy of the hole's file would leak it)."""
+    walked = walk_repository(root, _CONFIG)
+    return iter(sorted(f.path for f in walked.files if f.path.endswith(".py")
+                       and not any(d in _SKIP_DIRS or d.startswith(".") for d in f.path.split("/")[:-1])))
 
 
 def _parser():
@@ -223,16 +211,11 @@ def _parser():
     return Parser(Language(tree_sitter_python.language()))
 
 
-def _read_lines(root: Path, rel: str, max_bytes: int = 1_000_000) -> list[str] | None:
-    """A UTF-8 file's lines; None for a file that leaves the repository, is not regular, too large or not UTF-8."""
-    real = Path(os.path.realpath(root / rel))
-    if not real.is_relative_to(root.resolve()):
-        return None
-    data, _ = read_regular(real, max_bytes)
-    try:
-        return data.decode("utf-8").splitlines() if data is not None else None
-    except UnicodeDecodeError:
-        return None
+def _read_lines(rule: FileRule, rel: str) -> list[str] | None:
+    """A file's lines as the index reads it; None when the index leaves it out or it is not UTF-8 (a task's text
+    must be the file's own, not one with replacement characters)."""
+    source, note = rule.read(rel)
+    return source.text.splitlines() if source is not None and note is None else None
 
 
 def _prompt_for(lines: list[str], hole: int, budget: int) -> tuple[str, int]:
@@ -511,8 +494,9 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
         raise RepocompError(f"repository {root} is not a directory")
     parser = _parser()
     files: dict[str, tuple[list[str], Any]] = {}
+    rule = FileRule(root, _CONFIG)
     for rel in iter_python_files(root):
-        lines = _read_lines(root, rel)
+        lines = _read_lines(rule, rel)
         if lines is None:
             continue
         files[rel] = (lines, parser.parse("\n".join(lines).encode("utf-8")))
