@@ -3,7 +3,7 @@
 Every section is a frozen dataclass; `load_config` fills them from TOML, naming unknown keys and bad values
 (numbers must be finite and within sane bounds).
 
-Where a setting comes from matters: a repository is untrusted input (DESIGN.md, Trust boundaries). The user's
+Where a setting comes from matters: a repository is untrusted input (README, "Security model"). The user's
 own config file (`$XDG_CONFIG_HOME/repocomp/config.toml`), an explicit file the user names (`--config`), CLI
 flags and LSP initialization options may set anything. A repository's own `repocomp.toml`/`pyproject.toml` may
 not send code off the machine or make repocomp write outside the repository: there, `[backend] endpoints` other
@@ -191,8 +191,9 @@ class BackendConfig:
         _check(0 < self.max_new_tokens <= 100_000, "max_new_tokens must be in 1..100000")
         _check(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]")
         _check(len(self.endpoints) > 0, "endpoints must not be empty")
-        for url in self.endpoints:
-            check_endpoint(url)
+        if not self.fallback:  # with a fallback, the vllm backend skips a malformed endpoint with a warning
+            for url in self.endpoints:
+                check_endpoint(url)
 
 
 def check_endpoint(url: str) -> None:

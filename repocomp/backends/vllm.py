@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from repocomp.backends import Generation, GenerationRequest
-from repocomp.config import BackendConfig
+from repocomp.config import BackendConfig, check_endpoint
 from repocomp.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,16 @@ class VLLMBackend:
     ) -> None:
         if not endpoints:
             raise BackendError("vllm backend: no endpoints configured (set [backend] endpoints)")
-        self.endpoints = [_Endpoint(_base_url(u)) for u in endpoints]
+        self.endpoints: list[_Endpoint] = []
+        self.malformed: list[str] = []  # why each skipped endpoint is unusable (allowed with a fallback)
+        for url in endpoints:
+            try:
+                check_endpoint(url)
+            except ValueError as exc:
+                self.malformed.append(str(exc))
+                log.warning("vllm: %s; not used", exc)
+            else:
+                self.endpoints.append(_Endpoint(_base_url(url)))
         self.model = model  # "" = ask the server (`/v1/models`) on first use
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -139,6 +148,8 @@ class VLLMBackend:
 
     def _order(self) -> list[_Endpoint]:
         """Endpoints in the order to try: healthy first, fewest in flight first, ties round robin."""
+        if not self.endpoints:  # like endpoints that are all down, without touching the network
+            raise BackendError(f"vllm: no usable endpoint: {'; '.join(self.malformed)}")
         now = time.monotonic()
         n = len(self.endpoints)
         start = self._rr % n
