@@ -5,8 +5,9 @@
 - each file's syntax root and its file node: `file` edges,
 - call sites and the definitions they invoke: `call` edges (resolved by `graph.resolve`).
 
-Node ids are stable integers; a file that changes gets new ids and its old ones become dead (ids are not reused,
-so nothing that still refers to an old id can silently point at another node).
+Node ids are stable integers between compactions; a file that changes gets new ids and its old ones become dead
+(ids are not reused, so nothing that still refers to an old id can silently point at another node). `compact`
+renumbers the live nodes when the owner (the index) decides dead ids dominate, and returns the mapping.
 """
 
 from __future__ import annotations
@@ -60,6 +61,27 @@ class CodeGraph:
     def _kill(self, ids: np.ndarray) -> None:
         self.alive[ids] = False
         self.length[ids] = 0.0
+
+    @property
+    def n_alive(self) -> int:
+        return int(self.alive.sum())
+
+    def compact(self) -> np.ndarray:
+        """Renumber the live nodes 0..n_alive-1 in id order; returns old id -> new id (-1 for a dead node)."""
+        keep = np.flatnonzero(self.alive)
+        remap = np.full(self.n_ids, -1, dtype=np.int64)
+        remap[keep] = np.arange(len(keep))
+        self.kind = [self.kind[i] for i in keep.tolist()]
+        self.owner = [self.owner[i] for i in keep.tolist()]
+        self.alive, self.length = self.alive[keep], self.length[keep]
+        self.dirs = {folder: int(remap[node]) for folder, node in self.dirs.items()}
+        for entry in self.files.values():
+            entry.file_node = int(remap[entry.file_node])
+            entry.node_ids = remap[entry.node_ids]
+            entry.syntax_edges = remap[entry.syntax_edges]
+            entry.call_edges = remap[entry.call_edges]
+        self._csr = None
+        return remap
 
     # -- directory tree ------------------------------------------------------------------------------------------
     def _dir_node(self, folder: str) -> int:

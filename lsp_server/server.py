@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 SERVER_NAME = "repocomp"
 STATS_METHOD = "repocomp/stats"  # custom request: timings, RSS and index state (used by `repocomp bench lsp`)
+# An edited buffer reaches the index once typing pauses this long (in the update worker, off the request path):
+# a request never waits for its buffer to be re-indexed, it reads the index as of the last pause.
+_BUFFER_SYNC_DELAY_S = 0.3
 _ANSWER_MARGIN_S = 2.0  # past [backend] timeout_s: the pipeline gives a late backend 0.5 s, then the fallback answers
 
 
@@ -73,6 +76,7 @@ class RepocompServer(LanguageServer):
         self._warned: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._progress_tokens: dict[Path, str] = {}
+        self._buffer_syncs: dict[str, asyncio.TimerHandle] = {}
         self._progress_last: dict[Path, float] = {}
 
     # ----- transport (ours, not pygls': see lsp_server.framing and lsp_server.protocol) -----
@@ -169,7 +173,7 @@ class RepocompServer(LanguageServer):
             from repocomp.pipeline import Completer
 
             config = self.config_for(key[0])
-            completer = Completer(index, config, self.backend_for(config))
+            completer = Completer(index, config, self.backend_for(config), sync_buffers=False)  # see did_change
             self._completers[key] = completer
             self._warm(completer)
         return completer
@@ -267,6 +271,32 @@ class RepocompServer(LanguageServer):
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
         self.stats.completed_ms.append((time.perf_counter() - started) * 1000)
         return convert.fit_completion(served.text, line_text[: cursor.col]), line_text
+
+    def schedule_buffer_sync(self, uri: str, delay_s: float = _BUFFER_SYNC_DELAY_S) -> None:
+        """Queue the document's text for the index once the editor has been quiet `delay_s` (a keystroke
+        restarts the wait)."""
+        if self.indexes is None or self._loop is None or _path_of(uri) is None:
+            return
+        pending = self._buffer_syncs.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+        self._buffer_syncs[uri] = self._loop.call_later(delay_s, self._sync_buffer, uri)
+
+    def _sync_buffer(self, uri: str) -> None:
+        self._buffer_syncs.pop(uri, None)
+        document = self.workspace.text_documents.get(uri)
+        path = _path_of(uri)
+        if document is not None and path is not None and self.indexes is not None:
+            self.indexes.file_changed(path, document.source)  # the worker skips a text the index already holds
+
+    def drop_buffer(self, uri: str) -> None:
+        """A closed document's unsaved edits are gone: the index goes back to the file on disk."""
+        pending = self._buffer_syncs.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+        path = _path_of(uri)
+        if path is not None and self.indexes is not None:
+            self.indexes.file_changed(path)
 
     def _version(self, uri: str) -> int | None:
         document = self.workspace.text_documents.get(uri)
@@ -389,7 +419,9 @@ class RepocompServer(LanguageServer):
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed, "rss_bytes": rss_bytes(),
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
-                "backends_loading": len(self._loading)}
+                "backends_loading": len(self._loading),
+                # buffers waiting for a pause plus changes queued or being applied (tests wait for 0)
+                "updates_pending": len(self._buffer_syncs) + (self.indexes.pending() if self.indexes else 0)}
 
     async def shutdown_all(self) -> None:
         await self.close_engines()
@@ -468,14 +500,20 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
         text = params.text if params.text is not None else (document.source if document is not None else None)
         ls.indexes.file_changed(path, text)
 
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: RepocompServer, params: types.DidOpenTextDocumentParams) -> None:
+        ls.schedule_buffer_sync(params.text_document.uri, 0.0)  # unsaved edits of an editor restored at start
+
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: RepocompServer, params: types.DidChangeTextDocumentParams) -> None:
         typed = sum(len(change.text) for change in params.content_changes)  # pygls already applied them
         ls.generations.rate.changed(params.text_document.uri, typed)
+        ls.schedule_buffer_sync(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: RepocompServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.generations.cancel(params.text_document.uri)
+        ls.drop_buffer(params.text_document.uri)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched_files(ls: RepocompServer, params: types.DidChangeWatchedFilesParams) -> None:

@@ -262,6 +262,11 @@ class WorkspaceIndexes:
             self._pending[path] = change
             self._cond.notify_all()
 
+    def pending(self) -> int:
+        """Changes queued or being applied."""
+        with self._cond:
+            return len(self._pending) + self._busy
+
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until every queued change is applied (tests and the benchmark)."""
         deadline = time.monotonic() + timeout
@@ -387,13 +392,13 @@ class WorkspaceIndexes:
         index = folder.index
         assert index is not None
         try:
-            index.update_files(changes)
+            index.update_files(changes, defer_relations=True)  # rows follow in `_upkeep` slices: a short hold
             return
         except Exception as exc:  # find the bad file(s); apply the rest one by one
             logger.warning("batch update of %d file(s) failed (%s); retrying file by file", len(changes), exc)
         for rel, text in changes.items():
             try:
-                index.update_files({rel: text})
+                index.update_files({rel: text}, defer_relations=True)
             except Exception as exc:
                 logger.warning("index update of %s failed: %s", rel, exc)
 

@@ -111,6 +111,7 @@ class BufferState:
     memo: dict[tuple[Any, ...], Resolution] = field(default_factory=dict)
     class_spans: list[tuple[int, int, DefRef]] = field(default_factory=list)  # classes of the file: (start, end)
     generation: int = -1  # the lookup's generation its references belong to (DefRef nodes index those parses)
+    epoch: int = -1  # the index's compactions when made (`strength` holds graph node ids)
 
     def class_at(self, line: int) -> DefRef | None:
         """The innermost class of the file holding `line` (spans are sorted by start)."""
@@ -345,7 +346,8 @@ class DefinitionFinder:
         cut = list(lines[: cursor_line + 1])
         if cursor_line < len(cut):
             cut[cursor_line] = cut[cursor_line][:col]
-        state = BufferState(path, cut, cursor_line, lookup=self.lookup, generation=self.lookup.generation)
+        state = BufferState(path, cut, cursor_line, lookup=self.lookup, generation=self.lookup.generation,
+                            epoch=self.index.epoch)
         sym = self.lookup.resolver.files.get(path)
         if path not in self.index.files or sym is None:
             return state
@@ -359,9 +361,10 @@ class DefinitionFinder:
 
     def is_current(self, state: BufferState) -> bool:
         """False once some file's symbols were replaced after `state` was made (another request synced a buffer
-        while this one awaited the model): its references would point into parses that are gone."""
+        while this one awaited the model): its references would point into parses that are gone; or once the
+        index renumbered its nodes."""
         self.lookup.refresh()
-        return state.generation == self.lookup.generation
+        return state.generation == self.lookup.generation and state.epoch == self.index.epoch
 
     def _region_strength(self, path: str, cursor_line: int) -> tuple[np.ndarray, np.ndarray]:
         """Global node -> strongest max-product path from a node of the lines just above the cursor."""

@@ -37,6 +37,8 @@ from repocomp.walk import FileRule, WalkResult, walk_repository
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int, str], None]  # (done, total, phase)
+# compact only past this many dead ids: a small repository's few edits are not worth renumbering for
+_MIN_DEAD_IDS = 4096
 # settings whose change invalidates a stored index
 _STRUCTURAL_SECTIONS = ("index", "fragments", "graph", "relations")
 
@@ -92,6 +94,7 @@ class Index:
         self._pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
         self._pending_rows = np.zeros(0, np.int64)  # fragment rows found stale, not recomputed yet
         self.summary = IndexSummary()
+        self.epoch = 0  # compactions so far (ids before one mean nothing after it)
         self._store_dir: Path | None = None  # set when the index lives in the user's cache instead
 
     # -- paths ---------------------------------------------------------------------------------------------------
@@ -180,7 +183,10 @@ class Index:
         return frag_id
 
     def _drop_file(self, path: str) -> set[int]:
-        """Remove a file's windows and nodes; returns the fragment ids that lost a location."""
+        """Remove a file's windows and nodes; returns the fragment ids that lost a location.
+
+        A fragment left without locations keeps its id until `_release` so that a window the update adds back
+        (most of an edited file's windows are unchanged) gets its old id: ids do not churn with every keystroke."""
         entry = self.files.pop(path, None)
         if entry is None:
             return set()
@@ -188,12 +194,17 @@ class Index:
         for frag_id in touched:
             frag = self.fragments[frag_id]
             frag.locations = [loc for loc in frag.locations if loc.path != path]
-            if not frag.locations:
-                self.fragments[frag_id] = None
-                del self._by_text[frag.text]
         self.graph.remove_file(path)
         self.resolver.remove_file(path)
         return touched
+
+    def _release(self, frag_ids: set[int]) -> list[int]:
+        """Remove the fragments of `frag_ids` that have no location left; returns their ids."""
+        dead = [i for i in sorted(frag_ids) if (f := self.fragments[i]) is not None and not f.locations]
+        for frag_id in dead:
+            del self._by_text[self.fragments[frag_id].text]
+            self.fragments[frag_id] = None
+        return dead
 
     def _resolve(self, path: str) -> np.ndarray:
         edges = self.resolver.resolve(path)
@@ -293,8 +304,12 @@ class Index:
     def remove_file(self, path: str | Path) -> None:
         self.update_files({self.relpath(path): ""}, removed=True)
 
-    def update_files(self, changes: dict[str, str | None], removed: bool = False) -> None:
-        """Apply a batch of changes ({relative path: text or None to read disk}) with one relation update."""
+    def update_files(self, changes: dict[str, str | None], removed: bool = False,
+                     defer_relations: bool = False) -> None:
+        """Apply a batch of changes ({relative path: text or None to read disk}) with one relation update.
+
+        `defer_relations`: leave even the changed windows' relation rows to `refresh_relations` (the language
+        server's background upkeep does it in slices), so that the update itself holds the index briefly."""
         new_texts: dict[str, tuple[str, str] | None] = {}
         rule = FileRule(self.root, self.config, self.index_dir)  # fresh: a .gitignore may have changed too
         for path, text in changes.items():
@@ -332,11 +347,16 @@ class Index:
         old_reach_nodes = self._reach_nodes(old_costs, old_seed_nodes)
 
         old_part = self._triplets([self.files[p] for p in new_texts if p in self.files])
-        for path, value in new_texts.items():
+        n_before = len(self.fragments)
+        for path in new_texts:
             touched_frags |= self._drop_file(path)
+        for path, value in new_texts.items():
             if value is not None:
                 entry = self._add_file(path, value[0], value[1])
                 touched_frags |= set(entry.windows)
+        # a window kept (same text) keeps its id and its term row; only new and removed ids change the term index
+        dead_frags = self._release(touched_frags)
+        retexted = sorted(set(dead_frags) | {i for i in touched_frags if i >= n_before})
 
         new_keys = set()
         for path, value in new_texts.items():
@@ -363,8 +383,7 @@ class Index:
                 new_seed.append(np.array([self.graph.files[path].file_node]))
         self._patch_fragment_nodes(old_part, self._triplets([self.files[p] for p, v in new_texts.items() if v]))
         # fragments shared with other files changed their node sets: their nodes are seeds too
-        self.term_index.set_rows(sorted(touched_frags),
-                                 [self.fragments[i].text if self.fragments[i] else None for i in sorted(touched_frags)])
+        self.term_index.set_rows(retexted, [self.fragments[i].text if self.fragments[i] else None for i in retexted])
         self.relations.resize((len(self.fragments), len(self.fragments)))
         live_touched = np.array([i for i in touched_frags if self.fragments[i] is not None], dtype=np.int64)
         if len(live_touched):
@@ -376,7 +395,10 @@ class Index:
         self._pending_seeds = np.union1d(self._pending_seeds, np.concatenate(new_seed) if new_seed else [])
         alive = self.alive_mask()
         touched = np.array(sorted(touched_frags), dtype=np.int64)
-        self._recompute_rows(touched[alive[touched]])
+        if defer_relations:
+            self._pending_rows = np.union1d(self._pending_rows, touched[alive[touched]])
+        else:
+            self._recompute_rows(touched[alive[touched]])
         dead = touched[~alive[touched]]
         if len(dead):  # a removed fragment keeps no row and appears in no column
             mask = np.ones(len(self.fragments), dtype=np.float32)
@@ -386,6 +408,47 @@ class Index:
             self.relations.eliminate_zeros()
         self.summary.files = len(self.files)
         self.summary.fragments = int(alive.sum())
+        if self._needs_compaction(self.summary.fragments):
+            self.compact()
+
+    # -- compaction ----------------------------------------------------------------------------------------------
+    def _needs_compaction(self, live_fragments: int) -> bool:
+        """Dead ids dominate: an edited file's nodes get new ids on every update, and its changed windows new
+        fragment ids, so a long editor session would grow every per-id array without bound."""
+        dead_nodes = self.graph.n_ids - self.graph.n_alive
+        dead_frags = len(self.fragments) - live_fragments
+        return dead_nodes > max(self.graph.n_alive, _MIN_DEAD_IDS) or dead_frags > max(live_fragments, _MIN_DEAD_IDS)
+
+    def compact(self) -> None:
+        """Renumber live fragments and graph nodes densely (in id order); everything that holds an id follows.
+
+        Nothing outside the index may keep an id across this; `epoch` counts compactions so that a holder can
+        tell (the definition finder's buffer state does)."""
+        keep = np.flatnonzero(self.alive_mask())
+        fmap = np.full(len(self.fragments), -1, dtype=np.int64)
+        fmap[keep] = np.arange(len(keep))
+        nmap = self.graph.compact()
+        live_nodes = np.flatnonzero(nmap >= 0)
+        self.fragments = [self.fragments[i] for i in keep.tolist()]
+        for new_id, frag in enumerate(self.fragments):
+            frag.id = new_id
+        self._by_text = {f.text: f.id for f in self.fragments}
+        for path, entry in self.files.items():
+            entry.windows = fmap[entry.windows].tolist()
+            entry.node_ids = self.graph.files[path].node_ids
+        self._fnodes = self._fnodes[keep][:, live_nodes].tocsr()
+        self._fnodes_t = None
+        self.relations = self.relations[keep][:, keep].tocsr()
+        self.term_index = self.term_index.take(keep)
+
+        def remap(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+            ids = ids[ids < len(table)].astype(np.int64)
+            return np.unique(table[ids][table[ids] >= 0])
+
+        self._pending_rows = remap(self._pending_rows, fmap)
+        # a dead node reaches no fragment any more: dropping it from the pending sets changes nothing
+        self._pending_old, self._pending_seeds = remap(self._pending_old, nmap), remap(self._pending_seeds, nmap)
+        self.epoch += 1
 
     @property
     def symmetric_relations(self) -> sp.csr_matrix:

@@ -155,10 +155,15 @@ def _drop_space(text: str, space: str) -> str:
 class Completer:
     """Completes code at a cursor with an index (or none) and a backend (or none: retrieval only, text "")."""
 
-    def __init__(self, index: "Index | None", config: Config, backend: "Backend | None" = None) -> None:
+    def __init__(self, index: "Index | None", config: Config, backend: "Backend | None" = None, *,
+                 sync_buffers: bool = True) -> None:
+        """`sync_buffers`: put the live buffer into the index before each completion (exact: what the CLI and the
+        evaluation need); False when the caller keeps the index current itself (the language server does it
+        when typing pauses, so a request never waits for a re-index)."""
         from repocomp.local_model import resolve
 
         self.index = index
+        self.sync_buffers = sync_buffers
         self.config = resolve(config)  # "auto" made concrete; the prompt budget counted with the model's tokenizer
         self.backend = backend
         self.retriever = Retriever(index, config) if index is not None else None
@@ -263,7 +268,7 @@ class Completer:
         deadline = time.monotonic() + timeout_s  # for the whole completion (see the module docstring)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        if self.index is not None and mode != "infile":
+        if self.index is not None and mode != "infile" and self.sync_buffers:
             self._sync_buffer(path, text)
         timings["sync"] = (time.perf_counter() - t0) * 1e3
 

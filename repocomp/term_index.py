@@ -104,6 +104,29 @@ class TermIndex:
         idx._fold()
         return idx
 
+    def take(self, rows: np.ndarray) -> "TermIndex":
+        """A new index whose row i is this one's row `rows[i]`, with a vocabulary of the terms those rows use
+        (what `build` on their texts gives, without tokenizing again)."""
+        terms = [self._terms[r] for r in rows.tolist()]
+        counts = [self._counts[r] for r in rows.tolist()]
+        used = np.zeros(len(self.vocab), bool)
+        for t in terms:
+            if t is not None:
+                used[t] = True
+        remap = np.cumsum(used, dtype=np.int64) - 1  # monotone: a row's term ids stay sorted
+        new = TermIndex()
+        new.vocab = {tok: int(remap[i]) for tok, i in self.vocab.items() if used[i]}
+        new._terms = [None if t is None else remap[t].astype(np.int32) for t in terms]
+        new._counts = counts
+        live = [t for t in new._terms if t is not None and len(t)]
+        new._df = np.bincount(np.concatenate(live), minlength=len(new.vocab)).astype(np.int64) if live \
+            else np.zeros(len(new.vocab), np.int64)
+        new._row_len, new._row_set = self._row_len[rows], self._row_set[rows]
+        new._n_docs = sum(t is not None for t in terms)
+        new._total_len = int(new._row_len.sum())
+        new._fold()
+        return new
+
     @property
     def n_rows(self) -> int:
         return len(self._terms)

@@ -109,9 +109,14 @@ async def wait_version(client: LanguageClient, repo: Path, above: int, timeout: 
         await asyncio.sleep(0.05)
 
 
-async def folder_version(client: LanguageClient, repo: Path) -> int:
-    folders = (await stats(client))["folders"]
-    return next(f["version"] for f in folders if Path(f["root"]) == repo.resolve())
+async def folder_version(client: LanguageClient, repo: Path, timeout: float = 10.0) -> int:
+    """The folder's index version once the server has no update pending (an opened or edited buffer reaches
+    the index in the background: a version read before that lands would be passed by it, not by the change
+    a test waits for)."""
+    deadline = time.monotonic() + timeout
+    while (payload := await stats(client))["updates_pending"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return next(f["version"] for f in payload["folders"] if Path(f["root"]) == repo.resolve())
 
 
 def open_doc(client: LanguageClient, path: Path, text: str, version: int = 1) -> str:

@@ -40,11 +40,23 @@ op = st.one_of(
     st.tuples(st.just("delete"), st.sampled_from(NAMES), st.just(0)),
     st.tuples(st.just("rename"), st.sampled_from(NAMES), st.integers(0, len(NAMES) - 1)),
     st.tuples(st.just("ignored"), st.just("gen/made.py"), st.integers(0, len(BODIES) - 1)),
+    st.tuples(st.just("edit"), st.sampled_from(NAMES), st.integers(0, 7)),  # one line of a buffer, as typed
+    st.tuples(st.just("compact"), st.just(""), st.just(0)),
 )
 
 
 def _apply(root: Path, index: Index, kind: str, path: str, arg: int) -> None:
     target = root / path
+    if kind == "compact":
+        index.compact()
+        return
+    if kind == "edit":  # the language server's buffer sync: relation rows left to the background refresh
+        if path in index.files:
+            lines = index.files[path].text.split("\n")
+            lines[arg % len(lines)] += f"  # typed {arg}"
+            target.write_text("\n".join(lines))
+            index.update_files({path: "\n".join(lines)}, defer_relations=True)
+        return
     if kind in ("write", "ignored"):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(BODIES[arg])
@@ -97,6 +109,7 @@ def test_incremental_updates_then_refresh_equal_a_fresh_build(ops: list[tuple[st
         for kind, path, arg in ops:
             _apply(root, index, kind, path, arg)
         index.refresh_relations()
+        assert not index.relations_stale
         fresh = Index.build(root, CONFIG)
 
         assert {p: e.text for p, e in index.files.items()} == {p: e.text for p, e in fresh.files.items()}
@@ -107,3 +120,30 @@ def test_incremental_updates_then_refresh_equal_a_fresh_build(ops: list[tuple[st
             assert _scores(index, query) == _scores(fresh, query)
             assert _hits(index, query) == _hits(fresh, query)
         shutil.rmtree(root)
+
+
+def test_ids_stay_bounded_over_many_edits_and_compaction_keeps_the_index(tmp_path: Path, monkeypatch) -> None:
+    import repocomp.index as index_module
+
+    monkeypatch.setattr(index_module, "_MIN_DEAD_IDS", 64)  # compact early, as a large repository would
+    root = tmp_path / "repo"
+    for rel, text in BASE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    index = Index.build(root, CONFIG)
+    nodes, frags = index.graph.n_alive, len(index.fragments)
+    text = BASE["main.py"]
+    for i in range(300):  # a session typing in one file
+        text = text.rstrip("\n") + ("\n" if i % 7 == 0 else "") + "x"
+        index.update_files({"main.py": text}, defer_relations=i % 2 == 0)
+        assert index.graph.n_ids <= 2 * index.graph.n_alive + 64 + 40
+        assert len(index.fragments) <= 2 * index.summary.fragments + 64 + 20
+    assert index.epoch > 0
+    assert all(f.id == i for i, f in enumerate(index.fragments) if f is not None)
+    index.refresh_relations()
+    (root / "main.py").write_text(text)
+    fresh = Index.build(root, CONFIG)
+    assert _fragments(index) == _fragments(fresh) and _relations(index) == _relations(fresh)
+    for query in ("return scale(shift(x))", "value = both(3)"):
+        assert _scores(index, query) == _scores(fresh, query) and _hits(index, query) == _hits(fresh, query)
+    assert index.graph.n_alive == fresh.graph.n_alive and nodes > 0 and frags > 0

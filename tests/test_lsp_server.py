@@ -165,6 +165,28 @@ async def test_typing_incremental_changes_then_complete(client: LanguageClient, 
     assert text.strip().startswith("price * (1 + TAX_RATE)"), text
 
 
+async def test_an_unsaved_buffer_reaches_the_index_when_typing_pauses_and_leaves_it_on_close(
+        client: LanguageClient, repo: Path) -> None:
+    await initialize(client, repo)
+    await wait_ready(client)
+    probe = "def h():\n    magic_value = "
+    probe_uri = open_doc(client, repo / "shop" / "probe.py", probe)
+    helper = repo / "shop" / "helper.py"
+    helper.write_text("def helper():\n    return 1\n")
+    uri = open_doc(client, helper, helper.read_text())
+    version = await folder_version(client, repo)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(  # typed, never saved
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(
+            text="def helper():\n    magic_value = unsaved_answer(7)\n    return magic_value\n")]))
+    assert await wait_version(client, repo, version) > version  # landed after the pause, with no request
+    assert (await inline(client, probe_uri, end_of(probe))).startswith("unsaved_answer(7)")
+    version = await folder_version(client, repo)
+    client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri)))
+    await wait_version(client, repo, version)  # the edits were discarded: the file on disk again
+    assert "unsaved_answer" not in await inline(client, probe_uri, end_of(probe))
+
+
 async def test_completion_fallback_item_replaces_the_prefix_utf16(client: LanguageClient, repo: Path) -> None:
     await initialize(client, repo)
     await wait_ready(client)

@@ -17,7 +17,7 @@ class RecordingIndex:
         self.calls: list[dict[str, str | None]] = []
         self.saves = 0
 
-    def update_files(self, changes: dict[str, str | None]) -> None:
+    def update_files(self, changes: dict[str, str | None], defer_relations: bool = False) -> None:
         self.calls.append(dict(changes))
 
     def save(self) -> None:

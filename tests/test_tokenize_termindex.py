@@ -92,6 +92,20 @@ def test_set_rows_equals_fresh_build() -> None:
     assert idx.score(new[5] or "", "jaccard")[10] == 0.0  # row 10 was cleared
 
 
+def test_take_equals_a_build_of_the_kept_rows_and_drops_unused_terms() -> None:
+    texts: list[str | None] = list(_corpus(200, seed=3))
+    idx = TermIndex.build(texts)
+    idx.set_rows([7, 8, 9], [None, "only_here_term = 1", None])  # cleared rows, one with a term used nowhere else
+    idx.set_rows([8], [None])
+    keep = np.array([i for i in range(200) if i not in (7, 8, 9)][::-1])  # renumbered, in another order
+    taken = idx.take(keep)
+    fresh = TermIndex.build([texts[i] for i in keep.tolist()])
+    assert "only_here_term" not in taken.vocab and len(taken.vocab) == len(fresh.vocab)
+    for q in (texts[1], texts[150], "name3 = name4"):
+        for m in ("jaccard", "bm25"):
+            np.testing.assert_allclose(taken.score(q, m), fresh.score(q, m), rtol=1e-5, atol=1e-6)
+
+
 def test_state_roundtrip_through_pickle() -> None:
     texts = _corpus(50, seed=3) + [None]
     idx = TermIndex.build(texts)
