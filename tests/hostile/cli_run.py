@@ -22,9 +22,11 @@ def user_env(home: Path) -> dict[str, str]:
             "PYTHONPATH": str(REPO_ROOT)}
 
 
-def repocomp(home: Path, *args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """`python -m repocomp ARGS` from the working tree; raises `TimeoutExpired` past `timeout` (a hang)."""
-    return subprocess.run([sys.executable, "-m", "repocomp", *args], capture_output=True, text=True,
+def repocomp(home: Path, *args: str, timeout: float = TIMEOUT_S,
+             prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`python -m repocomp ARGS` from the working tree; raises `TimeoutExpired` past `timeout` (a hang).
+    `prefix` runs it under a wrapper command (e.g. `setpriv ...`)."""
+    return subprocess.run([*prefix, sys.executable, "-m", "repocomp", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO_ROOT, env=user_env(home))
 
 

@@ -88,6 +88,7 @@ def minified_line(size: int) -> str:
 # ---- item 5: a huge single line ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_completing_at_the_end_of_a_990kB_minified_line_takes_seconds_and_little_memory(tmp_path: Path) -> None:
     # Old: the extractive backend kept every tail of the cursor line (16 GB; here a MemoryError at the cap).
     repo = make_repo(tmp_path / "repo", {"app.min.js": minified_line(990_000),
@@ -103,6 +104,7 @@ def test_completing_at_the_end_of_a_990kB_minified_line_takes_seconds_and_little
 # ---- item 6: many top-level statements in one file ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_index_and_one_character_update_of_16k_top_level_statements_cost_linear_time(tmp_path: Path) -> None:
     # A comment line before each statement: the module root is a hub in the graph (16k children) and owns text
     # in every window (3,200 fragments). Old: 17 s to index, over 30 s for the update the live buffer triggers.
