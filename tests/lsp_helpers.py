@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient, make_test_lsp_client
 
@@ -184,3 +185,27 @@ def _drop_late_responses(client: LanguageClient) -> None:
         handle_response(msg_id, result, error)
 
     protocol._handle_response = handle  # type: ignore[method-assign]
+
+
+async def shut_down(lsp_client: LanguageClient, timeout_s: float = 30.0) -> None:
+    """shutdown + exit, then stop the client, every step bounded: pytest-lsp waits for the server process without
+    a limit, so a server that does not exit (or a client that broke and sent nothing) would hang the whole suite.
+    Kill the server and fail instead."""
+    problem = ""
+    server = lsp_client._server  # pytest-lsp keeps the server process here
+    try:
+        if server is not None and server.returncode is None:  # else a test already ended it
+            await asyncio.wait_for(lsp_client.shutdown_session(), timeout_s)
+    except TimeoutError:
+        problem = f"the language server did not shut down within {timeout_s:g} s"
+    except Exception as exc:  # the client broke: still stop everything below
+        problem = f"shutdown failed: {type(exc).__name__}: {exc}"
+    if server is not None and server.returncode is None:
+        try:  # after a client error shutdown_session sends nothing; pytest-lsp has terminated the server then
+            await asyncio.wait_for(server.wait(), 10)
+        except TimeoutError:
+            server.kill()
+            problem = problem or "the language server did not exit after shutdown (killed)"
+    await asyncio.wait_for(lsp_client.stop(), 10)
+    if problem:
+        pytest.fail(problem)

@@ -16,31 +16,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp_helpers import (CHECKOUT, EXPECTED, SERVER_CMD, copy_repo, end_of, folder_version, initialize, inline,
-                         make_client, open_doc, stats, wait_ready, wait_version, warnings)
-
-
-async def shut_down(lsp_client: LanguageClient, timeout_s: float = 30.0) -> None:
-    """shutdown + exit, then stop the client, every step bounded: pytest-lsp waits for the server process without
-    a limit, so a server that does not exit (or a client that broke and sent nothing) would hang the whole suite.
-    Kill the server and fail instead."""
-    problem = ""
-    server = lsp_client._server  # pytest-lsp keeps the server process here
-    try:
-        if server is not None and server.returncode is None:  # else a test already ended it
-            await asyncio.wait_for(lsp_client.shutdown_session(), timeout_s)
-    except TimeoutError:
-        problem = f"the language server did not shut down within {timeout_s:g} s"
-    except Exception as exc:  # the client broke: still stop everything below
-        problem = f"shutdown failed: {type(exc).__name__}: {exc}"
-    if server is not None and server.returncode is None:
-        try:  # after a client error shutdown_session sends nothing; pytest-lsp has terminated the server then
-            await asyncio.wait_for(server.wait(), 10)
-        except TimeoutError:
-            server.kill()
-            problem = problem or "the language server did not exit after shutdown (killed)"
-    await asyncio.wait_for(lsp_client.stop(), 10)
-    if problem:
-        pytest.fail(problem)
+                         make_client, open_doc, shut_down, stats, wait_ready, wait_version, warnings)
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))

@@ -1,4 +1,5 @@
-"""Helpers for the hostile-input tests: run the real `repocomp` CLI as a subprocess, bounded, isolated.
+"""Helpers for the hostile-input tests: run the real `repocomp` CLI as a subprocess, bounded, isolated; and the
+hostile inputs more than one test plants (a pickled index file, a minified line).
 
 Every run gets its own user cache and config folders (`XDG_CACHE_HOME`, `XDG_CONFIG_HOME` under `home`), so
 nothing the machine's user configured leaks in and nothing a test writes leaks out.
@@ -7,11 +8,14 @@ nothing the machine's user configured leaks in and nothing a test writes leaks o
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from repocomp.store import MAGIC
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = float(os.environ.get("REPOCOMP_TEST_TIMEOUT_S", "60"))  # generous for busy cores; a hang still fails
@@ -95,3 +99,28 @@ def assert_one_line(status: int, err: str, *needles: str) -> str:
     for needle in needles:
         assert needle in last, (needle, last)
     return last
+
+
+class _Payload:
+    """Unpickling this runs `touch MARKER`: what a hostile repository would ship as its index."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def pickled_index(marker: Path, version: bytes) -> bytes:
+    """An index file (magic line, version line, then a pickle) whose unpickling creates `marker`."""
+    return MAGIC + version + b"\n" + pickle.dumps({"state": _Payload(marker)})
+
+
+def minified_line(size: int) -> str:
+    """One line of minified-looking JavaScript, `size` characters long."""
+    parts, n, i = [], 0, 0
+    while n < size:
+        parts.append(f"var a{i}=function(b,c){{return b*{i}+c.x{i}(b)}};")
+        n += len(parts[-1])
+        i += 1
+    return "".join(parts)[:size]

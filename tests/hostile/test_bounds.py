@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from cli_run import minified_line
 from graph.maxproduct import HUB_DEGREE, HUB_WINDOW, max_product_strengths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,16 +74,6 @@ def make_repo(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (root / name).write_text(text)
     return root
-
-
-def minified_line(size: int) -> str:
-    """One line of minified-looking JavaScript, `size` characters long."""
-    parts, n, i = [], 0, 0
-    while n < size:
-        parts.append(f"var a{i}=function(b,c){{return b*{i}+c.x{i}(b)}};")
-        n += len(parts[-1])
-        i += 1
-    return "".join(parts)[:size]
 
 
 # ---- item 5: a huge single line ------------------------------------------------------------------------------

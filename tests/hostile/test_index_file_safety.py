@@ -7,25 +7,13 @@ The real CLI runs as a subprocess on small repositories in tmp_path, each wait b
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from pathlib import Path
 
 import pytest
 
-from cli_run import assert_one_line, cli, python, repocomp
+from cli_run import assert_one_line, cli, pickled_index, python, repocomp
 from repocomp.store import INDEX_FILE, MAGIC, read_state
-
-
-
-class _Payload:
-    """Unpickling this runs `touch MARKER`: what a hostile repository would ship as its index."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
 
 
 @pytest.mark.parametrize("version", [b"1", b"2"])
@@ -33,7 +21,7 @@ def test_planted_pickle_in_index_file_runs_nothing(repo: Path, tmp_path: Path, v
     marker = tmp_path / "PWNED"
     index_file = repo / ".repocomp" / INDEX_FILE
     index_file.parent.mkdir()
-    index_file.write_bytes(MAGIC + version + b"\n" + pickle.dumps({"state": _Payload(marker)}))
+    index_file.write_bytes(pickled_index(marker, version))
 
     done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "extractive")
     assert not marker.exists(), "the planted index ran code on `repocomp complete`"
@@ -42,7 +30,7 @@ def test_planted_pickle_in_index_file_runs_nothing(repo: Path, tmp_path: Path, v
     # one (another version is stale, rebuilt without a warning)
     assert ("rebuild" if version == b"2" else "building it") in done.stderr, done.stderr
 
-    index_file.write_bytes(MAGIC + version + b"\n" + pickle.dumps({"state": _Payload(marker)}))
+    index_file.write_bytes(pickled_index(marker, version))
     opened = python(tmp_path, f"from repocomp.index import Index; print(len(Index.open({str(repo)!r}).files))")
     assert not marker.exists(), "the planted index ran code on Index.open"
     assert opened.returncode == 0 and opened.stdout.split() == ["1"], opened.stderr
