@@ -414,8 +414,8 @@ class RepocompServer(LanguageServer):
     def stats_payload(self) -> dict[str, Any]:
         folders = []
         if self.indexes is not None:
-            folders = [{"root": str(f.root), "state": f.state, "version": f.version, "error": f.error}
-                       for f in self.indexes.folders.values()]
+            folders = [{"root": str(f.root), "state": f.state, "version": f.version, "error": f.error,
+                        "ids": f.id_counts()} for f in self.indexes.folders.values()]
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed, "rss_bytes": rss_bytes(),
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),

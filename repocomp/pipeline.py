@@ -152,6 +152,9 @@ def _drop_space(text: str, space: str) -> str:
     return text.lstrip(" \t") if space else text
 
 
+_MEMO_CHARS = 400  # token counts of texts up to this long are memoized (a line; not a whole context)
+
+
 class Completer:
     """Completes code at a cursor with an index (or none) and a backend (or none: retrieval only, text "")."""
 
@@ -188,8 +191,11 @@ class Completer:
     @property
     def count_tokens(self) -> TokenCounter:
         if self._count is None:  # loading a real tokenizer takes a moment: only when first needed
-            # Lines and blocks recur across rounds and requests: memoize their counts (bounded).
-            self._count = functools.lru_cache(maxsize=1 << 16)(make_token_counter(self.config.prompt))
+            raw = make_token_counter(self.config.prompt)
+            # Lines recur across blocks, rounds and requests: memoize their counts. Not long texts (the in-file
+            # context, new at every keystroke): those would fill the cache with kilobytes each for nothing.
+            cached = functools.lru_cache(maxsize=1 << 15)(raw)
+            self._count = lambda text: cached(text) if len(text) <= _MEMO_CHARS else raw(text)
         return self._count
 
     # -- helpers --------------------------------------------------------------------------------------------

@@ -149,9 +149,10 @@ class Retriever:
 
         if len(s_ind) < n:
             s_ind = np.concatenate([s_ind, np.zeros(n - len(s_ind), np.float32)])
-        w = self.index.symmetric_relations
+        # W only when FragRel is on: after an index change it is rebuilt on first use (milliseconds)
+        w = self.index.symmetric_relations if alpha != 0.0 else None
         scores = fragrel_scores(s_ind, w, alpha, available=available, extra=extra,
-                                drop_diagonal=self._has_diagonal(w), lenders=lenders)
+                                drop_diagonal=w is not None and self._has_diagonal(w), lenders=lenders)
         t3 = time.perf_counter()
         timings["fragrel"] = (t3 - t2) * 1e3
 
