@@ -407,6 +407,14 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run)
 
 
+def report(result: Any, table: str, json_path: Path | None) -> int:
+    """Print a bench's table; also write its figures as JSON when asked (`--json F`)."""
+    print(table)
+    if json_path is not None:
+        json_path.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from repocomp.errors import RepocompError
 
@@ -414,10 +422,7 @@ def _run(args: argparse.Namespace) -> int:
         raise RepocompError(f"{args.path}: not a directory")
     result = asyncio.run(run_bench(args.path.resolve(), requests=args.requests, typing_sites=args.typing_sites,
                                    cancel_rounds=args.rounds, save_rounds=args.rounds, seed=args.seed))
-    print(format_table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
-    return 0
+    return report(result, format_table(result), args.json)
 
 
 def main(argv: list[str] | None = None) -> int:

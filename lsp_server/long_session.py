@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsp_server.bench import BENCH_OPTIONS, _pct, _python_files, _Session
+from lsp_server.bench import BENCH_OPTIONS, _pct, _python_files, _Session, report
 
 PAUSE_S = 0.4  # after each typed line: past the server's 0.3 s buffer-sync delay
 LINES_PER_FILE = 8
@@ -146,7 +145,4 @@ def _run(args: argparse.Namespace) -> int:
     if args.keys < 1 or args.sample < 1:
         raise RepocompError("--keys and --sample must be positive")
     result = asyncio.run(run_session(args.path.resolve(), keys=args.keys, sample=args.sample, seed=args.seed))
-    print(format_table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
-    return 0
+    return report(result, format_table(result), args.json)

@@ -12,13 +12,12 @@ Neovim is configured with the README's snippet (`lsp_server.nvim`). Figures:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import shutil
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +132,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from lsp_server.bench import report
+
     result = run_replay(keys=args.keys, cps=args.cps, latency_s=args.latency, seed=args.seed)
-    print(format_table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
-    return 0
+    return report(result, format_table(result), args.json)

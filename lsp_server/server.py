@@ -277,10 +277,13 @@ class RepocompServer(LanguageServer):
         restarts the wait)."""
         if self.indexes is None or self._loop is None or _path_of(uri) is None:
             return
+        self._cancel_buffer_sync(uri)
+        self._buffer_syncs[uri] = self._loop.call_later(delay_s, self._sync_buffer, uri)
+
+    def _cancel_buffer_sync(self, uri: str) -> None:
         pending = self._buffer_syncs.pop(uri, None)
         if pending is not None:
             pending.cancel()
-        self._buffer_syncs[uri] = self._loop.call_later(delay_s, self._sync_buffer, uri)
 
     def _sync_buffer(self, uri: str) -> None:
         self._buffer_syncs.pop(uri, None)
@@ -291,9 +294,7 @@ class RepocompServer(LanguageServer):
 
     def drop_buffer(self, uri: str) -> None:
         """A closed document's unsaved edits are gone: the index goes back to the file on disk."""
-        pending = self._buffer_syncs.pop(uri, None)
-        if pending is not None:
-            pending.cancel()
+        self._cancel_buffer_sync(uri)
         path = _path_of(uri)
         if path is not None and self.indexes is not None:
             self.indexes.file_changed(path)

@@ -126,10 +126,6 @@ class FileRule:
             return None, "ignored"
         return self.read(rel, text)
 
-    def excluded(self, rel: str) -> bool:
-        """Left out by its name alone (no source file is read): what a watcher need not report."""
-        return self._language(rel) is None or not addressable(rel) or self._path_ignored(rel)
-
     def ignored(self, rel: str, is_dir: bool) -> bool:
         """`rel` is ignored by name; its parent folders are not checked (the walk prunes them as it goes)."""
         suffix = "/" if is_dir else ""
