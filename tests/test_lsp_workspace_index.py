@@ -1,12 +1,16 @@
-"""Unit tests of lsp_server.workspace_index: coalescing bursts, noise filtering, the reader-writer lock."""
+"""Unit tests of lsp_server.workspace_index and its parts: coalescing bursts, noise filtering, the reader-writer lock,
+the watchdog adapter's events."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
-from lsp_server.workspace_index import RWLock, WorkspaceIndexes
+from lsp_server.folder_index import FolderRegistry, RWLock
+from lsp_server.fs_watcher import FsWatcher
+from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config import Config
 
 
@@ -112,6 +116,34 @@ def test_rwlock_prefers_writers() -> None:
     lock.release_read()
     writer.join(2)
     assert got.is_set()
+
+
+def test_the_watcher_turns_moves_and_directory_events_into_file_changes(tmp_path: Path) -> None:
+    registry = FolderRegistry()
+    folder = registry.add_folder(tmp_path, Config())
+    known = {"pkg/a.py": None, "pkg/sub/b.py": None, "top.py": None}
+    folder.index = SimpleNamespace(files=known)  # type: ignore[assignment]
+    (tmp_path / "new" / "deep").mkdir(parents=True)
+    (tmp_path / "new" / "deep" / "c.py").write_text("c = 1\n")
+    seen: list[tuple[str, Path]] = []
+    watcher = FsWatcher(registry, changed=lambda p: seen.append(("changed", p)),
+                        deleted=lambda p: seen.append(("deleted", p)))
+
+    def event(kind: str, src: Path, dest: Path | None = None, is_dir: bool = False) -> None:
+        watcher._on_fs_event(SimpleNamespace(event_type=kind, src_path=bytes(src), is_directory=is_dir,
+                                             dest_path=str(dest) if dest else ""))
+
+    event("moved", tmp_path / "x.py", tmp_path / "y.py")
+    assert seen == [("deleted", tmp_path / "x.py"), ("changed", tmp_path / "y.py")]
+    seen.clear()
+    event("moved", tmp_path / "pkg", tmp_path / "new", is_dir=True)  # every known file under it goes, the new come
+    assert seen == [("deleted", folder.root / "pkg/a.py"), ("deleted", folder.root / "pkg/sub/b.py"),
+                    ("changed", tmp_path / "new" / "deep" / "c.py")]
+    seen.clear()
+    event("modified", tmp_path / "new", is_dir=True)  # a directory's own modification says nothing
+    event("closed", tmp_path / "top.py")
+    event("deleted", tmp_path / "top.py")
+    assert seen == [("changed", tmp_path / "top.py"), ("deleted", tmp_path / "top.py")]
 
 
 def _relations_by_text(index) -> dict[tuple[str, str], float]:

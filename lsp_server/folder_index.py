@@ -1,0 +1,152 @@
+"""A workspace folder and its index, the reader-writer lock they are shared under, and the registry of folders.
+
+- `FolderIndex`: a folder's root, config, build state and index; `version`/`saved_version`/`changed_at` let the
+  change worker see what to save and when; readers take the index from the event loop without blocking it
+  (`async with folder.reading()`).
+- `RWLock`: many readers (completions) or one writer (the change worker), writers preferred.
+- `FolderRegistry`: the folders by root, and the innermost one that holds a path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from repocomp.config import Config
+
+if TYPE_CHECKING:
+    from repocomp.index import Index
+
+StateCallback = Callable[["FolderIndex"], None]
+
+
+class RWLock:
+    """Many readers or one writer; writers are preferred so a stream of completions cannot starve updates."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting_writers = 0
+
+    def try_acquire_read(self) -> bool:
+        with self._cond:
+            if self._writer or self._waiting_writers:
+                return False
+            self._readers += 1
+            return True
+
+    def acquire_read(self) -> None:
+        with self._cond:
+            while self._writer or self._waiting_writers:
+                self._cond.wait()
+            self._readers += 1
+
+    def release_read(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if self._readers == 0:
+                self._cond.notify_all()
+
+    def acquire_write(self) -> None:
+        with self._cond:
+            self._waiting_writers += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting_writers -= 1
+            self._writer = True
+
+    def release_write(self) -> None:
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()
+
+
+@dataclass
+class FolderIndex:
+    """A workspace folder and its index; `index` is None until `state` is "ready"."""
+
+    root: Path
+    config: Config
+    state: str = "pending"  # pending -> building -> ready | failed
+    index: "Index | None" = None
+    error: str = ""
+    lock: RWLock = field(default_factory=RWLock)
+    version: int = 0  # bumped by every applied batch (lets tests and the bench see a save land)
+    saved_version: int = 0  # the version last written to disk
+    changed_at: float = 0.0  # time.monotonic() of the last applied batch
+    _deferred: set[Path] = field(default_factory=set)  # changes seen while building; replayed from disk after
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready" and self.index is not None
+
+    def relative(self, path: Path) -> str | None:
+        """`path` relative to the root (POSIX), or None when it lies outside."""
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            try:
+                return path.absolute().relative_to(self.root).as_posix()
+            except ValueError:
+                return None
+
+    def id_counts(self) -> dict[str, int] | None:
+        """Ids the index holds and how many are live, and its stale relation rows (None while it is written or
+        not ready): what a long session must keep flat."""
+        index = self.index
+        if not self.ready or index is None or not self.lock.try_acquire_read():
+            return None
+        try:
+            return {"nodes": index.graph.n_ids, "nodes_alive": index.graph.n_alive,
+                    "fragments": len(index.fragments), "fragments_alive": int(index.alive_mask().sum()),
+                    "stale": int(index.relations_stale), "compactions": index.epoch}
+        finally:
+            self.lock.release_read()
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator["Index | None"]:
+        """Hold the read lock (taken off the event loop when a batch is being written) and yield the index."""
+        if not self.lock.try_acquire_read():
+            acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
+            try:
+                await asyncio.shield(acquiring)
+            except asyncio.CancelledError:  # the thread still gets the lock: hand it back when it does
+                acquiring.add_done_callback(lambda f: None if f.cancelled() or f.exception() else
+                                            self.lock.release_read())
+                raise
+        try:
+            yield self.index if self.ready else None
+        finally:
+            self.lock.release_read()
+
+
+class FolderRegistry:
+    """The workspace folders by resolved root."""
+
+    def __init__(self) -> None:
+        self.folders: dict[Path, FolderIndex] = {}
+
+    def add_folder(self, root: Path, config: Config) -> FolderIndex:
+        root = Path(root).resolve()
+        folder = self.folders.get(root)
+        if folder is None:
+            folder = FolderIndex(root=root, config=config)
+            self.folders[root] = folder
+        return folder
+
+    def remove_folder(self, root: Path) -> None:
+        self.folders.pop(Path(root).resolve(), None)
+
+    def folder_for(self, path: Path) -> FolderIndex | None:
+        """The innermost folder containing `path`."""
+        best: FolderIndex | None = None
+        for folder in self.folders.values():
+            if folder.relative(path) is not None and (best is None or len(folder.root.parts) > len(best.root.parts)):
+                best = folder
+        return best

@@ -1,0 +1,84 @@
+"""The build thread: builds or loads a folder's index off the caller's thread, then makes it the folder's index.
+
+A stored index loaded at start-up is first brought up to date with the disk (files changed while no server ran);
+progress goes to a callback (the server turns it into `$/progress`), and changes that raced the build are replayed
+from disk once the index is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lsp_server.change_worker import CHUNK
+from lsp_server.folder_index import FolderIndex, StateCallback
+
+logger = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[FolderIndex, int, int, str], None]
+
+
+class IndexBuilder:
+    """Starts one daemon thread per folder build; `replay` queues a change seen while the folder was building."""
+
+    def __init__(self, *, replay: Callable[[Path], None], on_progress: ProgressCallback | None = None,
+                 on_state: StateCallback | None = None) -> None:
+        self._replay = replay
+        self._on_progress = on_progress
+        self._on_state = on_state
+
+    def start(self, folder: FolderIndex) -> threading.Thread:
+        """Build or load `folder`'s index in a daemon thread; never blocks the caller."""
+        folder.state = "building"
+        thread = threading.Thread(target=self._build, args=(folder,), name=f"repocomp-index:{folder.root.name}",
+                                  daemon=True)
+        thread.start()
+        return thread
+
+    def _build(self, folder: FolderIndex) -> None:
+        from repocomp.index import Index  # heavy import, kept off the server's start-up path
+
+        def progress(done: int, total: int, phase: str) -> None:
+            if self._on_progress is not None:
+                self._on_progress(folder, done, total, phase)
+
+        started = time.perf_counter()
+        try:
+            index = Index.open(folder.root, folder.config, build=True, progress=progress)
+            stale = _stale_files(index)
+            if stale:
+                logger.info("index of %s: %d file(s) changed since it was stored", folder.root.name, len(stale))
+                for i in range(0, len(stale), CHUNK * 4):
+                    index.update_files(dict(stale[i : i + CHUNK * 4]))
+        except Exception as exc:  # a failing index must not take the server down; completions stay in-file
+            logger.exception("indexing %s failed", folder.root)
+            folder.state, folder.error = "failed", str(exc) or type(exc).__name__
+        else:
+            folder.lock.acquire_write()
+            try:
+                folder.index, folder.state = index, "ready"
+                deferred, folder._deferred = folder._deferred, set()
+            finally:
+                folder.lock.release_write()
+            logger.info("index of %s ready in %.1f s", folder.root, time.perf_counter() - started)
+            for path in deferred:  # changes that raced the build: replay from disk
+                self._replay(path)
+        if self._on_state is not None:
+            self._on_state(folder)
+
+
+def _stale_files(index: Any) -> list[tuple[str, str | None]]:
+    """(path, text or None = removed) for each file whose disk content differs from the index's copy."""
+    from repocomp.walk import walk_repository
+
+    walked = walk_repository(index.root, index.config, index.index_dir)
+    known = getattr(index, "files", {})
+    on_disk = {f.path: f.text for f in walked.files}
+    changed: list[tuple[str, str | None]] = [(p, t) for p, t in on_disk.items()
+                                             if p not in known or known[p].text != t]
+    changed += [(p, None) for p in known if p not in on_disk]
+    return sorted(changed, key=lambda c: c[0])
