@@ -23,6 +23,7 @@ import scipy.sparse as sp
 from graph.code_graph import CodeGraph, FileNodes
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
+from repocomp.fragment_store import FragmentStore
 from repocomp.fragments import Fragment, Location, window_text
 from repocomp.term_index import StateVersionError, TermIndex
 
@@ -235,12 +236,11 @@ def decode(index: "Index", meta: dict[str, Any], arrays: dict[str, np.ndarray]) 
         raise ValueError("fragment without location")
     if any(not 0 <= w < n_frags for e in entries for w in e.windows):
         raise ValueError("window fragment out of range")
-    index.fragments = fragments
-    index._by_text = {f.text: f.id for f in fragments if f is not None}
+    index.fragments = FragmentStore(fragments)
 
     relations = sp.csr_matrix((a["rel_data"], a["rel_indices"], a["rel_indptr"]), shape=(n_frags, n_frags))
     relations.check_format(full_check=True)
-    index.relations = relations
+    index.upkeep.relations = relations
     term = meta["term_index"] | {k: a[f"term_{k}"] for k in ("alive", "indptr", "terms", "counts")}
     n_terms, indptr = term["vocab"].count("\n") + 1 if term["vocab"] else 0, term["indptr"]
     if len(term["alive"]) != n_frags or len(indptr) != n_frags + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any() \

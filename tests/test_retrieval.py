@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from repocomp.config import Config
+from repocomp.fragment_store import FragmentStore
 from repocomp.fragments import Fragment, Location, window_spans, window_text
 from repocomp.retrieval import RetrievalIndex, Retriever
 from repocomp.term_index import TermIndex
@@ -27,8 +28,7 @@ class FakeIndex:
         self.root = Path("/nonexistent-repo")
         self.config = config or Config()
         self._files = {p: t.split("\n") for p, t in files.items()}
-        self.fragments: list[Fragment | None] = []
-        self._by_text: dict[str, int] = {}
+        self.fragments = FragmentStore()
         for path in sorted(self._files):
             self._add_windows(path)
         self.term_index = TermIndex.build([f.text if f else None for f in self.fragments])
@@ -42,15 +42,7 @@ class FakeIndex:
         lines = self._files[path]
         fc = self.config.fragments
         for s, e in window_spans(len(lines), fc.window, fc.stride):
-            text = window_text(lines, s, e)
-            fid = self._by_text.get(text)
-            if fid is None or self.fragments[fid] is None:
-                fid = len(self.fragments)
-                self._by_text[text] = fid
-                self.fragments.append(Fragment(fid, text, []))
-            frag = self.fragments[fid]
-            assert frag is not None
-            frag.locations.append(Location(path, s, e))
+            self.fragments.add(window_text(lines, s, e), Location(path, s, e))
 
     def _rebuild_w(self) -> None:
         n = len(self.fragments)
@@ -78,17 +70,16 @@ class FakeIndex:
         return np.array([f is not None for f in self.fragments], bool)
 
     def remove_fragment(self, fid: int) -> None:
-        self.fragments[fid] = None
+        for path in {loc.path for loc in self.fragments[fid].locations}:
+            self.fragments.forget_path([fid], path)
+        self.fragments.release([fid])
         self.term_index.set_rows([fid], [None])
 
     def update_file(self, path: str, text: str | None = None) -> None:
         self.updates.append(path)
-        for f in self.fragments:  # drop this file's locations; fragments left without any are removed
-            if f is not None:
-                f.locations = [loc for loc in f.locations if loc.path != path]
-        gone = [f.id for f in self.fragments if f is not None and not f.locations]
-        for fid in gone:
-            self.fragments[fid] = None
+        live = [f.id for f in self.fragments if f is not None]
+        self.fragments.forget_path(live, path)  # fragments left without a location are removed
+        gone = self.fragments.release(live)
         self._files[path] = (text or "").split("\n")
         n_before = len(self.fragments)
         self._add_windows(path)

@@ -1,0 +1,75 @@
+"""The fragment store: every distinct window text once, by id, with the places it occurs.
+
+Identical windows (licence headers, boilerplate) share one fragment, so retrieval never ranks two copies of the
+same text. An id stays put while any location keeps it, and a fragment that lost its last location keeps its id
+until `release`, so that an edit that re-adds the same window (most windows of an edited file are unchanged) gets
+the old id back: ids do not churn with every keystroke. `compact` renumbers densely when dead ids pile up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
+
+import numpy as np
+
+from repocomp.fragments import Fragment, Location
+
+
+class FragmentStore(Sequence[Fragment | None]):
+    """Fragments by id (None once released); a read-only sequence to its readers."""
+
+    def __init__(self, fragments: Iterable[Fragment | None] = ()) -> None:
+        self._items: list[Fragment | None] = list(fragments)
+        self._by_text = {f.text: f.id for f in self._items if f is not None}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> Fragment | None: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Fragment | None]: ...
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[Fragment | None]:
+        return iter(self._items)
+
+    def add(self, text: str, loc: Location) -> int:
+        """Record that `text` occurs at `loc`; returns its fragment id (an existing one for a known text)."""
+        frag_id = self._by_text.get(text)
+        if frag_id is None:
+            frag_id = len(self._items)
+            self._items.append(Fragment(frag_id, text, []))
+            self._by_text[text] = frag_id
+        self._items[frag_id].locations.append(loc)
+        return frag_id
+
+    def forget_path(self, frag_ids: Iterable[int], path: str) -> None:
+        """Drop the locations in `path` of these fragments (they stay, possibly empty, until `release`)."""
+        for frag_id in frag_ids:
+            frag = self._items[frag_id]
+            frag.locations = [loc for loc in frag.locations if loc.path != path]
+
+    def release(self, frag_ids: Iterable[int]) -> list[int]:
+        """Remove those of `frag_ids` that have no location left; returns their ids, sorted."""
+        dead = [i for i in sorted(frag_ids) if (f := self._items[i]) is not None and not f.locations]
+        for frag_id in dead:
+            del self._by_text[self._items[frag_id].text]
+            self._items[frag_id] = None
+        return dead
+
+    def alive_mask(self) -> np.ndarray:
+        """Per id: still present (False for ids whose windows all went away)."""
+        return np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
+
+    def compact(self) -> np.ndarray:
+        """Renumber the live fragments densely, in id order; returns the old ids kept (new id = position)."""
+        keep = np.flatnonzero(self.alive_mask())
+        self._items = [self._items[i] for i in keep.tolist()]
+        for new_id, frag in enumerate(self._items):
+            frag.id = new_id
+        self._by_text = {f.text: f.id for f in self._items}
+        return keep

@@ -1,0 +1,245 @@
+"""Fragment relations and their upkeep: the fragment x node matrix F, the relation matrix W (Eq. 8, top k per
+row), the rows an edit left stale, and the graph queries that read F (query-side strengths, explanations).
+
+It reads the index's files, fragments, graph and settings (through the `Index` it belongs to, since a load
+replaces those) and owns everything derived from them for relations. An update (`note_update`) recomputes the
+changed windows' rows, or defers them, and remembers which graph nodes were near the change; `refresh` later
+recomputes every row within reach of those nodes, in slices if asked, after which W equals a full rebuild's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from graph.maxproduct import max_product_strengths, reached_nodes
+from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
+from repocomp.fragments import window_spans
+
+if TYPE_CHECKING:
+    from repocomp.index import FileEntry, Index
+
+Progress = Callable[[int, int, str], None]  # (done, total, phase)
+Triplets = tuple[np.ndarray, np.ndarray, np.ndarray]  # (fragment, node, owned length) of F's entries
+_ROWS_PER_BLOCK = 4096  # relation rows computed per sparse block (bounds the temporary matrices)
+
+
+class RelationUpkeep:
+    def __init__(self, index: "Index") -> None:
+        self.index = index
+        # per row, the top-k relations of Eq. 8 (what is stored; the cut makes it asymmetric)
+        self.relations = sp.csr_matrix((0, 0), dtype=np.float32)
+        self._symmetric: tuple[sp.csr_matrix, int, tuple[int, int], sp.csr_matrix] | None = None
+        self.fragment_nodes = sp.csr_matrix((0, 0))  # F: fragment x node owned lengths (Eq. 8's len)
+        self._fragment_nodes_t: sp.csr_matrix | None = None
+        # graph nodes near changes whose relation rows still await `refresh`
+        self.pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
+        self.pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
+        self.pending_rows = np.zeros(0, np.int64)  # fragment rows found stale, not recomputed yet
+
+    # -- F: the fragment x node matrix ---------------------------------------------------------------------------
+    def file_triplets(self, entries: list["FileEntry"]) -> Triplets:
+        """F's entries for these files: what each window's lines give each syntax node."""
+        cfg = self.index.config.fragments
+        rows, cols, vals = [], [], []
+        for entry in entries:
+            parsed = entry.parsed
+            for frag_id, (start, end) in zip(entry.windows, window_spans(parsed.n_lines, cfg.window, cfg.stride)):
+                keep = parsed.line_len[start:end] > 0
+                rows.append(np.full(int(keep.sum()), frag_id))
+                cols.append(entry.node_ids[parsed.line_owner[start:end][keep]])
+                vals.append(parsed.line_len[start:end][keep])
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals).astype(np.float64)
+
+    def rebuild_fragment_nodes(self) -> None:
+        r, c, v = self.file_triplets(list(self.index.files.values()))
+        shape = (len(self.index.fragments), self.index.graph.n_ids)
+        self.fragment_nodes = sp.csr_matrix((v, (r, c)), shape=shape)  # duplicates summed: locations add up
+        self._fragment_nodes_t = None
+
+    def patch_fragment_nodes(self, removed: Triplets, added: Triplets) -> None:
+        """F minus the changed files' old windows plus their new ones (cheaper than a rebuild)."""
+        shape = (len(self.index.fragments), self.index.graph.n_ids)
+        self.fragment_nodes.resize(shape)
+        r, c = np.concatenate((removed[0], added[0])), np.concatenate((removed[1], added[1]))
+        v = np.concatenate((-removed[2], added[2]))
+        self.fragment_nodes = (self.fragment_nodes + sp.csr_matrix((v, (r, c)), shape=shape)).tocsr()
+        self.fragment_nodes.eliminate_zeros()
+        self._fragment_nodes_t = None
+
+    @property
+    def node_fragments(self) -> sp.csr_matrix:
+        """F transposed (node x fragment), made when first needed after a change of F."""
+        if self._fragment_nodes_t is None:
+            self._fragment_nodes_t = self.fragment_nodes.T.tocsr()
+        return self._fragment_nodes_t
+
+    # -- W: computing rows ---------------------------------------------------------------------------------------
+    def _block(self, rows: np.ndarray) -> sp.csr_matrix:
+        index, rel = self.index, self.index.config.relations
+        block = structure_rows(rows, self.fragment_nodes, self.node_fragments, index.graph.cost_matrix(),
+                               rel.cutoff, rel.max_reach)
+        if rel.context_weight > 0:
+            stride = index.config.fragments.stride
+            positions = {int(r): [(loc.path, loc.start_line // stride) for loc in index.fragments[r].locations]
+                         for r in rows if index.fragments[r] is not None}
+            file_windows = {p: index.files[p].windows for locs in positions.values() for p, _ in locs}
+            ctx = context_rows(rows, positions, file_windows, len(index.fragments), rel.context_weight, rel.cutoff)
+            block = combine(block, ctx, rel.context_combine)
+        return top_k_rows(drop_diagonal(block, rows), rel.top_k).astype(np.float32)
+
+    def recompute(self, rows: np.ndarray, progress: Progress | None = None) -> None:
+        """Replace these rows of W by freshly computed ones (all rows at build time)."""
+        n = len(self.index.fragments)
+        if self.relations.shape != (n, n):
+            self.relations.resize((n, n))
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        keep = np.ones(n, dtype=bool)
+        keep[rows] = False
+        blocks = []
+        for lo in range(0, len(rows), _ROWS_PER_BLOCK):
+            blocks.append(self._block(rows[lo:lo + _ROWS_PER_BLOCK]))
+            if progress:
+                progress(min(lo + _ROWS_PER_BLOCK, len(rows)), len(rows), "relations")
+        new = sp.vstack(blocks, format="coo") if blocks else sp.coo_matrix((0, n))
+        new_full = sp.csr_matrix((new.data, (rows[new.row], new.col)), shape=(n, n), dtype=np.float32)
+        self.relations = (sp.diags(keep.astype(np.float32)) @ self.relations + new_full).tocsr()
+        self.relations.eliminate_zeros()
+
+    def reach(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
+        """Graph nodes within the cutoff of `seeds` under `costs` (the graph before or after a change)."""
+        if len(seeds) == 0:
+            return np.zeros(0, np.int64)
+        rel = self.index.config.relations
+        return reached_nodes(costs, np.unique(seeds), rel.cutoff, rel.max_reach)
+
+    # -- W: after an update --------------------------------------------------------------------------------------
+    def note_update(self, touched: np.ndarray, old_reach: np.ndarray, new_seeds: np.ndarray, defer: bool) -> None:
+        """After the files changed: `touched` fragments (windows removed or added), nodes reached from the change
+        in the old graph, and the changed nodes of the new one.
+
+        The touched rows are recomputed now (or left to `refresh` with `defer`); other rows within reach of the
+        change wait for `refresh`, because a popular definition can put thousands of rows within reach of one
+        edit. A removed fragment keeps no row and appears in no column."""
+        n = len(self.index.fragments)
+        self.relations.resize((n, n))
+        self.pending_old = np.union1d(self.pending_old, old_reach)
+        self.pending_seeds = np.union1d(self.pending_seeds, new_seeds)
+        alive = self.index.fragments.alive_mask()
+        if defer:
+            self.pending_rows = np.union1d(self.pending_rows, touched[alive[touched]])
+        else:
+            self.recompute(touched[alive[touched]])
+        dead = touched[~alive[touched]]
+        if len(dead):
+            mask = np.ones(n, dtype=np.float32)
+            mask[dead] = 0
+            d = sp.diags(mask)
+            self.relations = (d @ self.relations @ d).tocsr()
+            self.relations.eliminate_zeros()
+
+    @property
+    def stale(self) -> bool:
+        return len(self.pending_old) > 0 or len(self.pending_seeds) > 0 or len(self.pending_rows) > 0
+
+    def refresh(self, max_rows: int | None = None) -> int:
+        """Recompute relation rows that earlier updates left stale, at most `max_rows` of them (None: all);
+        returns how many were redone. `max_rows` bounds the work of one call, so a caller holding a lock (the
+        language server's background upkeep) can do it in slices."""
+        if len(self.pending_old) or len(self.pending_seeds):
+            new_reach = self.reach(self.index.graph.cost_matrix(), self.pending_seeds.astype(np.int64))
+            nodes = np.union1d(self.pending_old, new_reach).astype(np.int64)
+            nodes = nodes[nodes < self.fragment_nodes.shape[1]]
+            rows = np.unique(self.node_fragments[nodes].indices).astype(np.int64)
+            self.pending_rows = np.union1d(self.pending_rows, rows)
+            self.pending_old = np.zeros(0, np.int64)
+            self.pending_seeds = np.zeros(0, np.int64)
+        pending = self.pending_rows[self.pending_rows < len(self.index.fragments)]
+        pending = pending[self.index.fragments.alive_mask()[pending]]  # a row that died since needs nothing
+        now, self.pending_rows = (pending, pending[:0]) if max_rows is None else (pending[:max_rows],
+                                                                                  pending[max_rows:])
+        if len(now):
+            self.recompute(now)
+        return len(now)
+
+    def compact(self, keep: np.ndarray, fragment_map: np.ndarray, node_map: np.ndarray) -> None:
+        """Follow a renumbering: `keep` = old fragment ids kept; the maps give each old id its new one (or -1)."""
+        self.fragment_nodes = self.fragment_nodes[keep][:, np.flatnonzero(node_map >= 0)].tocsr()
+        self._fragment_nodes_t = None
+        self.relations = self.relations[keep][:, keep].tocsr()
+
+        def remap(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+            ids = ids[ids < len(table)].astype(np.int64)
+            return np.unique(table[ids][table[ids] >= 0])
+
+        self.pending_rows = remap(self.pending_rows, fragment_map)
+        # a dead node reaches no fragment any more: dropping it from the pending sets changes nothing
+        self.pending_old, self.pending_seeds = remap(self.pending_old, node_map), remap(self.pending_seeds, node_map)
+
+    # -- reading W and F -----------------------------------------------------------------------------------------
+    @property
+    def symmetric(self) -> sp.csr_matrix:
+        """W for Eq. 9: the stored relations with an entry kept when either of its two fragments keeps it.
+
+        Eq. 8 is symmetric, but each row keeps only its top k, so w_ij and w_ji can differ; Eq. 9 reads a fragment's
+        row for its neighbours and a lender's row for what it lends, and both must be the same number. Made once
+        per change of the stored matrix (about 5 ms for diffusers), when a request first needs it."""
+        w = self.relations
+        cached = self._symmetric
+        if cached is None or cached[0] is not w or cached[1] != w.nnz or cached[2] != w.shape:
+            cached = (w, w.nnz, w.shape, w.maximum(w.T.tocsr()).tocsr())
+            self._symmetric = cached
+        return cached[3]
+
+    def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray:
+        """Per fragment: the strongest max-product path from a node on lines [start, end) of `path` to one of its
+        nodes (0 where none is within the cutoff).
+
+        The query side's relation (beyond the paper). Not Eq. 8's length-weighted average: one call from the
+        code being written to a definition is the signal, and averaging it over every node pair of two windows
+        drowns it (measured: the average raised definitions far less than the strongest link; see README).
+        """
+        index = self.index
+        out = np.zeros(len(index.fragments), dtype=np.float32)
+        entry = index.files.get(path)
+        if entry is None or start_line >= end_line:
+            return out
+        parsed = entry.parsed
+        start, end = max(0, start_line), min(end_line, parsed.n_lines)
+        keep = parsed.line_len[start:end] > 0
+        if not keep.any():
+            return out
+        sources = np.unique(entry.node_ids[parsed.line_owner[start:end][keep]])
+        rel = index.config.relations
+        strengths = max_product_strengths(index.graph.cost_matrix(), sources, rel.cutoff, rel.max_reach)
+        best = strengths.max(axis=0).tocoo()  # per node: its strongest link to the region
+        if best.nnz == 0:
+            return out
+        touched = (self.node_fragments[best.col] > 0).astype(np.float32)  # reached nodes x fragments
+        q = (sp.diags(best.data.astype(np.float32)) @ touched).max(axis=0).toarray().ravel()
+        out[: len(q)] = q
+        return out
+
+    def edge_types(self, i: int, j: int) -> list[str]:
+        """Edge types along the strongest node path joining fragments i and j (for explanations)."""
+        a, b = self.fragment_nodes[i], self.fragment_nodes[j]
+        if a.nnz == 0 or b.nnz == 0:
+            return []
+        graph = self.index.graph
+        dist, pred = dijkstra(graph.cost_matrix(), indices=a.indices, return_predecessors=True,
+                              limit=-np.log(self.index.config.relations.cutoff))
+        score = (a.data[:, None] * b.data[None, :]) * np.exp(-dist[:, b.indices])
+        if not np.isfinite(dist[:, b.indices]).any() or score.max() <= 0:
+            return []
+        si, ti = np.unravel_index(np.argmax(score), score.shape)
+        path = [int(b.indices[ti])]
+        while path[-1] != a.indices[si]:
+            path.append(int(pred[si, path[-1]]))
+        types = [graph.edge_type(u, v) for u, v in zip(path, path[1:])]
+        return [t for t in types if t is not None] or ["same node"]
