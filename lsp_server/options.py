@@ -37,12 +37,14 @@ class BackendOptions:
     endpoints: tuple[str, ...] | None = None
     model: str | None = None
     max_new_tokens: int | None = None
+    max_time_s: float | None = None  # generation time after which the text so far is the answer; 0: the model's
     timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
 class RetrievalOptions:
-    """-> [retrieval]: FragRel alpha (0 turns FragRel off) and RepoCoder iterations (1 = vanilla)."""
+    """-> [retrieval]: FragRel alpha (0 turns FragRel off) and RepoCoder iterations (1 = vanilla, 0 = the
+    model's)."""
 
     alpha: float | None = None
     iterations: int | None = None
@@ -80,9 +82,10 @@ _CHECKS: dict[str, typing.Callable[[Any], bool]] = {
     "backend.name": lambda v: v in BACKEND_NAMES,
     "backend.endpoints": lambda v: len(v) > 0 and all(e.startswith(("http://", "https://")) for e in v),
     "backend.max_new_tokens": lambda v: v > 0,
+    "backend.max_time_s": lambda v: v >= 0,  # 0: the model's
     "backend.timeout_s": lambda v: v > 0,
     "retrieval.alpha": lambda v: v >= 0,
-    "retrieval.iterations": lambda v: v >= 1,
+    "retrieval.iterations": lambda v: v >= 0,  # 0: the model's
     "prompt.max_tokens": lambda v: v >= 0,  # 0: the model's budget
     "prompt.fim": lambda v: v in FIM_FORMATS,
     "server.request_timeout_ms": lambda v: v > 0,

@@ -103,20 +103,22 @@ class RetrievalConfig:
     alpha: float = 0.0  # FragRel Eq. 10 (the paper's value is 0.5); 0 turns FragRel off
     query_relations: float = 0.0  # weight of cursor-region-to-candidate path strength (beyond the paper); 0 = off
     top_k: int = 10
-    iterations: int = 2  # RepoCoder rounds; 1 = vanilla retrieve-then-generate
+    # RepoCoder rounds (1 = vanilla retrieve-then-generate); 0 = the model's: 2, or 1 for the in-process local
+    # model on CPU (repocomp.model_defaults)
+    iterations: int = 0
 
     def validate(self) -> None:
         _check(self.similarity in SIMILARITIES, f"similarity must be one of {', '.join(SIMILARITIES)}")
         _check(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
         _check(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")
         _check(0 < self.top_k <= 10_000, "top_k must be in 1..10000")
-        _check(1 <= self.iterations <= 100, "iterations must be in 1..100")
+        _check(0 <= self.iterations <= 100, "iterations must be in 0..100 (0 = the model's)")
 
 
 @dataclass(frozen=True)
 class PromptConfig:
-    # budget for retrieved blocks + in-file context; 0 = the model's (see repocomp.budget: Code Llama's 4K window
-    # minus max_new_tokens as in the FragRel paper; 2048 for the in-process local model on CPU)
+    # budget for retrieved blocks + in-file context; 0 = the model's (see repocomp.model_defaults: Code Llama's 4K
+    # window minus max_new_tokens as in the FragRel paper; 1024 for the in-process local model on CPU)
     max_tokens: int = 0
     context_tokens: int = 0  # share of the budget kept for the in-file context; 0 = half of max_tokens
     max_blocks: int = 10
@@ -176,6 +178,9 @@ class BackendConfig:
     connect_timeout_s: float = 3.0
     retries: int = 2
     max_new_tokens: int = 128
+    # generation time of one round, after which the text so far is the answer; 0 = the model's: no limit, or 2.5 s
+    # for the in-process local model on CPU (repocomp.model_defaults)
+    max_time_s: float = 0.0
     temperature: float = 0.0
     fallback: str = "extractive"  # backend used when the configured one fails; "" = none
     device: str = "cpu"  # transformers backend
@@ -189,6 +194,7 @@ class BackendConfig:
         _check(0 < self.connect_timeout_s <= _DAY_S, "connect_timeout_s must be in (0, 86400] seconds")
         _check(0 <= self.retries <= 100, "retries must be in 0..100")
         _check(0 < self.max_new_tokens <= 100_000, "max_new_tokens must be in 1..100000")
+        _check(0.0 <= self.max_time_s <= _DAY_S, "max_time_s must be in [0, 86400] seconds (0 = the model's)")
         _check(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]")
         _check(len(self.endpoints) > 0, "endpoints must not be empty")
         if not self.fallback:  # with a fallback, the vllm backend skips a malformed endpoint with a warning

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
-from repocomp.budget import resolve_prompt
+from repocomp.model_defaults import resolve_for_model
 from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter, build_prompt, make_token_counter
 from repocomp.retrieval import Hit, Retriever
 
@@ -169,10 +169,10 @@ class Completer:
         self.sync_buffers = sync_buffers
         self.config = resolve(config)  # "auto" made concrete; the prompt budget counted with the model's tokenizer
         self.backend = backend
-        self.retriever = Retriever(index, config) if index is not None else None
+        # the budget, rounds and time limit of the model that reads the prompt (none or extractive: the reference's)
+        self.config = resolve_for_model(self.config, getattr(backend, "name", None))
+        self.retriever = Retriever(index, self.config) if index is not None else None
         self._count: TokenCounter | None = None
-        # the budget of the model that reads the prompt (none or extractive: the reference, Code Llama 4K)
-        self.prompt_config = resolve_prompt(self.config.prompt, getattr(backend, "name", None), self.config.backend)
         self._finder: "DefinitionFinder | None" = None
         self._line_cache: dict[str, tuple[object, list[str]]] = {}
         self._rendered: dict[object, tuple[object, Any]] = {}  # definition -> (its file's parse, rendering)
@@ -336,7 +336,7 @@ class Completer:
             t = time.perf_counter()
             sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
             dc = self.config.definitions
-            round_prompt = build_prompt(sources, prefix, suffix, self.prompt_config, self.count_tokens,
+            round_prompt = build_prompt(sources, prefix, suffix, self.config.prompt, self.count_tokens,
                                         definitions=def_sources, definitions_share=dc.share,
                                         max_definitions=dc.max_definitions, definitions_first=dc.position == "first",
                                         hole=(path, line))
@@ -462,7 +462,7 @@ class Completer:
                                     candidates=tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
                                     temperature=bc.temperature,
                                     finished=lambda t: is_finished(_drop_space(t, space), kind, prefix),
-                                    deadline=deadline)
+                                    deadline=deadline, max_time_s=bc.max_time_s or None)
         async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
             gen = await self.backend.agenerate(request)
         if gen.backend != "extractive":  # the extractive backend works on `prefix` itself

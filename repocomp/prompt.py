@@ -421,7 +421,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
                  definitions_share: float = 0.0, max_definitions: int = 8, definitions_first: bool = True,
                  hole: tuple[str, int] | None = None) -> Prompt:
     """Lay `sources` (best-first), `definitions` (best-first) and the in-file context into one prompt within
-    `config.max_tokens` (0 = the reference budget, see repocomp.budget).
+    `config.max_tokens` (0 = the reference budget, see repocomp.model_defaults).
 
     The blocks get what the in-file context leaves of the budget; definitions at most `definitions_share` of that,
     similar code the rest (first up to its own share, then whatever the definitions left). `hole` = (path, cursor
@@ -429,7 +429,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     With FIM the suffix shares the in-file budget (at most a quarter of it, whole lines from the cursor on).
     """
     if config.max_tokens == 0 or config.context_tokens == 0:
-        from repocomp.budget import resolve_prompt
+        from repocomp.model_defaults import resolve_prompt
         from repocomp.config import BackendConfig
 
         config = resolve_prompt(config, None, BackendConfig())

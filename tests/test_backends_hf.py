@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,18 @@ async def test_stop_sequence(hf_backend: TransformersBackend) -> None:
     k = next(i for i in range(3, len(full) - 2) if full[i:i + 2].strip() and full.find(full[i:i + 2]) == i)
     stopped = (await hf_backend.agenerate(req(24, stop=(full[k:k + 2],)))).text
     assert stopped == full[:k]
+
+
+async def test_generation_stops_at_its_time_limit_with_the_text_so_far(hf_backend: TransformersBackend) -> None:
+    await hf_backend._ensure_loaded()
+    limited = dataclasses.replace(req(1500), max_time_s=0.4)
+    t0 = time.monotonic()
+    text, n = hf_backend._generate(limited, threading.Event())
+    took = time.monotonic() - t0
+    # far fewer than 1500 tokens, and exactly what an unlimited generation of n tokens gives (a prefix, not noise)
+    assert 0 < n < 1500 and took < 5.0
+    assert hf_backend._generate(req(n), threading.Event())[0] == text
+    assert (await hf_backend.agenerate(limited)).text  # the answer is the text so far, not an error
 
 
 async def test_cancel_stops_the_worker(hf_backend: TransformersBackend) -> None:

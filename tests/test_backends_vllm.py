@@ -6,6 +6,7 @@ The tiny model's weights are random: assertions are on structure (token counts, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -327,6 +328,19 @@ async def test_cancellation_aborts_request_on_server(vllm_server, via: str) -> N
             before, "vllm:request_success_total", finished_reason=reason)
     # And its log says so (the fixture starts it with --enable-log-requests).
     await vllm_server.wait_for_log("Aborted request", aborted_before, 30, "'Aborted request' in the vLLM log")
+    await b.aclose()
+
+
+@pytest.mark.vllm
+async def test_generation_stops_at_its_time_limit_with_the_text_so_far(vllm_server) -> None:
+    b = VLLMBackend([vllm_server], model=vllm_server.model, timeout_s=120)
+    await b.agenerate(req(4))  # warm: the first request of a CPU engine is slower
+    t0 = time.monotonic()
+    limited = (await b.agenerate(dataclasses.replace(req(LONG), max_time_s=1.0))).text
+    took = time.monotonic() - t0
+    assert limited and took < 10.0  # not the tens of seconds of LONG tokens (loose: 2 cores shared with vLLM)
+    full = (await b.agenerate(req(64))).text
+    assert full.startswith(limited) or limited.startswith(full)  # greedy: the text so far, cut at a piece
     await b.aclose()
 
 

@@ -3,7 +3,6 @@ shown-runs contract and no leak from the cursor on."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -319,18 +318,6 @@ def test_no_definitions_and_plain_repocoder(index: Index) -> None:
     assert any(b.kind == "definition" for b in on.context)
     assert not any(b.kind == "definition" for b in off.context + plain.context)
     assert "# Here are definitions" in on.prompt and "# Here are definitions" not in off.prompt
-
-
-def test_budget_follows_the_model() -> None:
-    from repocomp.budget import resolve_prompt
-    from repocomp.config import BackendConfig
-
-    ref = resolve_prompt(PromptConfig(), None, BackendConfig())
-    assert (ref.max_tokens, ref.context_tokens) == (4096 - 128, (4096 - 128) // 2)
-    assert resolve_prompt(PromptConfig(), "vllm", BackendConfig(max_new_tokens=64)).max_tokens == 4096 - 64
-    assert resolve_prompt(PromptConfig(), "transformers", BackendConfig(device="cpu")).max_tokens == 2048
-    assert resolve_prompt(PromptConfig(max_tokens=1000), "transformers", BackendConfig()).max_tokens == 1000
-    assert estimate_tokens("a") == 1 and dataclasses.is_dataclass(ref)
 
 
 async def test_a_buffer_synced_while_a_completion_awaits_the_model_leaves_it_consistent(index: Index) -> None:

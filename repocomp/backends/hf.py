@@ -137,6 +137,7 @@ class TransformersBackend:
                 max_new_tokens=request.max_new_tokens,
                 stopping_criteria=StoppingCriteriaList([_Stop()]),
                 pad_token_id=pad,
+                max_time=request.max_time_s,  # from the start of generate: the prefill counts
                 **kwargs,
             )
         new = out[0, n_in:]

@@ -164,12 +164,18 @@ class VLLMBackend:
             text = await self._complete_once(request)
             return Generation(text=text, backend=self.name)
         text = ""
-        # aclosing: a cancelled or failed collection closes the stream (and so the HTTP response) right here.
-        async with contextlib.aclosing(self.astream(request)) as stream:
-            async for piece in stream:
-                text += piece
-                if request.finished is not None and request.finished(text):
-                    break  # the rest cannot change the completion: closing the stream aborts it on the server
+        limit = asyncio.timeout(request.max_time_s)  # past it, the text so far is the answer
+        try:
+            async with limit:
+                # aclosing: a cancelled or failed collection closes the stream (and so the HTTP response) here.
+                async with contextlib.aclosing(self.astream(request)) as stream:
+                    async for piece in stream:
+                        text += piece
+                        if request.finished is not None and request.finished(text):
+                            break  # the rest cannot change the completion: closing the stream aborts it
+        except TimeoutError:
+            if not limit.expired():
+                raise
         return Generation(text=text, backend=self.name)
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:

@@ -32,11 +32,13 @@ class CompleteBenchResult:
     positions: int
     iterations: int
     prompt_budget: int
+    max_time_s: float  # generation time limit of a round (0: none)
     request_ms: dict[str, float] = field(default_factory=dict)  # p50/p95/mean/max over requests
     generate_ms: dict[str, float] = field(default_factory=dict)  # per round
     prompt_tokens: dict[str, float] = field(default_factory=dict)
     first_request_ms: float = 0.0  # model load (aload) and one warm-up request
     failures: int = 0  # requests answered by the fallback (backend errors)
+    at_time_limit: int = 0  # generations stopped by max_time_s (their text so far was the answer)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=BACKEND_NAMES, help="override [backend] name (default: config, auto)")
     p.add_argument("--endpoint", help="vLLM base URL (with --backend vllm)")
-    p.add_argument("--iterations", type=int, help="RepoCoder rounds (default: config, 2)")
+    p.add_argument("--iterations", type=int, help="RepoCoder rounds (default: the model's, see repocomp.model_defaults)")
     p.add_argument("--config", type=Path, metavar="FILE")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.set_defaults(run=_run)
@@ -77,33 +79,34 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
     from repocomp.index import Index
     from repocomp.local_model import resolve
 
-    from repocomp.budget import resolve_prompt
+    from repocomp.model_defaults import resolve_for_model
 
     config = resolve(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
     results, first = asyncio.run(_bench(index, config, pos))
-    rounds = config.retrieval.iterations
+    used = resolve_for_model(config, config.backend.name)  # what the completer made of the model's defaults
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
-        iterations=rounds,
-        prompt_budget=resolve_prompt(config.prompt, config.backend.name, config.backend).max_tokens,  # 0 = model's
+        iterations=used.retrieval.iterations, prompt_budget=used.prompt.max_tokens, max_time_s=used.backend.max_time_s,
         request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
         prompt_tokens=_stats([r.prompt_tokens for r in results]), first_request_ms=round(first, 1),
-        failures=sum(1 for r in results if r.backend != config.backend.name))
+        failures=sum(1 for r in results if r.backend != config.backend.name),
+        at_time_limit=sum(1 for g in gen if used.backend.max_time_s and g >= used.backend.max_time_s * 1e3))
 
 
 def format_table(res: CompleteBenchResult) -> str:
     lines = [f"repocomp bench complete: {res.repo}",
              f"backend {res.backend} ({res.model or 'server default'}); {res.positions} positions; "
-             f"{res.iterations} RepoCoder round(s); prompt budget {res.prompt_budget} tokens",
+             f"{res.iterations} RepoCoder round(s); prompt budget {res.prompt_budget} tokens; "
+             f"generation limit {f'{res.max_time_s:g} s' if res.max_time_s else 'none'}",
              "", f"{'':<28}{'p50':>10}{'p95':>10}{'mean':>10}{'max':>10}"]
     for name, s in (("request (ms)", res.request_ms), ("generation per round (ms)", res.generate_ms),
                     ("prompt tokens", res.prompt_tokens)):
         lines.append(f"{name:<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}{s['max']:>10.1f}")
     lines.append(f"\nmodel load + first request: {res.first_request_ms:.0f} ms; "
-                 f"fallback answers: {res.failures}")
+                 f"fallback answers: {res.failures}; generations stopped at the time limit: {res.at_time_limit}")
     return "\n".join(lines)
 
 

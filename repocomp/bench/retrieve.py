@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", type=int, default=3, help="passes over the positions (default 3)")
     p.add_argument("--positions", type=int, default=300, help="cursor positions (default 300)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--iterations", type=int, help="RepoCoder rounds (default: config, 2)")
+    p.add_argument("--iterations", type=int, help="RepoCoder rounds (default: 2, as without a model)")
     p.add_argument("--similarity", choices=SIMILARITIES, help="override [retrieval] similarity")
     p.add_argument("--alpha", type=float, help="override FragRel alpha (0 = off)")
     p.add_argument("--query-relations", type=float, metavar="W", help="override query-side relation weight")
@@ -105,11 +105,12 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
 def run_retrieve_bench(root: Path, config: Any, positions: int = 300, runs: int = 3, seed: int = 0,
                        progress: Any = None) -> RetrieveBenchResult:
     from repocomp.index import Index
+    from repocomp.model_defaults import resolve_for_model
 
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
     records, first = asyncio.run(_bench(index, config, pos, runs))
-    rc = config.retrieval
+    rc = resolve_for_model(config, None).retrieval  # no model: the reference's rounds
     out = RetrieveBenchResult(repo=str(root), fragments=int(index.term_index.nonempty().sum()), files=len(index.files),
                               positions=len(pos), runs=runs, iterations=rc.iterations, similarity=rc.similarity,
                               alpha=rc.alpha, query_relations=rc.query_relations, first_request_ms=round(first, 3),

@@ -1,0 +1,60 @@
+"""Settings that follow the model that reads the prompt: a 0 in the config means "the model's".
+
+- `[prompt] max_tokens = 0`. Any served model (vLLM: Code Llama by default): the FragRel paper's setting, Code
+  Llama's 4,096-token context minus `max_new_tokens` (3,968 with the default 128). RepoCoder's reference prompt
+  builder gives retrieved code 2,000 of those tokens; here the in-file context keeps at most half and the blocks
+  get the rest. The in-process local model on CPU (`transformers` on `cpu`, Gemma 3 270M): 1,024 tokens, because
+  its prefill costs about 1.2 s per 1k tokens on 2 cores and an editor waits for it (its own window would allow
+  far more). No model (retrieval only, `--backend none`) or the extractive backend: the reference setting, as a
+  served model would see it, so retrieval-only evaluations measure the default a user with Code Llama gets.
+- `[retrieval] iterations = 0`: RepoCoder's 2 rounds; 1 for the in-process local model on CPU, where each round
+  pays the prefill again and the second round moved EM by -0.50 (line) and -1.75 (API) points, both inside the
+  noise, on 400 + 400 tasks (README, Evaluation).
+- `[backend] max_time_s = 0`: no limit; 2.5 s for the in-process local model on CPU: generation stops there and
+  the text so far is the answer (ghost text in time rather than a complete line too late; p95 target 3 s).
+
+An explicit value always wins; `context_tokens = 0` means half of the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from repocomp.config import BackendConfig, Config, PromptConfig
+
+__all__ = ["CODE_LLAMA_CONTEXT", "LOCAL_CPU_BUDGET", "model_budget", "resolve_for_model", "resolve_prompt"]
+
+CODE_LLAMA_CONTEXT = 4096
+LOCAL_CPU_BUDGET = 1024
+REPOCODER_ROUNDS = 2
+LOCAL_CPU_ROUNDS = 1
+LOCAL_CPU_MAX_TIME_S = 2.5
+
+
+def _local_cpu(backend_name: str | None, backend: BackendConfig) -> bool:
+    return backend_name == "transformers" and backend.device == "cpu"
+
+
+def model_budget(backend_name: str | None, backend: BackendConfig) -> int:
+    """Default prompt budget for the backend that will read the prompt (`None`: none will)."""
+    if _local_cpu(backend_name, backend):
+        return LOCAL_CPU_BUDGET
+    return max(256, CODE_LLAMA_CONTEXT - backend.max_new_tokens)
+
+
+def resolve_prompt(prompt: PromptConfig, backend_name: str | None, backend: BackendConfig) -> PromptConfig:
+    """`prompt` with `max_tokens`/`context_tokens` of 0 made concrete."""
+    max_tokens = prompt.max_tokens or model_budget(backend_name, backend)
+    context = min(prompt.context_tokens or max_tokens // 2, max_tokens)
+    return dataclasses.replace(prompt, max_tokens=max_tokens, context_tokens=context)
+
+
+def resolve_for_model(config: Config, backend_name: str | None) -> Config:
+    """`config` with every "the model's" 0 made concrete for the backend `backend_name` (`None`: no model)."""
+    local_cpu = _local_cpu(backend_name, config.backend)
+    rounds = config.retrieval.iterations or (LOCAL_CPU_ROUNDS if local_cpu else REPOCODER_ROUNDS)
+    max_time = config.backend.max_time_s or (LOCAL_CPU_MAX_TIME_S if local_cpu else 0.0)
+    return dataclasses.replace(
+        config, prompt=resolve_prompt(config.prompt, backend_name, config.backend),
+        retrieval=dataclasses.replace(config.retrieval, iterations=rounds),
+        backend=dataclasses.replace(config.backend, max_time_s=max_time))

@@ -1,0 +1,50 @@
+"""Settings that follow the model (repocomp.model_defaults): a 0 in the config becomes the reading model's value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from repocomp.backends.hf import TransformersBackend
+from repocomp.config import BackendConfig, Config, PromptConfig
+from repocomp.index import Index
+from repocomp.model_defaults import resolve_for_model, resolve_prompt
+from repocomp.pipeline import Completer
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "content_repo"
+
+
+def test_budget_follows_the_model() -> None:
+    ref = resolve_prompt(PromptConfig(), None, BackendConfig())
+    assert (ref.max_tokens, ref.context_tokens) == (4096 - 128, (4096 - 128) // 2)
+    assert resolve_prompt(PromptConfig(), "vllm", BackendConfig(max_new_tokens=64)).max_tokens == 4096 - 64
+    assert resolve_prompt(PromptConfig(), "transformers", BackendConfig(device="cpu")).max_tokens == 1024
+    assert resolve_prompt(PromptConfig(), "transformers", BackendConfig(device="cuda")).max_tokens == 4096 - 128
+    assert resolve_prompt(PromptConfig(max_tokens=1000), "transformers", BackendConfig()).max_tokens == 1000
+
+
+def test_rounds_and_time_limit_follow_the_model_and_an_explicit_value_wins() -> None:
+    def used(config: Config, backend: str | None) -> tuple[int, float]:
+        c = resolve_for_model(config, backend)
+        return c.retrieval.iterations, c.backend.max_time_s
+
+    assert used(Config(), None) == (2, 0.0)  # no model (retrieval only): RepoCoder's reference
+    assert used(Config(), "vllm") == (2, 0.0)
+    assert used(Config().replace("backend", device="cuda"), "transformers") == (2, 0.0)
+    assert used(Config(), "transformers") == (1, 2.5)  # the local model on CPU: one round, ghost text in time
+    explicit = Config().replace("retrieval", iterations=3).replace("backend", max_time_s=9.0)
+    assert used(explicit, "transformers") == (3, 9.0) and used(explicit, "vllm") == (3, 9.0)
+
+
+def test_a_completer_on_the_cpu_model_runs_one_round_unless_told(tiny_model_dir: Path, tmp_path: Path) -> None:
+    config = Config().replace("index", dir=str(tmp_path / "idx")).replace("backend", max_new_tokens=4)
+    index = Index.build(FIXTURE, config)
+    path = "ledger/refunds.py"
+    text = (FIXTURE / path).read_text()
+
+    def rounds(cfg: Config) -> int:
+        completer = Completer(index, cfg, TransformersBackend(model=str(tiny_model_dir), device="cpu"))
+        result = completer.complete(path, text, 13, len("    total_cents = "))
+        return sum(1 for k in result.timings_ms if k.startswith("generate_"))
+
+    assert rounds(config) == 1
+    assert rounds(config.replace("retrieval", iterations=2)) == 2
