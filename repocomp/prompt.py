@@ -236,18 +236,24 @@ class _Shown:
         if start < end:
             self.spans.setdefault(path, []).append((start, end))
 
-    def covered(self, path: str, line: int, skip: Sequence[tuple[int, int]] = ()) -> bool:
-        return any(s <= line < e for s, e in self.spans.get(path, ()) if (s, e) not in skip)
+    def covered(self, path: str, line: int) -> bool:
+        return self.overlaps(path, line, line + 1)
+
+    def overlaps(self, path: str, start: int, end: int, skip: Sequence[tuple[int, int]] = ()) -> bool:
+        """Whether a shown span (other than those in `skip`) has a line in [start, end)."""
+        return any(s < end and start < e for s, e in self.spans.get(path, ()) if (s, e) not in skip)
 
     def uncovered(self, path: str, start: int, end: int) -> list[tuple[int, int]]:
+        """The maximal runs of [start, end) no shown span covers, in order (interval arithmetic: this runs for
+        every candidate block of every request)."""
         runs: list[tuple[int, int]] = []
-        for n in range(start, end):
-            if self.covered(path, n):
-                continue
-            if runs and runs[-1][1] == n:
-                runs[-1] = (runs[-1][0], n + 1)
-            else:
-                runs.append((n, n + 1))
+        at = start
+        for s, e in sorted(span for span in self.spans.get(path, ()) if span[0] < end and start < span[1]):
+            if s > at:
+                runs.append((at, s))
+            at = max(at, e)
+        if at < end:
+            runs.append((at, end))
         return runs
 
     def remove(self, path: str, span: tuple[int, int]) -> None:
@@ -318,7 +324,7 @@ class _Packer:
             start = min([src.start_line, *(sp.start for sp in near)])
             end = max([src.end_line, *(sp.end for sp in near)])
             own = [(sp.start, sp.end) for sp in near]
-            if any(self.shown.covered(path, n, own) for n in range(start, end)):
+            if self.shown.overlaps(path, start, end, own):
                 return  # joining would repeat a definition's or the in-file context's lines
             for sp in near:
                 lines.update(sp.lines)

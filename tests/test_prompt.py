@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from repocomp.config import PromptConfig
 from repocomp.errors import RepocompError
-from repocomp.prompt import BlockSource, build_prompt, estimate_tokens, format_fim, make_token_counter
+from repocomp.prompt import BlockSource, _Shown, build_prompt, estimate_tokens, format_fim, make_token_counter
 
 BEST = BlockSource(7, ("pkg/util.py",), 10, 12, "def add(a, b):\n    return a + b")
 SECOND = BlockSource(3, ("pkg/other.py", "pkg/copy.py"), 0, 1, "x = add(1, 2)")
@@ -96,3 +98,19 @@ def test_model_tokenizer_counts(tmp_path: Path) -> None:
     assert count("a = b c d") == 5  # unknown words are still one token each
     with pytest.raises(RepocompError):
         make_token_counter(PromptConfig(tokenizer=str(tmp_path / "missing")))
+
+
+@given(spans=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12)), max_size=8),
+       start=st.integers(0, 40), length=st.integers(0, 30))
+def test_uncovered_runs_are_the_lines_no_shown_span_covers(spans: list[tuple[int, int]], start: int,
+                                                          length: int) -> None:
+    shown = _Shown()
+    for s, n in spans:
+        shown.add("a.py", s, s + n)
+    shown.add("b.py", 0, 100)  # another file's spans change nothing
+    end = start + length
+    free = {n for n in range(start, end) if not any(s <= n < s + k for s, k in spans)}
+    runs = shown.uncovered("a.py", start, end)
+    assert {n for s, e in runs for n in range(s, e)} == free
+    assert all(s < e for s, e in runs) and all(a[1] < b[0] for a, b in zip(runs, runs[1:]))  # maximal, in order
+    assert shown.overlaps("a.py", start, end) == (len(free) < length)
