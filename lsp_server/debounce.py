@@ -3,8 +3,10 @@
 Editors ask for ghost text whenever the cursor stops (Neovim after 200 ms, VS Code at once); while someone types,
 most of these requests are superseded by the next keystroke, and each generation started for one of them costs a
 model's time for nothing (seconds of a CPU's time with the local model). As Tabby does, the wait adapts to the
-typing rate: it is a multiple of the recent time between keystrokes (seen as `didChange` text), capped, and zero
-when the user is not typing (a request after a pause, or after a cursor move, starts at once).
+typing rate: the editor must have been quiet for a multiple of the recent time between keystrokes (seen as
+`didChange` text), capped, counted from the last keystroke, not from the request: an editor that debounces
+itself (Neovim waits 200 ms) has already waited part or all of it. No wait when the user is not typing (a request
+after a pause, or after a cursor move, starts at once).
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ class TypingRate:
             changes.popleft()
 
     def wait_s(self, key: str, now: float | None = None) -> float:
-        """FACTOR x the recent keystroke interval (capped), or 0 when fewer than MIN_KEYS keys were typed lately."""
+        """What is left of a quiet time of FACTOR x the recent keystroke interval (capped) since the last keystroke;
+        0 when fewer than MIN_KEYS keys were typed lately."""
         now = time.monotonic() if now is None else now
-        keys = sum(n for t, n in self._changes.get(key, ()) if t >= now - WINDOW_S)
+        changes = self._changes.get(key, ())
+        keys = sum(n for t, n in changes if t >= now - WINDOW_S)
         if keys < MIN_KEYS:
             return 0.0
-        return min(MAX_WAIT_S, FACTOR * WINDOW_S / keys)
+        quiet_s = now - changes[-1][0]
+        return max(0.0, min(MAX_WAIT_S, FACTOR * WINDOW_S / keys) - quiet_s)
 
     def forget(self, key: str) -> None:
         self._changes.pop(key, None)

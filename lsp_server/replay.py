@@ -71,7 +71,9 @@ def typing_plan(text: str, keys: int, cps: float, rng: random.Random, pause_ever
 
 
 def run_replay(keys: int = 200, cps: float = 8.0, latency_s: float = 1.5, seed: int = 0,
-               file: str = DEFAULT_FILE) -> ReplayResult:
+               file: str = DEFAULT_FILE, server_path: Path | None = None) -> ReplayResult:
+    """`server_path`: run the language server from that source tree (a worktree of another commit) instead, so
+    that servers are compared with the same replay."""
     with tempfile.TemporaryDirectory(prefix="repocomp-bench-typing-") as tmp:
         repo = Path(tmp) / "repo"
         shutil.copytree(FIXTURE, repo, ignore=shutil.ignore_patterns(".repocomp"))
@@ -88,7 +90,9 @@ def run_replay(keys: int = 200, cps: float = 8.0, latency_s: float = 1.5, seed: 
                 f'[backend]\nname = "vllm"\nendpoints = ["{url}"]\nmodel = "slow"\nfallback = ""\n'
                 "[retrieval]\niterations = 1\n")
             run = run_plan(repo, path, line, 0, [{"ready": 120_000}, {"insert": True}, *steps, {"sleep": 500}],
-                           Path(tmp) / "nvim", options={"autoindent": False, "smartindent": False, "indentexpr": ""}, limit_s=600)
+                           Path(tmp) / "nvim", env={"PYTHONPATH": str(server_path)} if server_path else None,
+                           options={"autoindent": False, "smartindent": False, "indentexpr": ""},
+                           limit_s=600)
         finally:
             slow.stop()
     if run.result.get("error"):
@@ -128,11 +132,17 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--latency", type=float, default=1.5, help="seconds per generation (default 1.5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, metavar="F", help="also write the figures as JSON")
+    p.add_argument("--server-path", type=Path, metavar="DIR",
+                   help="run the server from this source tree (e.g. a git worktree of an earlier commit)")
     p.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from lsp_server.bench import report
 
-    result = run_replay(keys=args.keys, cps=args.cps, latency_s=args.latency, seed=args.seed)
+    server_path = args.server_path.resolve() if args.server_path else None
+    if server_path is not None and not (server_path / "lsp_server").is_dir():
+        raise SystemExit(f"{args.server_path}: no lsp_server package there")
+    result = run_replay(keys=args.keys, cps=args.cps, latency_s=args.latency, seed=args.seed,
+                        server_path=server_path)
     return report(result, format_table(result), args.json)
