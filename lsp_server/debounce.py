@@ -5,8 +5,10 @@ most of these requests are superseded by the next keystroke, and each generation
 model's time for nothing (seconds of a CPU's time with the local model). As Tabby does, the wait adapts to the
 typing rate: the editor must have been quiet for a multiple of the recent time between keystrokes (seen as
 `didChange` text), capped, counted from the last keystroke, not from the request: an editor that debounces
-itself (Neovim waits 200 ms) has already waited part or all of it. No wait when the user is not typing (a request
-after a pause, or after a cursor move, starts at once).
+itself (Neovim waits 200 ms) has already waited part or all of it. The wait is at most a share of what a wasted
+generation costs, and none when a generation takes less than the time between keystrokes (it ends before the
+next key could supersede it). No wait when the user is not typing (a request after a pause, or after a cursor
+move, starts at once).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ WINDOW_S = 1.5  # keystrokes this recent tell the typing rate
 MIN_KEYS = 3  # fewer in the window: not typing, no wait
 FACTOR = 1.5  # wait this many typical keystroke intervals
 MAX_WAIT_S = 0.3
+COST_SHARE = 0.5  # the wait is at most this share of a typical generation's time
 
 
 class TypingRate:
@@ -33,16 +36,18 @@ class TypingRate:
         while changes and changes[0][0] < now - WINDOW_S:
             changes.popleft()
 
-    def wait_s(self, key: str, now: float | None = None) -> float:
-        """What is left of a quiet time of FACTOR x the recent keystroke interval (capped) since the last keystroke;
-        0 when fewer than MIN_KEYS keys were typed lately."""
+    def wait_s(self, key: str, generation_s: float, now: float | None = None) -> float:
+        """What is left, since the last keystroke, of a quiet time of FACTOR x the recent keystroke interval (capped
+        by MAX_WAIT_S and COST_SHARE x `generation_s`, a typical generation's time); 0 when fewer than MIN_KEYS
+        keys were typed lately or a generation is quicker than a keystroke interval."""
         now = time.monotonic() if now is None else now
         changes = self._changes.get(key, ())
         keys = sum(n for t, n in changes if t >= now - WINDOW_S)
-        if keys < MIN_KEYS:
+        interval_s = WINDOW_S / keys if keys else float("inf")
+        if keys < MIN_KEYS or generation_s <= interval_s:
             return 0.0
         quiet_s = now - changes[-1][0]
-        return max(0.0, min(MAX_WAIT_S, FACTOR * WINDOW_S / keys) - quiet_s)
+        return max(0.0, min(MAX_WAIT_S, FACTOR * interval_s, COST_SHARE * generation_s) - quiet_s)
 
     def forget(self, key: str) -> None:
         self._changes.pop(key, None)

@@ -23,8 +23,6 @@ from typing import Any
 
 from lsp_server.debounce import TypingRate
 
-COST_SHARE = 0.5  # the debounce wait is at most this share of a typical generation's time
-
 
 @dataclass(frozen=True)
 class Site:
@@ -99,8 +97,7 @@ class Generations:
         if gen is not None and not gen.task.done():
             gen.task.cancel()
             await asyncio.wait([gen.task])  # its backend stream is closed before ours opens
-        # never wait longer than a share of what a wasted generation costs: none for a fast backend
-        wait_s = min(self.rate.wait_s(key), COST_SHARE * self._typical_s)
+        wait_s = self.rate.wait_s(key, self._typical_s)
         if wait_s > 0:
             await asyncio.wait([superseded], timeout=wait_s)
         if superseded.done() or changed():

@@ -97,13 +97,15 @@ async def test_cancelling_the_only_request_cancels_its_generation() -> None:
 
 def test_the_wait_follows_the_typing_rate() -> None:
     rate = TypingRate()
-    assert rate.wait_s("doc", now=10.0) == 0.0  # not typing: no wait
+    assert rate.wait_s("doc", 1.0, now=10.0) == 0.0  # not typing: no wait
     for i in range(12):  # 8 keys a second
         rate.changed("doc", 1, now=10.0 + i * 0.125)
     # a quiet time of 1.5 keystroke intervals, counted from the last key (at 11.375)
-    assert rate.wait_s("doc", now=11.4) == pytest.approx(1.5 * 0.125 - 0.025, rel=0.01)
-    assert rate.wait_s("doc", now=11.6) == 0.0  # quiet for longer already (an editor's own debounce): at once
-    assert rate.wait_s("doc", now=20.0) == 0.0  # a pause: no wait
+    assert rate.wait_s("doc", 1.0, now=11.4) == pytest.approx(1.5 * 0.125 - 0.025, rel=0.01)
+    assert rate.wait_s("doc", 1.0, now=11.6) == 0.0  # quiet for longer already (an editor's own debounce): at once
+    assert rate.wait_s("doc", 0.2, now=11.375) == pytest.approx(0.5 * 0.2)  # at most half a wasted generation
+    assert rate.wait_s("doc", 0.1, now=11.375) == 0.0  # a generation quicker than a keystroke: it ends first
+    assert rate.wait_s("doc", 1.0, now=20.0) == 0.0  # a pause: no wait
     for i in range(3):  # 2 keys a second: the cap
         rate.changed("doc", 1, now=30.0 + i * 0.5)
-    assert rate.wait_s("doc", now=31.0) == MAX_WAIT_S
+    assert rate.wait_s("doc", 1.0, now=31.0) == MAX_WAIT_S
