@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,8 @@ class FolderIndex:
     version: int = 0  # bumped by every applied batch (lets tests and the bench see a save land)
     saved_version: int = 0  # the version last written to disk
     changed_at: float = 0.0  # time.monotonic() of the last applied batch
+    read_at: float = 0.0  # time.monotonic() when a request last finished reading the index
+    refreshed_at: float = 0.0  # time.monotonic() of the last slice of the background relation refresh
     _deferred: set[Path] = field(default_factory=set)  # changes seen while building; replayed from disk after
 
     @property
@@ -123,6 +126,7 @@ class FolderIndex:
         try:
             yield self.index if self.ready else None
         finally:
+            self.read_at = time.monotonic()
             self.lock.release_read()
 
 
