@@ -167,10 +167,10 @@ class Completer:
 
         self.index = index
         self.sync_buffers = sync_buffers
-        self.config = resolve(config)  # "auto" made concrete; the prompt budget counted with the model's tokenizer
+        # "auto" made concrete, the prompt budget counted with the model's tokenizer; the budget, rounds and time
+        # limit of the model that reads the prompt (none or extractive: the reference's)
+        self.config = resolve_for_model(resolve(config), getattr(backend, "name", None))
         self.backend = backend
-        # the budget, rounds and time limit of the model that reads the prompt (none or extractive: the reference's)
-        self.config = resolve_for_model(self.config, getattr(backend, "name", None))
         self.retriever = Retriever(index, self.config) if index is not None else None
         self._count: TokenCounter | None = None
         self._finder: "DefinitionFinder | None" = None

@@ -49,13 +49,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=BACKEND_NAMES, help="override [backend] name (default: config, auto)")
     p.add_argument("--endpoint", help="vLLM base URL (with --backend vllm)")
-    p.add_argument("--iterations", type=int, help="RepoCoder rounds (default: the model's, see repocomp.model_defaults)")
+    p.add_argument("--iterations", type=int,
+                   help="RepoCoder rounds (default: the model's, see repocomp.model_defaults)")
     p.add_argument("--config", type=Path, metavar="FILE")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.set_defaults(run=_run)
 
 
-async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]]) -> tuple[list, float]:
+async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]]) -> tuple[list, float, Any]:
+    """(results, model load + first request in ms, the configuration the completer used)."""
     from repocomp.backends import make_backend
     from repocomp.pipeline import Completer
 
@@ -71,7 +73,7 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]])
         results = [await completer.acomplete(path, texts[path], line, col) for path, line, col in positions]
     finally:
         await completer.aclose()
-    return results, first
+    return results, first, completer.config
 
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
@@ -79,17 +81,15 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
     from repocomp.index import Index
     from repocomp.local_model import resolve
 
-    from repocomp.model_defaults import resolve_for_model
-
     config = resolve(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    results, first = asyncio.run(_bench(index, config, pos))
-    used = resolve_for_model(config, config.backend.name)  # what the completer made of the model's defaults
+    results, first, used = asyncio.run(_bench(index, config, pos))  # used: the model's defaults made concrete
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
-        iterations=used.retrieval.iterations, prompt_budget=used.prompt.max_tokens, max_time_s=used.backend.max_time_s,
+        iterations=used.retrieval.iterations, prompt_budget=used.prompt.max_tokens,
+        max_time_s=used.backend.max_time_s,
         request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
         prompt_tokens=_stats([r.prompt_tokens for r in results]), first_request_ms=round(first, 1),
         failures=sum(1 for r in results if r.backend != config.backend.name),
