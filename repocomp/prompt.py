@@ -241,7 +241,7 @@ class _Shown:
 
     def overlaps(self, path: str, start: int, end: int, skip: Sequence[tuple[int, int]] = ()) -> bool:
         """Whether a shown span (other than those in `skip`) has a line in [start, end)."""
-        return any(s < end and start < e for s, e in self.spans.get(path, ()) if (s, e) not in skip)
+        return start < end and any(s < end and start < e for s, e in self.spans.get(path, ()) if (s, e) not in skip)
 
     def uncovered(self, path: str, start: int, end: int) -> list[tuple[int, int]]:
         """The maximal runs of [start, end) no shown span covers, in order (interval arithmetic: this runs for
