@@ -84,7 +84,12 @@ class TransformersBackend:
             # "auto" keeps the checkpoint's dtype: the local model is bf16, which CPUs with AVX-512 BF16 or AMX
             # run about 1.5x faster than float32 (measured: README, Local model).
             dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16}[self.dtype]
-            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=dtype)
+            options: dict[str, Any] = {}
+            if self.device == "cpu":  # skips the products the mask throws away (hf_attention.py; README, Latency)
+                from repocomp.backends.hf_attention import register
+
+                options["attn_implementation"] = register()
+            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=dtype, **options)
             model.to(self.device)
             model.eval()
         except (OSError, ValueError) as exc:
