@@ -8,7 +8,10 @@ typing rate: the editor must have been quiet for a multiple of the recent time b
 itself (Neovim waits 200 ms) has already waited part or all of it. The wait is at most a share of what a wasted
 generation costs, and none when a generation takes less than the time between keystrokes (it ends before the
 next key could supersede it). No wait when the user is not typing (a request after a pause, or after a cursor
-move, starts at once).
+move, starts at once), nor when the editor asked for fewer completions than half the keystrokes lately: it
+debounces its requests itself (Neovim asks after 200 ms without a keystroke), so a request already means a
+pause, and the server cannot see when the key was pressed (Neovim batches `didChange` for 150 ms and flushes it
+just before the request: the text looks fresh when it is not).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class TypingRate:
 
     def __init__(self) -> None:
         self._changes: dict[str, deque[tuple[float, int]]] = {}
+        self._requests: dict[str, deque[float]] = {}
 
     def changed(self, key: str, chars: int, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -36,18 +40,29 @@ class TypingRate:
         while changes and changes[0][0] < now - WINDOW_S:
             changes.popleft()
 
+    def requested(self, key: str, now: float | None = None) -> None:
+        """A completion request arrived for the document (served or not)."""
+        now = time.monotonic() if now is None else now
+        requests = self._requests.setdefault(key, deque())
+        requests.append(now)
+        while requests and requests[0] < now - WINDOW_S:
+            requests.popleft()
+
     def wait_s(self, key: str, generation_s: float, now: float | None = None) -> float:
         """What is left, since the last keystroke, of a quiet time of FACTOR x the recent keystroke interval (capped
         by MAX_WAIT_S and COST_SHARE x `generation_s`, a typical generation's time); 0 when fewer than MIN_KEYS
-        keys were typed lately or a generation is quicker than a keystroke interval."""
+        keys were typed lately, a generation is quicker than a keystroke interval, or the editor debounces its
+        requests itself (fewer than one for every two keys lately)."""
         now = time.monotonic() if now is None else now
         changes = self._changes.get(key, ())
         keys = sum(n for t, n in changes if t >= now - WINDOW_S)
+        requests = sum(1 for t in self._requests.get(key, ()) if t >= now - WINDOW_S)
         interval_s = WINDOW_S / keys if keys else float("inf")
-        if keys < MIN_KEYS or generation_s <= interval_s:
+        if keys < MIN_KEYS or generation_s <= interval_s or 2 * requests < keys:
             return 0.0
         quiet_s = now - changes[-1][0]
         return max(0.0, min(MAX_WAIT_S, FACTOR * interval_s, COST_SHARE * generation_s) - quiet_s)
 
     def forget(self, key: str) -> None:
         self._changes.pop(key, None)
+        self._requests.pop(key, None)

@@ -42,6 +42,7 @@ class ReplayResult:
     ghost_p90_ms: float
     ghost_max_ms: float
     ghost_missed: int
+    ghost_ms: list[float | None]  # per pause, in typing order: last keystroke to the right ghost text (None: missed)
 
     def per_100_keys(self, n: int) -> float:
         return 100 * n / self.keys
@@ -107,7 +108,8 @@ def run_replay(keys: int = 200, cps: float = 8.0, latency_s: float = 1.5, seed: 
                         generations=slow.counts.started, abandoned=slow.counts.abandoned,
                         finished=slow.counts.finished, ghost_p50_ms=statistics.median(waits) if waits else float("nan"),
                         ghost_p90_ms=pct(0.9), ghost_max_ms=waits[-1] if waits else float("nan"),
-                        ghost_missed=sum(1 for r in records if not r["ghost"]))
+                        ghost_missed=sum(1 for r in records if not r["ghost"]),
+                        ghost_ms=[round(r["latency_ms"]) if r["ghost"] else None for r in records])
 
 
 def format_table(r: ReplayResult) -> str:

@@ -75,8 +75,9 @@ async def test_a_draft_that_no_longer_matches_or_a_moved_cursor_starts_over() ->
 async def test_a_request_superseded_while_the_user_types_starts_no_generation() -> None:
     gens, engine = Generations(), Engine("rest", seconds=0.4)
     await gens.run("doc", site("a"), engine.make(), unchanged)  # the typical generation: 0.4 s
-    for _ in range(8):  # typing fast: the next request waits before generating
+    for _ in range(8):  # typing fast, a request per keystroke: the next request waits before generating
         gens.rate.changed("doc", 1)
+        gens.rate.requested("doc")
     waiting = asyncio.ensure_future(gens.run("doc", site("b"), engine.make(), unchanged))
     await asyncio.sleep(0.02)
     latest = asyncio.ensure_future(gens.run("doc", site("bc"), engine.make(), lambda: True))
@@ -98,8 +99,9 @@ async def test_cancelling_the_only_request_cancels_its_generation() -> None:
 def test_the_wait_follows_the_typing_rate() -> None:
     rate = TypingRate()
     assert rate.wait_s("doc", 1.0, now=10.0) == 0.0  # not typing: no wait
-    for i in range(12):  # 8 keys a second
+    for i in range(12):  # 8 keys a second, a request after each (VS Code asks at every keystroke)
         rate.changed("doc", 1, now=10.0 + i * 0.125)
+        rate.requested("doc", now=10.0 + i * 0.125)
     # a quiet time of 1.5 keystroke intervals, counted from the last key (at 11.375)
     assert rate.wait_s("doc", 1.0, now=11.4) == pytest.approx(1.5 * 0.125 - 0.025, rel=0.01)
     assert rate.wait_s("doc", 1.0, now=11.6) == 0.0  # quiet for longer already (an editor's own debounce): at once
@@ -108,4 +110,19 @@ def test_the_wait_follows_the_typing_rate() -> None:
     assert rate.wait_s("doc", 1.0, now=20.0) == 0.0  # a pause: no wait
     for i in range(3):  # 2 keys a second: the cap
         rate.changed("doc", 1, now=30.0 + i * 0.5)
+        rate.requested("doc", now=30.0 + i * 0.5)
     assert rate.wait_s("doc", 1.0, now=31.0) == MAX_WAIT_S
+
+
+def test_no_wait_for_an_editor_that_debounces_its_requests() -> None:
+    # Neovim asks only after 200 ms without a keystroke, and flushes its batched didChange just before asking: the
+    # text looks fresh although the user paused. 12 keys at 8 a second, one request at the end: no wait.
+    rate = TypingRate()
+    for i in range(12):
+        rate.changed("doc", 1, now=10.0 + i * 0.125)
+    rate.changed("doc", 1, now=11.5)  # the flushed didChange
+    rate.requested("doc", now=11.5)
+    assert rate.wait_s("doc", 1.0, now=11.5) == 0.0
+    for i in range(12):  # the same keys with a request after each (VS Code): the server's wait applies
+        rate.requested("doc", now=10.0 + i * 0.125)
+    assert rate.wait_s("doc", 1.0, now=11.5) == pytest.approx(1.5 * 1.5 / 13)
