@@ -1,5 +1,6 @@
 """Report rendering: markdown tables per metric (run x repository) and the PNG chart."""
 
+import gzip
 import json
 from pathlib import Path
 
@@ -56,3 +57,12 @@ def test_em_es_tables_when_scored(tmp_path):
     assert "| api repocoder+FragRel [extractive] | 50.00 | 50.00 |" in md  # EM table row: r1 and mean
     assert "| api repocoder+FragRel [extractive] | 75.00 | 75.00 |" in md  # ES
     assert "**def_hit**" not in md
+
+
+def test_published_gzipped_results_are_read(tmp_path):
+    recs = [_rec("1", "r1", "vanilla", True, True), _rec("2", "r2", "vanilla", True, False)]
+    plain = _write(tmp_path / "a.jsonl", recs)
+    packed = tmp_path / "b.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert collect([packed]) == collect([plain])
+    assert collect([packed])["api vanilla+FragRel [none]"]["tasks"] == 2

@@ -10,6 +10,7 @@ more), so no task can see a ground truth.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import os
@@ -141,12 +142,16 @@ def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: di
 
 
 def read_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Records of a results file; a torn last line (an interrupted run) is dropped."""
+    """Records of a results file (`.jsonl`, or `.jsonl.gz` as the published results are); a torn last line (an
+    interrupted run) is dropped."""
     path = Path(path)
     if not path.exists():
         return []
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
     records = []
-    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+    for i, line in enumerate(data.decode("utf-8", errors="replace").splitlines()):
         if not line.strip():
             continue
         try:
