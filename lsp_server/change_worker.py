@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lsp_server import heap
 from lsp_server.folder_index import FolderIndex, FolderRegistry, StateCallback
 
 logger = logging.getLogger(__name__)
@@ -203,10 +204,13 @@ class ChangeWorker:
                 folder.lock.acquire_write()
                 try:
                     index.refresh_relations(max_rows=_REFRESH_ROWS)
-                    return index.relations_stale
+                    if index.relations_stale:
+                        return True
                 finally:
                     folder.refreshed_at = time.monotonic()
                     folder.lock.release_write()
+                heap.trim()  # caught up after a burst of edits: what the updates freed goes back to the system
+                return False
             if folder.version != folder.saved_version and time.monotonic() - folder.changed_at >= self._save_after_s:
                 self._save(folder)
         return False
