@@ -64,6 +64,7 @@ class SlowBackend:
             self._loop.run_until_complete(self.serve())
             ready.set()
             self._loop.run_forever()
+            self._loop.close()
 
         self._thread = threading.Thread(target=run, name="slow-backend", daemon=True)
         self._thread.start()
@@ -72,11 +73,21 @@ class SlowBackend:
         return self.url
 
     def stop(self) -> None:
-        if self._loop is not None and self._server is not None:
-            self._loop.call_soon_threadsafe(self._server.close)
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop is not None and self._server is not None and self._loop.is_running():
+            try:  # connections still open (a client that never closed) end first, so no task dies pending
+                asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(5)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(5)
+
+    async def _close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
