@@ -10,6 +10,7 @@ caller: this module is only loaded with the transformers backend).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -27,29 +28,48 @@ def blocked_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     if dropout and module.training:
         raise ValueError("blocked attention is for inference (no dropout)")
     scaling = module.head_dim ** -0.5 if scaling is None else scaling
-    groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key head serves `groups` query heads
-    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    n, keys = query.shape[2], key.shape[2]
-    visible = None
+    batch, heads, n, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    groups = heads // kv_heads  # grouped-query attention: query heads h*groups .. h*groups+groups-1 share key head h
+    spans = _key_spans(attention_mask, n, keys)
     if attention_mask is not None:
-        attention_mask = attention_mask[:, :, :, :keys]
-        visible = (attention_mask > torch.finfo(attention_mask.dtype).min / 2).any(0).any(0)  # (n, keys)
+        attention_mask = attention_mask[:, :, :, :keys].unsqueeze(2)  # (batch, 1, 1, n, keys): over the groups
     out = query.new_empty(query.shape)
-    for start in range(0, n, BLOCK):
+    for start, (first, last) in zip(range(0, n, BLOCK), spans):
         end = min(n, start + BLOCK)
-        first, last = 0, keys
-        if visible is not None:
-            seen = visible[start:end].any(0).nonzero()
-            if len(seen):  # keys outside [first, last) are masked for every query of the block: skip them
-                first, last = int(seen[0]), int(seen[-1]) + 1
-        scores = torch.matmul(query[:, :, start:end], key[:, :, first:last].transpose(2, 3)) * scaling
+        # A key head's query heads stacked as rows of one matrix: one product per key head, keys never copied.
+        q = query[:, :, start:end].reshape(batch, kv_heads, groups * (end - start), dim)
+        scores = torch.matmul(q, key[:, :, first:last].transpose(2, 3)) * scaling
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap
         if attention_mask is not None:
-            scores = scores + attention_mask[:, :, start:end, first:last]
+            scores = scores.view(batch, kv_heads, groups, end - start, last - first)
+            scores = (scores + attention_mask[..., start:end, first:last]).view(batch, kv_heads, -1, last - first)
         weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        out[:, :, start:end] = torch.matmul(weights, value[:, :, first:last])
+        out[:, :, start:end] = torch.matmul(weights, value[:, :, first:last]).view(batch, heads, end - start, dim)
     return out.transpose(1, 2).contiguous(), None
+
+
+# The layers of one type get the same mask object in a forward pass: its key spans are found once, not per layer.
+_SPANS: dict[int, tuple[weakref.ref[torch.Tensor], int, list[tuple[int, int]]]] = {}
+
+
+def _key_spans(mask: torch.Tensor | None, n: int, keys: int) -> list[tuple[int, int]]:
+    """For each block of queries, the keys [first, last) outside which the mask hides every key from the block."""
+    if mask is None:
+        return [(0, keys)] * len(range(0, n, BLOCK))
+    cached = _SPANS.get(id(mask))
+    if cached is not None and cached[0]() is mask and cached[1] == keys:
+        return cached[2]
+    visible = (mask[:, :, :, :keys] > torch.finfo(mask.dtype).min / 2).any(0).any(0)  # (n, keys)
+    spans = []
+    for start in range(0, n, BLOCK):
+        seen = visible[start:start + BLOCK].any(0).nonzero()
+        spans.append((int(seen[0]), int(seen[-1]) + 1) if len(seen) else (0, keys))
+    if len(_SPANS) > 8:  # one entry per mask of the current forward pass is all that is ever reused
+        _SPANS.clear()
+    _SPANS[id(mask)] = (weakref.ref(mask), keys, spans)
+    return spans
 
 
 def register() -> str:
