@@ -153,7 +153,7 @@ class ChangeWorker:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
-            heap.trim()  # also while typing never lets the refresh catch up (at most every TRIM_EVERY_S)
+            heap.trim()  # also when continuous typing never lets the refresh catch up (at most every TRIM_EVERY_S)
 
     def _apply(self, batch: dict[Path, _Change]) -> None:
         by_folder: dict[Path, dict[str, str | None]] = {}

@@ -8,8 +8,8 @@ happens to the previous request's generation depends on the new request:
   costs no new generation;
 - otherwise the generation is cancelled (its backend stream closes, so vLLM aborts it), and the new request
   waits as long as the typing rate says (`lsp_server.debounce`; at most half a typical generation's time, so
-  nothing with a fast backend, nor for an editor that debounces its requests itself) before starting its own; superseded while waiting, or its document changed
-  meanwhile, it starts nothing.
+  nothing with a fast backend, nor for an editor that debounces its requests itself) before starting its own;
+  superseded while waiting, or its document changed meanwhile, it starts nothing.
 `$/cancelRequest` cancels a request, and its generation when no other request waits for it.
 """
 

@@ -14,8 +14,9 @@ def tiny_gemma3(attn_implementation: str) -> "transformers.PreTrainedModel":
     torch.manual_seed(0)
     config = transformers.Gemma3TextConfig(
         vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, sliding_window=40, layer_types=["sliding_attention"] * 3 + ["full_attention"],
-        max_position_embeddings=1024, attn_implementation=attn_implementation)
+        num_key_value_heads=2, head_dim=8, sliding_window=40,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"], max_position_embeddings=1024,
+        attn_implementation=attn_implementation)
     return transformers.Gemma3ForCausalLM(config).eval()
 
 
