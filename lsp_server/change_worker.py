@@ -210,7 +210,9 @@ class ChangeWorker:
                 finally:
                     folder.refreshed_at = time.monotonic()
                     folder.lock.release_write()
-                heap.trim()  # caught up after a burst of edits: what the updates freed goes back to the system
+                # caught up after a burst of edits (once per burst, so no rate limit: a trim takes ~1 ms): what
+                # the updates freed goes back to the system
+                heap.trim(every_s=0)
                 return False
             if folder.version != folder.saved_version and time.monotonic() - folder.changed_at >= self._save_after_s:
                 self._save(folder)

@@ -14,7 +14,7 @@ import time
 
 logger = logging.getLogger(__name__)
 
-TRIM_EVERY_S = 10.0  # a trim walks every arena (a few ms): not more often than this
+TRIM_EVERY_S = 10.0  # a trim walks every arena (~1 ms, a few at most): callers that run per batch wait this long
 
 
 def _malloc_trim() -> "ctypes._NamedFuncPointer | None":
@@ -28,11 +28,11 @@ _TRIM = _malloc_trim()
 _last_trim = 0.0
 
 
-def trim(now: float | None = None) -> bool:
-    """Return free heap pages to the system, at most every TRIM_EVERY_S; whether a trim ran."""
+def trim(every_s: float = TRIM_EVERY_S, now: float | None = None) -> bool:
+    """Return free heap pages to the system unless a trim ran less than `every_s` ago; whether a trim ran."""
     global _last_trim
     now = time.monotonic() if now is None else now
-    if _TRIM is None or now - _last_trim < TRIM_EVERY_S:
+    if _TRIM is None or now - _last_trim < every_s:
         return False
     _last_trim = now
     started = time.perf_counter()

@@ -12,13 +12,18 @@ the process always exits 0. `RepocompProtocol.handle_body` replaces that decodin
 - a request after `shutdown`: InvalidRequest; a notification then is dropped (except `exit`);
 - params that do not match the method's lsprotocol type: InvalidParams (-32602) with the request's id;
 - `exit` stops the message loop and records the exit code: 0 after `shutdown`, 1 without.
+
+pygls also files the future of every notification's handler (and of each step of its generator handlers) in
+`_request_futures` under a made-up id that only a response would remove: one future per keystroke, kept for
+the whole session. `_execute_handler` forgets those once they finish.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from lsprotocol import types
@@ -105,6 +110,14 @@ class RepocompProtocol(LanguageServerProtocol):
         if data.get("method") == types.INITIALIZE:
             self.initialize_received = True  # only a well-formed initialize starts the session
         self.handle_message(message)
+
+    def _execute_handler(self, msg_id: Any, handler: Callable[..., Any], callback: Callable[..., Any],
+                         args: tuple[Any, ...] | None = None, kwargs: dict[str, Any] | None = None) -> None:
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        answers_request = isinstance(callback, functools.partial) and callback.func == self._send_handler_result
+        future = None if answers_request else self._request_futures.get(msg_id)
+        if future is not None:  # no response will remove it (see the module docstring)
+            future.add_done_callback(lambda _: self._request_futures.pop(msg_id, None))
 
     def reply_error(self, request_id: int | str | None, code: int, message: str) -> None:
         logger.debug("answering %s with error %d: %s", request_id, int(code), message)

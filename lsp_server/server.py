@@ -421,6 +421,7 @@ class RepocompServer(LanguageServer):
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed, "rss_bytes": rss_bytes(),
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
                 "backends_loading": len(self._loading),
+                "handlers_running": len(self.protocol._request_futures),  # flat over a session (no leaked futures)
                 # buffers waiting for a pause plus changes queued or being applied (tests wait for 0)
                 "updates_pending": len(self._buffer_syncs) + (self.indexes.pending() if self.indexes else 0)}
 

@@ -17,3 +17,4 @@ def test_trims_on_glibc_then_waits_its_interval(monkeypatch: pytest.MonkeyPatch)
     assert heap.trim(now=1e6) is True
     assert heap.trim(now=1e6 + heap.TRIM_EVERY_S / 2) is False
     assert heap.trim(now=1e6 + heap.TRIM_EVERY_S) is True
+    assert heap.trim(every_s=0, now=1e6 + heap.TRIM_EVERY_S) is True  # the refresh's catch-up: unlimited

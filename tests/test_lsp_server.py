@@ -132,6 +132,8 @@ async def test_typing_incremental_changes_then_complete(client: LanguageClient, 
             await inline(client, uri, types.Position(line=line, character=i + 1))
     text = await inline(client, uri, types.Position(line=line, character=len(typed)))
     assert text.strip().startswith(EXPECTED), text
+    # every notification's handler has finished and is forgotten (pygls kept one future per keystroke)
+    assert (await stats(client))["handlers_running"] == 0
     # a full-text change replaces everything
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=100),
