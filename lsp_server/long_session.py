@@ -5,7 +5,7 @@ completion request, as an editor with ghost text sends them), with a pause after
 server to put the buffer into its index; every few lines the document is closed (its unsaved edits dropped) and
 another file is opened. Every `sample` keystrokes the server's RSS and its index's id counts are recorded; at
 the end the bench waits for the background refresh to leave no stale relation row. Figures: typing latency
-(server side, p50 / p95), RSS and ids over the session (flat means bounded: compaction keeps dead ids from
+(server side, p50 / p95), RSS, ids and handler futures the protocol holds over the session (flat means bounded: compaction keeps dead ids from
 dominating), and how long the refresh took to catch up.
 """
 
@@ -54,7 +54,8 @@ async def _sample(session: _Session, keys: int) -> dict[str, Any]:
         if ids is not None:
             break
         await asyncio.sleep(0.01)
-    return {"keys": keys, "rss_mb": round(stats["rss_bytes"] / 2**20, 1), **(ids or {})}
+    return {"keys": keys, "rss_mb": round(stats["rss_bytes"] / 2**20, 1),
+            "handlers": stats.get("handlers_running"), **(ids or {})}
 
 
 async def run_session(repo: Path, *, keys: int = 10_000, sample: int = 500, seed: int = 0,
@@ -119,11 +120,11 @@ def format_table(r: SessionResult) -> str:
            f"{r.typing_max_ms:.1f} ms",
            f"stale relation rows gone {r.catch_up_s:.2f} s after the last keystroke",
            f"{'keys':>6} {'RSS MB':>7} {'nodes':>8} {'alive':>8} {'frag ids':>9} {'alive':>7} {'stale':>6} "
-           f"{'compactions':>11}"]
+           f"{'compactions':>11} {'handlers':>8}"]
     for s in r.samples:
         out.append(f"{s['keys']:>6} {s['rss_mb']:>7.1f} {s.get('nodes', '-'):>8} {s.get('nodes_alive', '-'):>8} "
                    f"{s.get('fragments', '-'):>9} {s.get('fragments_alive', '-'):>7} {s.get('stale', '-'):>6} "
-                   f"{s.get('compactions', '-'):>11}")
+                   f"{s.get('compactions', '-'):>11} {s.get('handlers', '-'):>8}")
     return "\n".join(out)
 
 
