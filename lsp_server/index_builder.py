@@ -106,12 +106,16 @@ def warm_kernels(config: Any) -> None:
     if _bounded_dijkstra.signatures:  # this process has built or updated an index: compiled already
         return
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="repocomp-warm-") as tmp:
-        for name, text in _WARM_FILES.items():
-            (Path(tmp) / name).write_text(text, encoding="utf-8")
-        index = Index.build(tmp, config)
-        index.update_files({"b.py": _WARM_FILES["b.py"] + "\n\ndef h():\n    return g()\n"})
-        index.refresh_relations()
-        index.region_strength("b.py", 0, 3)
-    top_k_rows(sp.csr_matrix(np.ones((1, 3))), 1)  # rows longer than top_k: too many fragments for two files
+    try:
+        with tempfile.TemporaryDirectory(prefix="repocomp-warm-") as tmp:
+            for name, text in _WARM_FILES.items():
+                (Path(tmp) / name).write_text(text, encoding="utf-8")
+            index = Index.build(tmp, config)
+            index.update_files({"b.py": _WARM_FILES["b.py"] + "\n\ndef h():\n    return g()\n"})
+            index.refresh_relations()
+            index.region_strength("b.py", 0, 3)
+        top_k_rows(sp.csr_matrix(np.ones((1, 3))), 1)  # rows longer than top_k: too many fragments for two files
+    except Exception:  # e.g. no writable temporary directory: the first edit compiles them, as before
+        logger.warning("could not ready the graph kernels ahead of the first edit", exc_info=True)
+        return
     logger.info("graph kernels ready in %.2f s", time.perf_counter() - started)

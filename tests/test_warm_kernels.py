@@ -8,6 +8,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from repocomp.index import Index
 
@@ -58,3 +61,18 @@ def test_warm_kernels_compiles_what_the_first_edit_of_a_loaded_index_needs(tmp_p
     assert warm["loaded"] == [[], [], []]
     assert warm["warmed"] == cold["edited"]  # the same specializations, before the edit
     assert warm["edited"] == warm["warmed"]  # the edit compiles nothing more
+
+
+def test_a_failed_warm_up_is_logged_and_leaves_the_kernels_to_the_first_edit(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import graph.maxproduct
+    from lsp_server import index_builder
+    from repocomp.config import Config
+
+    def no_temporary_directory(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(graph.maxproduct, "_bounded_dijkstra", SimpleNamespace(signatures=[]))  # "not compiled"
+    monkeypatch.setattr(index_builder.tempfile, "TemporaryDirectory", no_temporary_directory)
+    index_builder.warm_kernels(Config())  # never raises: the folder's index must still become ready
+    assert "could not ready the graph kernels" in caplog.text
