@@ -5,8 +5,8 @@ completion request, as an editor with ghost text sends them), with a pause after
 server to put the buffer into its index; every few lines the document is closed (its unsaved edits dropped) and
 another file is opened. Every `sample` keystrokes the server's RSS and its index's id counts are recorded; at
 the end the bench waits for the background refresh to leave no stale relation row. Figures: typing latency
-(server side, p50 / p95), RSS, ids and handler futures the protocol holds over the session (flat means bounded: compaction keeps dead ids from
-dominating), and how long the refresh took to catch up.
+(server side, p50 / p95), RSS, ids and the handler futures the protocol holds over the session (flat means
+bounded: compaction keeps dead ids from dominating), and how long the refresh took to catch up.
 """
 
 from __future__ import annotations
