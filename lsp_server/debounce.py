@@ -26,27 +26,35 @@ MAX_WAIT_S = 0.3
 COST_SHARE = 0.5  # the wait is at most this share of a typical generation's time
 
 
+_Events = dict[str, deque[tuple[float, int]]]  # per document: (time, count), the last WINDOW_S seconds
+
+
+def _record(table: _Events, key: str, count: int, now: float | None) -> None:
+    now = time.monotonic() if now is None else now
+    events = table.setdefault(key, deque())
+    events.append((now, count))
+    while events and events[0][0] < now - WINDOW_S:
+        events.popleft()
+
+
+def _recent(table: _Events, key: str, now: float) -> int:
+    return sum(n for t, n in table.get(key, ()) if t >= now - WINDOW_S)
+
+
 class TypingRate:
-    """Per document: when text changed and by how many characters; the wait before generating."""
+    """Per document: when text changed and by how many characters, and when completions were asked for; the
+    wait before generating."""
 
     def __init__(self) -> None:
-        self._changes: dict[str, deque[tuple[float, int]]] = {}
-        self._requests: dict[str, deque[float]] = {}
+        self._changes: _Events = {}
+        self._requests: _Events = {}
 
     def changed(self, key: str, chars: int, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        changes = self._changes.setdefault(key, deque())
-        changes.append((now, max(1, chars)))  # a deletion is a keystroke too
-        while changes and changes[0][0] < now - WINDOW_S:
-            changes.popleft()
+        _record(self._changes, key, max(1, chars), now)  # a deletion is a keystroke too
 
     def requested(self, key: str, now: float | None = None) -> None:
         """A completion request arrived for the document (served or not)."""
-        now = time.monotonic() if now is None else now
-        requests = self._requests.setdefault(key, deque())
-        requests.append(now)
-        while requests and requests[0] < now - WINDOW_S:
-            requests.popleft()
+        _record(self._requests, key, 1, now)
 
     def wait_s(self, key: str, generation_s: float, now: float | None = None) -> float:
         """What is left, since the last keystroke, of a quiet time of FACTOR x the recent keystroke interval (capped
@@ -54,13 +62,11 @@ class TypingRate:
         keys were typed lately, a generation is quicker than a keystroke interval, or the editor debounces its
         requests itself (fewer than one for every two keys lately)."""
         now = time.monotonic() if now is None else now
-        changes = self._changes.get(key, ())
-        keys = sum(n for t, n in changes if t >= now - WINDOW_S)
-        requests = sum(1 for t in self._requests.get(key, ()) if t >= now - WINDOW_S)
+        keys, requests = _recent(self._changes, key, now), _recent(self._requests, key, now)
         interval_s = WINDOW_S / keys if keys else float("inf")
         if keys < MIN_KEYS or generation_s <= interval_s or 2 * requests < keys:
             return 0.0
-        quiet_s = now - changes[-1][0]
+        quiet_s = now - self._changes[key][-1][0]
         return max(0.0, min(MAX_WAIT_S, FACTOR * interval_s, COST_SHARE * generation_s) - quiet_s)
 
     def forget(self, key: str) -> None:

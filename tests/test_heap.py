@@ -1,4 +1,4 @@
-"""The heap trim after the index's churn: runs on glibc, at most every TRIM_EVERY_S."""
+"""The heap trim after the index's churn: runs on glibc, at most every `every_s` (TRIM_EVERY_S by default)."""
 
 from __future__ import annotations
 
