@@ -206,11 +206,11 @@ class SymbolLookup:
             for base in self.class_bases(target):
                 yield from self.members(base, prefix, depth + 1)
 
-    def methods_named(self, name: str) -> list[DefRef]:
-        """Every method called `name` in the repository (as of the last `refresh`)."""
-        if self._methods_key is None:
-            self.refresh()
-        return self._methods.get(name, [])
+    def unique_method(self, name: str) -> DefRef | None:
+        """The method `name` when exactly one class of the repository defines it: what `obj.name(...)` calls when
+        the type of `obj` is unknown."""
+        owners = self._methods.get(name, ())
+        return owners[0] if len(owners) == 1 else None
 
     # -- names in a file -----------------------------------------------------------------------------------------
     def enclosing_class(self, path: str, line: int) -> DefRef | None:

@@ -232,6 +232,13 @@ def _code(line: str) -> str:
     return out[:cut] if cut >= 0 else out
 
 
+def _add_unique_method(state: BufferState, name: str, line: int, written: str) -> None:
+    assert state.lookup is not None
+    found = state.lookup.unique_method(name)
+    if found is not None:
+        state.add(found, Evidence("unique-method", line, written))
+
+
 def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -> None:
     assert state.lookup is not None
     import_lines = set(state.bindings.values())
@@ -250,9 +257,7 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
             called = text[m.end():m.end() + 1] == "("
             if parts[0] not in known:
                 if called and len(parts) >= 2 and parts[0] not in _SKIP:  # `obj.step(...)`, obj of unknown type
-                    owners = state.lookup.methods_named(parts[-1])
-                    if len(owners) == 1:
-                        state.add(owners[0], Evidence("unique-method", i, m.group(0)))
+                    _add_unique_method(state, parts[-1], i, m.group(0))
                 continue
             found = state.resolve(parts, i)
             own = 1 if parts[0] in ("self", "cls") and ".".join(parts[:2]) not in state.types else 0
@@ -260,9 +265,7 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
                 if isinstance(target, DefRef):
                     state.add(target, Evidence("reference", i, m.group(0)))
             if called and len(parts) >= 2 and not found.complete:
-                owners = state.lookup.methods_named(parts[-1])
-                if len(owners) == 1:
-                    state.add(owners[0], Evidence("unique-method", i, m.group(0)))
+                _add_unique_method(state, parts[-1], i, m.group(0))
         if enclosing is not None and "super(" in text:
             for m in _SUPER.finditer(text):
                 for base in state.lookup.class_bases(enclosing):

@@ -107,3 +107,62 @@ def test_make_tasks_rejects_unknown_kind_and_missing_repo(tmp_path):
         make_tasks(FIXTURE, "block")
     with pytest.raises(RepocompError):
         make_tasks(tmp_path / "nope", "line")
+
+
+def test_api_tasks_follow_the_engines_resolver(tmp_path):
+    """The task maker resolves calls with graph.lookup, as the engine does: methods inherited from a class of
+    another file (`self.m()`), `Class.method`, re-exports through a package, an aliased module import, and a method
+    that only one class defines; a library call or a name defined in the same file is not an API task.
+    `helper` and `build` are defined by two classes, so only the class hierarchy tells which one is called."""
+    pkg = tmp_path / "repo" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from pkg.base import Base\n")
+    (pkg / "base.py").write_text(
+        "class Base:\n"
+        "    def helper(self, x):\n"
+        "        return x + 1\n"
+        "\n"
+        "    @classmethod\n"
+        "    def build(cls):\n"
+        "        return cls()\n"
+        "\n"
+        "\n"
+        "def scale(v):\n"
+        "    return v * 2\n"
+        "\n"
+        "\n"
+        "class Meter:\n"
+        "    def reading_in_volts(self):\n"
+        "        return 0.0\n")
+    (pkg / "other.py").write_text(
+        "class Other:\n"
+        "    def helper(self, x):\n"
+        "        return x\n"
+        "\n"
+        "    def build(self):\n"
+        "        return self\n")
+    (pkg / "child.py").write_text(
+        "import os\n"
+        "import pkg.base as b\n"
+        "from pkg import Base\n"
+        "\n"
+        "\n"
+        "def local(v):\n"
+        "    return v\n"
+        "\n"
+        "\n"
+        "class Child(Base):\n"
+        "    def run(self, meter):\n"
+        "        y = self.helper(3)\n"
+        "        made = Base.build()\n"
+        "        z = b.scale(y)\n"
+        "        v = meter.reading_in_volts()\n"
+        "        w = local(os.getcwd())\n"
+        "        return y, made, z, v, w\n")
+    tasks = {t.ground_truth.strip(): t.api_definitions for t in make_tasks(tmp_path / "repo", "api", n=100)}
+    assert tasks == {
+        "y = self.helper(3)": [{"path": "pkg/base.py", "line_no": 1}],
+        "made = Base.build()": [{"path": "pkg/base.py", "line_no": 5}],
+        "z = b.scale(y)": [{"path": "pkg/base.py", "line_no": 9}],
+        "v = meter.reading_in_volts()": [{"path": "pkg/base.py", "line_no": 14}],
+    }

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator
 
+from graph.lookup import DefRef, SymbolLookup
+from graph.parsing import parse_source
+from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config
 from repocomp.errors import RepocompError
 from repocomp.walk import FileRule, addressable, read_regular, walk_repository
@@ -294,144 +297,43 @@ def _function_candidates(rel: str, lines: list[str], tree) -> Iterator[tuple[int
 # -- API tasks: a statement calling a function or class defined in another file of the repository
 
 
-@dataclass
-class _ModuleInfo:
-    path: str
-    defs: dict[str, int] = field(default_factory=dict)  # top-level name -> 0-indexed line of `def`/`class`
-    # local name -> ("module", full dotted name), ("dotted", head of `import a.b`) or ("from", module, name)
-    bindings: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-class _RepoModules:
-    """Top-level definitions and import bindings of every Python file, with RepoEval-style name resolution."""
+class _ApiResolver:
+    """Where a call goes, by the product's own rules: `graph.resolve`'s symbols of every file, read through
+    `graph.lookup.SymbolLookup` (imports, re-exports, `self`/`cls` and base classes, `Class.method`), and a
+    called method that only one class of the repository defines. So an API task's `api_definitions` are the
+    definitions the engine itself can find for that call."""
 
     def __init__(self, files: dict[str, tuple[list[str], Any]]):
-        self.by_full: dict[str, _ModuleInfo] = {}
-        suffix_owners: dict[str, set[str]] = {}
-        self.infos: dict[str, _ModuleInfo] = {}
-        for rel in files:
-            full = self.full_name(rel)
-            info = _ModuleInfo(rel)
-            self.infos[rel] = info
-            self.by_full[full] = info
-            parts = full.split(".")
-            for k in range(len(parts)):
-                suffix_owners.setdefault(".".join(parts[k:]), set()).add(full)
-        # an absolute import names a module by a suffix of its path (src layouts, packages below the root)
-        self.by_suffix = {s: next(iter(o)) for s, o in suffix_owners.items() if len(o) == 1}
-        methods: dict[str, list[tuple[str, int]]] = {}
-        for rel, (_, tree) in files.items():
-            self._scan(self.infos[rel], tree)
-            for node in _walk(tree.root_node):
-                if node.type == "class_definition":
-                    body = node.child_by_field_name("body")
-                    for item in body.named_children if body is not None else ():
-                        fn = item.child_by_field_name("definition") if item.type == "decorated_definition" else item
-                        if fn is not None and fn.type == "function_definition":
-                            name = _text(fn.child_by_field_name("name"))
-                            methods.setdefault(name, []).append((rel, fn.start_point.row))
-        # `obj.method()` with an untyped `obj`: resolved by name when exactly one class of the repo defines it
-        self.unique_methods = {name: locs[0] for name, locs in methods.items()
-                               if len(locs) == 1 and not name.startswith("__")}
+        self.resolver = Resolver()
+        for rel, (lines, _) in files.items():
+            self.resolver.set_file(make_symbols(rel, parse_source("\n".join(lines), "python")))
+        self.lookup = SymbolLookup(self.resolver, lambda path: files[path][0] if path in files else None)
+        self.lookup.refresh()
 
-    @staticmethod
-    def full_name(rel: str) -> str:
-        parts = list(PurePosixPath(rel).with_suffix("").parts)
-        if parts and parts[-1] == "__init__" and len(parts) > 1:
-            parts = parts[:-1]
-        return ".".join(parts)
-
-    def module(self, dotted: str) -> str | None:
-        if dotted in self.by_full:
-            return dotted
-        return self.by_suffix.get(dotted)
-
-    def _scan(self, info: _ModuleInfo, tree) -> None:
-        is_pkg = info.path.endswith("__init__.py")
-        package = self.full_name(info.path).split(".")
-        if not is_pkg:
-            package = package[:-1]
-        for node in tree.root_node.named_children:
-            target = node
-            if node.type == "decorated_definition":
-                target = node.child_by_field_name("definition") or node
-            if target.type in ("function_definition", "class_definition"):
-                name = target.child_by_field_name("name")
-                if name is not None:
-                    info.defs[_text(name)] = target.start_point.row
-            elif node.type == "import_statement":
-                for item in node.named_children:
-                    if item.type == "dotted_name":  # `import a.b.c` binds `a`; `a.b.c.f()` names a.b.c
-                        head = _text(item).split(".")[0]
-                        info.bindings.setdefault(head, ("dotted", head))
-                    elif item.type == "aliased_import":
-                        dotted = _text(item.child_by_field_name("name"))
-                        alias = _text(item.child_by_field_name("alias"))
-                        mod = self.module(dotted)
-                        if mod:
-                            info.bindings[alias] = ("module", mod)
-            elif node.type == "import_from_statement":
-                mod_node = node.child_by_field_name("module_name")
-                if mod_node is None:
-                    continue
-                mod_text = _text(mod_node)
-                if mod_node.type == "relative_import":
-                    dots = len(mod_text) - len(mod_text.lstrip("."))
-                    rest = mod_text[dots:]
-                    base = package[: len(package) - (dots - 1)] if dots - 1 <= len(package) else []
-                    full = ".".join([*base, *([rest] if rest else [])])
-                    mod = full if full in self.by_full else None
-                else:
-                    mod = self.module(mod_text)
-                if mod is None:
-                    continue
-                for item in node.children_by_field_name("name"):
-                    if item.type == "aliased_import":
-                        name = _text(item.child_by_field_name("name"))
-                        alias = _text(item.child_by_field_name("alias"))
-                    else:
-                        name = alias = _text(item)
-                    sub = f"{mod}.{name}"
-                    if sub in self.by_full:
-                        info.bindings[alias] = ("module", sub)
-                    else:
-                        info.bindings[alias] = ("from", mod, name)
-
-    def resolve_in(self, module: str, name: str, depth: int = 0) -> tuple[str, int] | None:
-        """Where `module.name` is defined (file, 0-indexed line), following re-exports a few hops."""
-        info = self.by_full.get(module)
-        if info is None or depth > 4:
+    def resolve_call(self, rel: str, func) -> tuple[str, int] | None:
+        """(file, 0-indexed line of the `def`/`class`) that the call's function `func` (a tree-sitter node) names."""
+        parts = _dotted_parts(func)
+        if parts is None:
             return None
-        if name in info.defs:
-            return info.path, info.defs[name]
-        binding = info.bindings.get(name)
-        if binding and binding[0] == "from":
-            return self.resolve_in(binding[1], binding[2], depth + 1)
-        return None
-
-    def resolve_call(self, info: _ModuleInfo, func) -> tuple[str, int] | None:
-        if func.type == "identifier":
-            binding = info.bindings.get(_text(func))
-            if binding and binding[0] == "from":
-                return self.resolve_in(binding[1], binding[2])
+        target = self.lookup.resolve(rel, parts, func.start_point.row).last
+        if target is None and len(parts) >= 2:  # `obj.method()` with `obj` of unknown type
+            target = self.lookup.unique_method(parts[-1])
+        if not isinstance(target, DefRef) or target.kind == "constant":
             return None
-        if func.type == "attribute":
-            parts = []
-            node = func
-            while node is not None and node.type == "attribute":
-                parts.append(_text(node.child_by_field_name("attribute")))
-                node = node.child_by_field_name("object")
-            if node is None or node.type != "identifier":
-                return None
-            parts.append(_text(node))
-            parts.reverse()  # head, ..., attribute name
-            name, chain = parts[-1], parts[:-1]
-            binding = info.bindings.get(chain[0])
-            if binding and binding[0] != "from":
-                module = self.module(".".join([binding[1], *chain[1:]]))
-                return self.resolve_in(module, name) if module else None
-            return self.unique_methods.get(name)
+        return target.path, int(self.resolver.files[target.path].parsed.start_line[target.node])
+
+
+def _dotted_parts(func) -> tuple[str, ...] | None:
+    """`a.b.c` of a call's function node; None for anything else (`f()()`, `x[0].m()`, `super().m()`)."""
+    parts = []
+    node = func
+    while node is not None and node.type == "attribute":
+        parts.append(_text(node.child_by_field_name("attribute")))
+        node = node.child_by_field_name("object")
+    if node is None or node.type != "identifier":
         return None
+    parts.append(_text(node))
+    return tuple(reversed(parts))
 
 
 _SIMPLE_STATEMENTS = {"expression_statement", "return_statement", "assert_statement", "raise_statement",
@@ -439,14 +341,13 @@ _SIMPLE_STATEMENTS = {"expression_statement", "return_statement", "assert_statem
 _COMPOUND_HEADERS = {"if_statement", "elif_clause", "for_statement", "while_statement", "with_statement"}
 
 
-def _api_candidates(rel: str, lines: list[str], tree, modules: _RepoModules, max_lines: int
+def _api_candidates(rel: str, lines: list[str], tree, calls: _ApiResolver, max_lines: int
                     ) -> Iterator[tuple[int, int, str, list[dict[str, Any]]]]:
-    info = modules.infos[rel]
     found: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for node in _walk(tree.root_node):
         if node.type != "call":
             continue
-        target = modules.resolve_call(info, node.child_by_field_name("function"))
+        target = calls.resolve_call(rel, node.child_by_field_name("function"))
         if target is None or target[0] == rel:
             continue
         stmt = node.parent
@@ -500,7 +401,7 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
         if lines is None:
             continue
         files[rel] = (lines, parser.parse("\n".join(lines).encode("utf-8")))
-    modules = _RepoModules(files) if kind == "api" else None
+    calls = _ApiResolver(files) if kind == "api" else None
     candidates: list[tuple[str, int, int, str, dict[str, Any]]] = []
     for rel, (lines, tree) in files.items():
         if kind == "line":
@@ -510,7 +411,7 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
             for s, e, gt, name in _function_candidates(rel, lines, tree):
                 candidates.append((rel, s, e, gt, {"function_name": name}))
         else:
-            for s, e, gt, defs in _api_candidates(rel, lines, tree, modules, max_api_lines):
+            for s, e, gt, defs in _api_candidates(rel, lines, tree, calls, max_api_lines):
                 candidates.append((rel, s, e, gt, {"api_definitions": defs}))
     rng = random.Random(seed)
     rng.shuffle(candidates)
