@@ -139,6 +139,9 @@ class DefinitionsConfig:
     """Rationale context (repocomp.definitions): definitions the code before the cursor reaches, ranked."""
 
     enabled: bool = True
+    # the section is left out of prompts below this budget (tokens): at 1,024 it displaced similar code that the
+    # local model used more (README, Evaluation); 0 = at any budget
+    min_budget: int = 2048
     share: float = 0.25  # most of the block budget the definitions section may take; similar code fills the rest
     max_definitions: int = 8
     max_lines: int = 12  # lines of one rendered definition
@@ -155,6 +158,7 @@ class DefinitionsConfig:
     w_similar: float = 0.5
 
     def validate(self) -> None:
+        _check(0 <= self.min_budget <= 1_000_000, "min_budget must be in 0..1000000 tokens")
         _check(0.0 <= self.share <= 1.0, "share must be in [0, 1]")
         _check(0 <= self.max_definitions <= 1000, "max_definitions must be in 0..1000")
         _check(1 <= self.max_lines <= 1000, "max_lines must be in 1..1000")

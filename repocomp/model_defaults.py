@@ -13,6 +13,10 @@
 - `[backend] max_time_s = 0`: no limit; 2.5 s for the in-process local model on CPU: generation stops there and
   the text so far is the answer (ghost text in time rather than a complete line too late; p95 target 3 s).
 
+- `[definitions]`: the section needs a budget of `min_budget` tokens (2,048): at the local CPU model's 1,024 it
+  took tokens from similar code and cost EM on line and API tasks (README, Evaluation), so that model's prompts
+  carry similar code only unless `min_budget` is lowered or the budget raised.
+
 An explicit value always wins; `context_tokens = 0` means half of the budget.
 """
 
@@ -54,7 +58,10 @@ def resolve_for_model(config: Config, backend_name: str | None) -> Config:
     local_cpu = _local_cpu(backend_name, config.backend)
     rounds = config.retrieval.iterations or (LOCAL_CPU_ROUNDS if local_cpu else REPOCODER_ROUNDS)
     max_time = config.backend.max_time_s or (LOCAL_CPU_MAX_TIME_S if local_cpu else 0.0)
+    prompt = resolve_prompt(config.prompt, backend_name, config.backend)
+    definitions = config.definitions.enabled and prompt.max_tokens >= config.definitions.min_budget
     return dataclasses.replace(
-        config, prompt=resolve_prompt(config.prompt, backend_name, config.backend),
+        config, prompt=prompt,
         retrieval=dataclasses.replace(config.retrieval, iterations=rounds),
-        backend=dataclasses.replace(config.backend, max_time_s=max_time))
+        backend=dataclasses.replace(config.backend, max_time_s=max_time),
+        definitions=dataclasses.replace(config.definitions, enabled=definitions))

@@ -48,3 +48,30 @@ def test_a_completer_on_the_cpu_model_runs_one_round_unless_told(tiny_model_dir:
 
     assert rounds(config) == 1
     assert rounds(config.replace("retrieval", iterations=2)) == 2
+
+
+def test_definitions_need_their_budget() -> None:
+    def shown(config: Config, backend: str | None) -> bool:
+        return resolve_for_model(config, backend).definitions.enabled
+
+    assert shown(Config(), None) and shown(Config(), "vllm")  # the reference budget: 3,968 tokens
+    assert not shown(Config(), "transformers")  # the local CPU model's 1,024 tokens
+    assert shown(Config().replace("prompt", max_tokens=2048), "transformers")
+    assert shown(Config().replace("definitions", min_budget=0), "transformers")
+    assert not shown(Config().replace("definitions", enabled=False), "vllm")
+
+
+def test_a_completer_on_the_cpu_model_shows_definitions_only_with_the_budget(tiny_model_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    config = Config().replace("index", dir=str(tmp_path / "idx")).replace("backend", max_new_tokens=4)
+    index = Index.build(FIXTURE, config)
+    path = "ledger/refunds.py"
+    text = (FIXTURE / path).read_text()
+
+    def definitions(cfg: Config) -> list[str]:
+        completer = Completer(index, cfg, TransformersBackend(model=str(tiny_model_dir), device="cpu"))
+        result = completer.complete(path, text, 13, len("    total_cents = "))
+        return [d.name for d in result.definitions]
+
+    assert definitions(config) == []
+    assert definitions(config.replace("definitions", min_budget=1024))

@@ -110,11 +110,12 @@ def run_retrieve_bench(root: Path, config: Any, positions: int = 300, runs: int 
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
     records, first = asyncio.run(_bench(index, config, pos, runs))
-    rc = resolve_for_model(config, None).retrieval  # no model: the reference's rounds
+    resolved = resolve_for_model(config, None)  # no model: the reference's rounds and budget
+    rc = resolved.retrieval
     out = RetrieveBenchResult(repo=str(root), fragments=int(index.term_index.nonempty().sum()), files=len(index.files),
                               positions=len(pos), runs=runs, iterations=rc.iterations, similarity=rc.similarity,
                               alpha=rc.alpha, query_relations=rc.query_relations, first_request_ms=round(first, 3),
-                              definitions=config.definitions.enabled)
+                              definitions=resolved.definitions.enabled)
     for r in range(1, rc.iterations + 1):
         per = [rec[f"retrieve_{r}"] + rec.get(f"definitions_{r}", 0.0) + rec[f"prompt_{r}"]
                + (rec.get("definitions_scan", 0.0) if r == 1 else 0.0) for rec in records if f"retrieve_{r}" in rec]

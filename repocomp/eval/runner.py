@@ -24,6 +24,7 @@ from repocomp.config import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
 from repocomp.eval.tasks import COMPLETION_KIND, Task, check_paths
+from repocomp.model_defaults import resolve_for_model
 from repocomp.walk import decode_source, read_regular
 
 log = logging.getLogger(__name__)
@@ -307,8 +308,10 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
     options.validate()
     config = eval_config(config, options)
+    # records say what ran: the definitions as the completer resolves them for its model (budget rule)
+    ran = resolve_for_model(config, None if options.backend == "none" else options.backend)
     options = replace(options, alpha=config.retrieval.alpha, query_relations=config.retrieval.query_relations,
-                      definitions=config.definitions.enabled)  # records say what ran
+                      definitions=ran.definitions.enabled)
     repos_dir = Path(repos_dir)
     engine_factory = engine_factory or open_engine
     for target, flag in ((out, "--out"), (summary_json, "--summary-json")):

@@ -294,7 +294,7 @@ def _function_candidates(rel: str, lines: list[str], tree) -> Iterator[tuple[int
         yield start, end, "\n".join(lines[start:end]) + "\n", _text(name) if name is not None else ""
 
 
-# -- API tasks: a statement calling a function or class defined in another file of the repository
+# -- API tasks: a statement calling a function, class or method defined in another file of the repository
 
 
 class _ApiResolver:
@@ -383,8 +383,8 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
     """Up to `n` tasks of `kind` from the repository at `repo`, chosen at random with `seed` (deterministic).
 
     line: a code line (not blank, not a comment, not inside a docstring) whose previous line is not blank;
-    api: a statement calling a function or class defined in another file of the repository (`api_definitions`
-    lists the definitions); function: a function body (after its docstring) of at least 3 non-blank lines.
+    api: a statement calling a function, class or method defined in another file of the repository, as the
+    engine resolves the call (`api_definitions` lists the definitions); function: a function body (after its docstring) of at least 3 non-blank lines.
     Tasks with the same stripped ground truth are kept once. The prompt is the file's preceding lines, as many
     as fit `prompt_tokens` estimated tokens.
     """
