@@ -12,7 +12,6 @@
   noise, on 400 + 400 tasks (README, Evaluation).
 - `[backend] max_time_s = 0`: no limit; 2.5 s for the in-process local model on CPU: generation stops there and
   the text so far is the answer (ghost text in time rather than a complete line too late; p95 target 3 s).
-
 - `[definitions]`: the section needs a budget of `min_budget` tokens (2,048): at the local CPU model's 1,024 it
   took tokens from similar code and cost EM on line and API tasks (README, Evaluation), so that model's prompts
   carry similar code only unless `min_budget` is lowered or the budget raised.

@@ -384,7 +384,8 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
 
     line: a code line (not blank, not a comment, not inside a docstring) whose previous line is not blank;
     api: a statement calling a function, class or method defined in another file of the repository, as the
-    engine resolves the call (`api_definitions` lists the definitions); function: a function body (after its docstring) of at least 3 non-blank lines.
+    engine resolves the call (`api_definitions` lists the definitions); function: a function body (after its
+    docstring) of at least 3 non-blank lines.
     Tasks with the same stripped ground truth are kept once. The prompt is the file's preceding lines, as many
     as fit `prompt_tokens` estimated tokens.
     """
