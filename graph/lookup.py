@@ -208,7 +208,7 @@ class SymbolLookup:
 
     def unique_method(self, name: str) -> DefRef | None:
         """The method `name` when exactly one class of the repository defines it: what `obj.name(...)` calls when
-        the type of `obj` is unknown."""
+        the type of `obj` is unknown (as of the last `refresh`)."""
         owners = self._methods.get(name, ())
         return owners[0] if len(owners) == 1 else None
 
