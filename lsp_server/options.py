@@ -37,7 +37,7 @@ class BackendOptions:
     endpoints: tuple[str, ...] | None = None
     model: str | None = None
     max_new_tokens: int | None = None
-    max_time_s: float | None = None  # generation time after which the text so far is the answer; 0: the model's
+    max_time_s: float | None = None  # time after the first token, then the text so far is the answer; 0: the model's
     timeout_s: float | None = None
 
 

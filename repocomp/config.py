@@ -182,13 +182,14 @@ class BackendConfig:
     connect_timeout_s: float = 3.0
     retries: int = 2
     max_new_tokens: int = 128
-    # generation time of one round, after which the text so far is the answer; 0 = the model's: no limit, or 2.5 s
-    # for the in-process local model on CPU (repocomp.model_defaults)
+    # generation time of one round after its first token, past which the text so far is the answer; 0 = the
+    # model's: no limit, or 2.5 s for the in-process local model on CPU (repocomp.model_defaults)
     max_time_s: float = 0.0
     temperature: float = 0.0
     fallback: str = "extractive"  # backend used when the configured one fails; "" = none
     device: str = "cpu"  # transformers backend
-    dtype: str = "auto"  # transformers backend: "auto" (the checkpoint's), "float32" or "bfloat16"
+    # transformers backend: "auto" (the checkpoint's; float32 on a CPU without native bf16), "float32" or "bfloat16"
+    dtype: str = "auto"
 
     def validate(self) -> None:
         _check(self.name in BACKEND_NAMES, f"name must be one of {', '.join(BACKEND_NAMES)}")

@@ -10,8 +10,10 @@
 - `[retrieval] iterations = 0`: RepoCoder's 2 rounds; 1 for the in-process local model on CPU, where each round
   pays the prefill again and the second round moved EM by -0.50 (line) and -1.75 (API) points, both inside the
   noise, on 400 + 400 tasks (README, Evaluation).
-- `[backend] max_time_s = 0`: no limit; 2.5 s for the in-process local model on CPU: generation stops there and
-  the text so far is the answer (ghost text in time rather than a complete line too late; p95 target 3 s).
+- `[backend] max_time_s = 0`: no limit; 2.5 s for the in-process local model on CPU: generation stops that long
+  after the first token and the text so far is the answer (a run-on completion is cut rather than shown too late).
+  The prefill does not count: on a CPU without native bf16 it takes about 2.5 s per 1k tokens, and a limit that
+  counted it cut 25 of 30 answers to a token or two (README, Local model).
 - `[definitions]`: the section needs a budget of `min_budget` tokens (2,048): at the local CPU model's 1,024 it
   took tokens from similar code and cost EM on line and API tasks (README, Evaluation), so that model's prompts
   carry similar code only unless `min_budget` is lowered or the budget raised.

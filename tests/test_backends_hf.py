@@ -67,6 +67,13 @@ async def test_generation_stops_at_its_time_limit_with_the_text_so_far(hf_backen
     assert (await hf_backend.agenerate(limited)).text  # the answer is the text so far, not an error
 
 
+def test_the_time_limit_counts_from_the_first_token(hf_backend: TransformersBackend) -> None:
+    # A limit shorter than any step: the prefill's token and one more step (a limit counted from the start of
+    # generate, prefill included, would stop after the first token)
+    text, n = hf_backend._generate(dataclasses.replace(req(50), max_time_s=1e-6), threading.Event())
+    assert n >= 2 and hf_backend._generate(req(n), threading.Event())[0] == text
+
+
 async def test_cancel_stops_the_worker(hf_backend: TransformersBackend) -> None:
     await hf_backend._ensure_loaded()
     task = asyncio.create_task(hf_backend.agenerate(req(1500)))
@@ -139,3 +146,30 @@ async def test_backends_of_one_model_loading_at_once_share_one_load(tiny_model_d
     for b in backends:
         await b.aclose()
     assert b._loaded is None
+
+
+def test_auto_dtype_is_float32_only_on_a_cpu_without_native_bf16() -> None:
+    import torch
+
+    from repocomp.backends.hf import auto_dtype
+
+    assert auto_dtype("cpu", native_bf16=False) is torch.float32
+    assert auto_dtype("cpu", native_bf16=True) == "auto"
+    assert auto_dtype("cuda", native_bf16=False) == "auto"
+
+
+async def test_a_bf16_checkpoint_loads_in_the_dtype_this_cpu_runs_fast(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from repocomp.backends.hf import cpu_has_native_bf16
+
+    AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(tmp_path)
+    backend = TransformersBackend(model=str(tmp_path), device="cpu")
+    await backend.aload()
+    assert backend._loaded is not None
+    assert backend._loaded.model.dtype == (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
+    chosen = TransformersBackend(model=str(tmp_path), device="cpu", dtype="bfloat16")
+    await chosen.aload()  # an explicit dtype always wins
+    assert chosen._loaded is not None and chosen._loaded.model.dtype == torch.bfloat16

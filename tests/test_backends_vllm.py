@@ -341,6 +341,8 @@ async def test_generation_stops_at_its_time_limit_with_the_text_so_far(vllm_serv
     assert limited and took < 10.0  # not the tens of seconds of LONG tokens (loose: 2 cores shared with vLLM)
     full = (await b.agenerate(req(64))).text
     assert full.startswith(limited) or limited.startswith(full)  # greedy: the text so far, cut at a piece
+    # the limit counts from the first piece: one shorter than the prefill still answers with text
+    assert (await b.agenerate(dataclasses.replace(req(LONG), max_time_s=1e-3))).text
     await b.aclose()
 
 

@@ -47,7 +47,8 @@ class GenerationRequest:
     finished: Callable[[str], bool] | None = None
     # time.monotonic() by which the whole completion (all rounds) must be answered: backends give up by then
     deadline: float | None = None
-    # seconds of generation after which the text so far is the answer (None: until finished or max_new_tokens)
+    # seconds after the first token, past which the text so far is the answer (None: until finished or
+    # max_new_tokens); the prompt's prefill does not count
     max_time_s: float | None = None
 
 

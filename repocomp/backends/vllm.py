@@ -164,12 +164,16 @@ class VLLMBackend:
             text = await self._complete_once(request)
             return Generation(text=text, backend=self.name)
         text = ""
-        limit = asyncio.timeout(request.max_time_s)  # past it, the text so far is the answer
+        # max_time_s after the first piece, the text so far is the answer (the limit bounds a run-on generation,
+        # not the prompt's prefill)
+        limit = asyncio.timeout(None)
         try:
             async with limit:
                 # aclosing: a cancelled or failed collection closes the stream (and so the HTTP response) here.
                 async with contextlib.aclosing(self.astream(request)) as stream:
                     async for piece in stream:
+                        if not text and request.max_time_s:
+                            limit.reschedule(asyncio.get_running_loop().time() + request.max_time_s)
                         text += piece
                         if request.finished is not None and request.finished(text):
                             break  # the rest cannot change the completion: closing the stream aborts it
