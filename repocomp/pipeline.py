@@ -21,6 +21,7 @@ window itself is shown.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from repocomp.backends import Generation, GenerationRequest
 from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.model_defaults import resolve_for_model
@@ -86,6 +88,7 @@ class RoundTrace:
     query: str
     draft: str
     blocks: list[ContextBlock]  # retrieved, best-first (the ones that made it into the prompt are in context)
+    at_time_limit: bool = False  # the backend's max_time_s cut the draft
 
 
 @dataclass
@@ -351,11 +354,11 @@ class Completer:
                 if r > 1:  # the previous round's draft, prompt and blocks stand
                     error = _join(error, f"{late}; round {r - 1}'s draft kept")
                     break
-                answer = "", getattr(self.backend, "name", "none"), late
+                answer = Generation("", getattr(self.backend, "name", "none"), late)
             timings[f"generate_{r}"] = (time.perf_counter() - t) * 1e3
-            draft, backend_name, error = answer
+            draft, backend_name, error = answer.text, answer.backend, answer.error
             prompt = round_prompt
-            rounds.append(RoundTrace(query=query, draft=draft, blocks=blocks))
+            rounds.append(RoundTrace(query=query, draft=draft, blocks=blocks, at_time_limit=answer.at_time_limit))
 
         assert prompt is not None
         final = draft
@@ -448,10 +451,9 @@ class Completer:
         return BlockSource(block.fragment_id, (block.path, *others), block.start_line, block.end_line, block.text)
 
     async def _generate(self, prompt: Prompt, prefix: str, suffix: str, blocks: list[ContextBlock],
-                        kind: str, deadline: float) -> tuple[str, str, str]:
+                        kind: str, deadline: float) -> Generation:
         if self.backend is None:
-            return "", "none", ""
-        from repocomp.backends import GenerationRequest
+            return Generation("", "none")
         from repocomp.postprocess import is_finished
 
         bc = self.config.backend
@@ -466,8 +468,8 @@ class Completer:
         async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
             gen = await self.backend.agenerate(request)
         if gen.backend != "extractive":  # the extractive backend works on `prefix` itself
-            return _drop_space(gen.text, space), gen.backend, getattr(gen, "error", "")
-        return gen.text, gen.backend, getattr(gen, "error", "")
+            return dataclasses.replace(gen, text=_drop_space(gen.text, space))
+        return gen
 
     async def aclose(self) -> None:
         if self.backend is not None:

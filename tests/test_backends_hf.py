@@ -42,9 +42,9 @@ async def test_deterministic_and_exact_token_count(hf_backend: TransformersBacke
     a = await hf_backend.agenerate(req(12))
     b = await hf_backend.agenerate(req(12))
     assert a.backend == "transformers" and a.text and a == b
-    text, n = hf_backend._generate(req(12), threading.Event())
+    text, n, _ = hf_backend._generate(req(12), threading.Event())
     assert n == 12 and text == a.text  # exactly max_new_tokens: the tiny model never picks EOS greedily
-    _, n5 = hf_backend._generate(req(5), threading.Event())
+    _, n5, _ = hf_backend._generate(req(5), threading.Event())
     assert n5 == 5
 
 
@@ -59,18 +59,19 @@ async def test_generation_stops_at_its_time_limit_with_the_text_so_far(hf_backen
     await hf_backend._ensure_loaded()
     limited = dataclasses.replace(req(1500), max_time_s=0.4)
     t0 = time.monotonic()
-    text, n = hf_backend._generate(limited, threading.Event())
+    text, n, at_limit = hf_backend._generate(limited, threading.Event())
     took = time.monotonic() - t0
     # far fewer than 1500 tokens, and exactly what an unlimited generation of n tokens gives (a prefix, not noise)
-    assert 0 < n < 1500 and took < 5.0
-    assert hf_backend._generate(req(n), threading.Event())[0] == text
-    assert (await hf_backend.agenerate(limited)).text  # the answer is the text so far, not an error
+    assert 0 < n < 1500 and took < 5.0 and at_limit
+    assert hf_backend._generate(req(n), threading.Event())[:3:2] == (text, False)
+    answer = await hf_backend.agenerate(limited)
+    assert answer.text and answer.at_time_limit  # the answer is the text so far, not an error
 
 
 def test_the_time_limit_counts_from_the_first_token(hf_backend: TransformersBackend) -> None:
     # A limit shorter than any step: the prefill's token and one more step (a limit counted from the start of
     # generate, prefill included, would stop after the first token)
-    text, n = hf_backend._generate(dataclasses.replace(req(50), max_time_s=1e-6), threading.Event())
+    text, n, _ = hf_backend._generate(dataclasses.replace(req(50), max_time_s=1e-6), threading.Event())
     assert n >= 2 and hf_backend._generate(req(n), threading.Event())[0] == text
 
 
@@ -107,7 +108,7 @@ async def test_missing_model_falls_back_to_extractive(tmp_path: Path) -> None:
 
 
 async def test_generation_stops_once_the_completion_is_finished(hf_backend: TransformersBackend) -> None:
-    full, n_full = hf_backend._generate(req(24), threading.Event())
+    full, n_full, _ = hf_backend._generate(req(24), threading.Event())
     seen: list[str] = []
 
     def finished(text: str) -> bool:
@@ -116,7 +117,7 @@ async def test_generation_stops_once_the_completion_is_finished(hf_backend: Tran
 
     early = GenerationRequest(prompt=PROMPT, prefix=PROMPT, suffix="", candidates=(), max_new_tokens=24,
                               finished=finished)
-    text, n = hf_backend._generate(early, threading.Event())
+    text, n, _ = hf_backend._generate(early, threading.Event())
     assert n_full == 24 and n < 24  # stopped as soon as the predicate held, not at max_new_tokens
     assert len(text) >= 3 and full.startswith(text) and seen[-1] == text
 

@@ -336,11 +336,13 @@ async def test_generation_stops_at_its_time_limit_with_the_text_so_far(vllm_serv
     b = VLLMBackend([vllm_server], model=vllm_server.model, timeout_s=120)
     await b.agenerate(req(4))  # warm: the first request of a CPU engine is slower
     t0 = time.monotonic()
-    limited = (await b.agenerate(dataclasses.replace(req(LONG), max_time_s=1.0))).text
+    cut = await b.agenerate(dataclasses.replace(req(LONG), max_time_s=1.0))
     took = time.monotonic() - t0
-    assert limited and took < 10.0  # not the tens of seconds of LONG tokens (loose: 2 cores shared with vLLM)
-    full = (await b.agenerate(req(64))).text
-    assert full.startswith(limited) or limited.startswith(full)  # greedy: the text so far, cut at a piece
+    limited = cut.text
+    assert limited and cut.at_time_limit and took < 10.0  # not the tens of seconds of LONG tokens (loose: 2 cores)
+    full = await b.agenerate(req(64))
+    assert not full.at_time_limit
+    assert full.text.startswith(limited) or limited.startswith(full.text)  # greedy: the text so far, cut at a piece
     # the limit counts from the first piece: one shorter than the prefill still answers with text
     assert (await b.agenerate(dataclasses.replace(req(LONG), max_time_s=1e-3))).text
     await b.aclose()

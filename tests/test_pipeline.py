@@ -15,15 +15,17 @@ from test_retrieval import FakeIndex, small_config
 
 @dataclass
 class ScriptedBackend:
-    """Answers round r with drafts[r-1]; records every request."""
+    """Answers round r with drafts[r-1], cut by the time limit in the rounds of `cut`; records every request."""
 
     drafts: list[str]
     name: str = "scripted"
     requests: list[GenerationRequest] = field(default_factory=list)
+    cut: frozenset[int] = frozenset()
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         self.requests.append(request)
-        return Generation(text=self.drafts[min(len(self.requests), len(self.drafts)) - 1], backend=self.name)
+        r = len(self.requests)
+        return Generation(text=self.drafts[min(r, len(self.drafts)) - 1], backend=self.name, at_time_limit=r in self.cut)
 
     async def aclose(self) -> None:
         pass
@@ -78,6 +80,14 @@ def test_repocoder_two_rounds_round2_query_uses_draft() -> None:
     assert "parse_config(data)" in res.rounds[1].query
     assert res.backend == "scripted"
     assert res.text.startswith("parse_config(data)")
+    assert [r.at_time_limit for r in res.rounds] == [False, False]
+
+
+def test_rounds_say_which_draft_the_time_limit_cut() -> None:
+    _, comp, backend = make(iterations=2, alpha=0.0)
+    backend.cut = frozenset({1})
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "))
+    assert [r.at_time_limit for r in res.rounds] == [True, False]  # what `bench complete` counts
     # the round-2 prompt is what the backend saw last, without the space after `cfg =` (the model writes it);
     # blocks in prompt order, best last
     assert backend.requests[-1].prompt == res.prompt[:-1] and res.prompt.endswith("cfg = ")

@@ -57,6 +57,7 @@ class Generation:
     text: str
     backend: str  # the backend that answered ("vllm", "transformers", "extractive")
     error: str = ""  # when a fallback answered: why the configured backend failed
+    at_time_limit: bool = False  # max_time_s stopped the generation: the text is what came before
 
 
 @runtime_checkable

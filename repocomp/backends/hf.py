@@ -129,7 +129,8 @@ class TransformersBackend:
         assert self._loaded is not None, "load the model first"
         return self._loaded.tokenizer(prompt, return_tensors="pt", add_special_tokens=True)
 
-    def _generate(self, request: GenerationRequest, cancelled: threading.Event) -> tuple[str, int]:
+    def _generate(self, request: GenerationRequest, cancelled: threading.Event) -> tuple[str, int, bool]:
+        """(text, tokens generated, whether the time limit stopped it)."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -146,6 +147,7 @@ class TransformersBackend:
 
         class _Stop(StoppingCriteria):
             first_token_at: float | None = None
+            at_time_limit = False
 
             def __call__(self, ids: Any, scores: Any, **kwargs: Any) -> bool:
                 if cancelled.is_set():
@@ -156,6 +158,7 @@ class TransformersBackend:
                 if self.first_token_at is None:
                     self.first_token_at = now
                 elif limit and now - self.first_token_at >= limit:
+                    self.at_time_limit = True
                     return True
                 if not stops and finished is None:
                     return False
@@ -172,23 +175,24 @@ class TransformersBackend:
             # and a token costs the same weight reads as ten on this memory-bound CPU path; greedy output is kept.
             kwargs["prompt_lookup_num_tokens"] = _PROMPT_LOOKUP_TOKENS
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        stop = _Stop()
         with loaded.gen_lock, torch.inference_mode():
             out = model.generate(
                 input_ids,
                 attention_mask=enc["attention_mask"].to(self.device),
                 max_new_tokens=request.max_new_tokens,
-                stopping_criteria=StoppingCriteriaList([_Stop()]),
+                stopping_criteria=StoppingCriteriaList([stop]),
                 pad_token_id=pad,
                 **kwargs,
             )
         new = out[0, n_in:]
-        return tok.decode(new, skip_special_tokens=True), int(new.shape[0])
+        return tok.decode(new, skip_special_tokens=True), int(new.shape[0]), stop.at_time_limit
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         await self._ensure_loaded()
         cancelled = threading.Event()
         try:
-            text, n = await asyncio.to_thread(self._generate, request, cancelled)
+            text, n, at_time_limit = await asyncio.to_thread(self._generate, request, cancelled)
         except asyncio.CancelledError:
             cancelled.set()  # the thread stops at its next token
             raise
@@ -198,7 +202,7 @@ class TransformersBackend:
             raise BackendError(f"transformers: generation failed: {exc}") from None
         text, _ = apply_stops(text, request.stop)
         log.debug("transformers generated %d tokens", n)
-        return Generation(text=text, backend=self.name)
+        return Generation(text=text, backend=self.name, at_time_limit=at_time_limit)
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
         """One piece, the whole completion (token streaming in-process buys an editor little)."""

@@ -180,7 +180,7 @@ class VLLMBackend:
         except TimeoutError:
             if not limit.expired():
                 raise
-        return Generation(text=text, backend=self.name)
+        return Generation(text=text, backend=self.name, at_time_limit=limit.expired())
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
         """The completion's text pieces as the server produces them (at most `max_new_tokens` pieces)."""

@@ -93,7 +93,7 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
         prompt_tokens=_stats([r.prompt_tokens for r in results]), first_request_ms=round(first, 1),
         failures=sum(1 for r in results if r.backend != config.backend.name),
-        at_time_limit=sum(1 for g in gen if used.backend.max_time_s and g >= used.backend.max_time_s * 1e3))
+        at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds))
 
 
 def format_table(res: CompleteBenchResult) -> str:
