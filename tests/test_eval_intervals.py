@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from repocomp.eval.intervals import metric_interval, paired_difference
-from repocomp.eval.report import intervals_markdown
+from repocomp.cli import main
+from repocomp.eval.report import compare_markdown, intervals_markdown
 
 
 def _run(ems: dict[str, list[float]], mode: str = "repocoder", fragrel: bool = False) -> list[dict]:
@@ -49,3 +51,26 @@ def test_report_marks_the_baseline_and_says_no_difference_inside_the_noise() -> 
     text = intervals_markdown({"line repocoder [vllm]": base, "line repocoder+FragRel [vllm]": same})
     assert "| line repocoder [vllm] | 100 | 50.00 |" in text and "baseline" in text
     assert "no difference (100 paired)" in text
+
+
+def test_compare_pairs_two_runs_of_one_configuration(tmp_path, capsys) -> None:
+    # the same label twice (one configuration on two machines): `report` would merge them, `compare` pairs them
+    base = _run({"a": [0.0, 1.0] * 100})
+    for r in base:
+        r["prediction"] = f"p{r['em']}"
+    other = [dict(r) for r in base]
+    for r in other[0:200:8]:  # 25 tasks go from wrong to right
+        r["em"] = r["es"] = 1.0
+        r["prediction"] = "fixed"
+    text = compare_markdown(base, other)
+    assert "| EM | 50.00 | [" in text and "| +12.50 | [" in text and "better (200 paired)" in text
+    assert "175 of 200 predictions identical; other right where baseline was wrong: 25, the reverse: 0" in text
+    # through the CLI, from results files
+    paths = []
+    for name, run in (("a.jsonl", base), ("b.jsonl", other)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in run))
+    assert main(["eval", "compare", *map(str, paths)]) == 0
+    assert capsys.readouterr().out == text
+    assert main(["eval", "compare", str(paths[0]), str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl not found" in capsys.readouterr().err

@@ -1,8 +1,9 @@
-"""`repocomp eval`: batch RepoEval evaluation, plus the `make-tasks` and `report` sub-verbs.
+"""`repocomp eval`: batch RepoEval evaluation, plus the `make-tasks`, `report` and `compare` sub-verbs.
 
     repocomp eval TASKS.jsonl --repos DIR [--mode M] [--no-fragrel] [--no-definitions] [--backend B] ...
     repocomp eval make-tasks REPO --kind line|api|function [--n N] [--seed S] --out FILE
     repocomp eval report RESULTS.jsonl... [--png FILE]
+    repocomp eval compare BASELINE.jsonl OTHER.jsonl
 
 `eval` takes everything after it verbatim and picks the sub-verb from its first word, so the plain form
 (`repocomp eval TASKS.jsonl ...`) and the sub-verbs share one command.
@@ -18,14 +19,12 @@ from pathlib import Path
 from repocomp.config import EVAL_BACKENDS, MODES
 from repocomp.errors import RepocompError
 
-_VERBS = ("make-tasks", "report")
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     # prefix_chars that no argument uses: every word after `eval` (options too) lands in `eval_argv`
     parser = subparsers.add_parser(
         "eval", add_help=False, prefix_chars="\x00",
-        help="batch RepoEval evaluation (sub-verbs: make-tasks, report); `repocomp eval -h` for details")
+        help="batch RepoEval evaluation (sub-verbs: make-tasks, report, compare); `repocomp eval -h` for details")
     parser.add_argument("eval_argv", nargs="*")
     parser.set_defaults(run=run)
 
@@ -33,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="repocomp eval", description="Evaluate completion on RepoEval-format tasks, without leakage.",
-        epilog="Other verbs: `repocomp eval make-tasks -h`, `repocomp eval report -h`.")
+        epilog="Other verbs: `repocomp eval make-tasks -h`, `repocomp eval report -h`, `repocomp eval compare -h`.")
     p.add_argument("tasks", type=Path, help="RepoEval JSONL tasks file")
     p.add_argument("--repos", type=Path, required=True, help="folder holding the repositories (fpath_tuple[0])")
     p.add_argument("--mode", default="repocoder", choices=MODES)
@@ -75,12 +74,24 @@ def report_parser() -> argparse.ArgumentParser:
     return p
 
 
+def compare_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="repocomp eval compare",
+        description="Two results files paired by task, whatever their configurations: `report` pairs each run with "
+                    "plain RepoCoder of its kind; this pairs any two (one configuration on two machines, say).")
+    p.add_argument("baseline", type=Path)
+    p.add_argument("other", type=Path)
+    return p
+
+
 def run(args: argparse.Namespace) -> int:
     argv = list(args.eval_argv)
     if argv and argv[0] == "make-tasks":
         return _make_tasks(make_tasks_parser().parse_args(argv[1:]))
     if argv and argv[0] == "report":
         return _report(report_parser().parse_args(argv[1:]))
+    if argv and argv[0] == "compare":
+        return _compare(compare_parser().parse_args(argv[1:]))
     return _evaluate(run_parser().parse_args(argv))
 
 
@@ -130,4 +141,17 @@ def _report(a: argparse.Namespace) -> int:
     if a.png:
         bar_chart(summaries, a.png, runs)
         print(f"chart written to {a.png}", file=sys.stderr)
+    return 0
+
+
+def _compare(a: argparse.Namespace) -> int:
+    from repocomp.eval.report import compare_markdown
+    from repocomp.eval.runner import read_results
+
+    runs = []
+    for path in (a.baseline, a.other):
+        if not path.exists():
+            raise RepocompError(f"results file {path} not found")
+        runs.append(read_results(path))
+    print(compare_markdown(*runs), end="")
     return 0

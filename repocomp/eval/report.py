@@ -67,13 +67,42 @@ def intervals_markdown(runs: dict[str, list[dict[str, Any]]]) -> str:
             if diff is None:
                 cells = ["", "", "baseline" if base == label else ""]
             else:
-                verdict = ("better" if diff.low > 0 else "worse") if diff.excludes_zero else "no difference"
                 cells = [f"{100 * diff.value:+.2f}", f"[{100 * diff.low:+.2f}, {100 * diff.high:+.2f}]",
-                         f"{verdict} ({diff.tasks} paired)"]
+                         f"{_verdict(diff)} ({diff.tasks} paired)"]
             out.append(f"| {label} | {iv.tasks} | {100 * iv.value:.2f} | [{100 * iv.low:.2f}, {100 * iv.high:.2f}] | "
                        + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out) + ("\n" if out else "")
+
+
+def _verdict(diff: Any) -> str:
+    return ("better" if diff.low > 0 else "worse") if diff.excludes_zero else "no difference"
+
+
+def compare_markdown(baseline: list[dict[str, Any]], other: list[dict[str, Any]]) -> str:
+    """Two runs of any labels (the same configuration on two machines, say), paired by task: EM and ES of each with
+    95% intervals, `other - baseline` with its paired interval, and how many predictions agree, won or lost."""
+    from repocomp.eval.intervals import metric_interval, paired_difference
+
+    out = ["| metric | baseline | 95% interval | other | 95% interval | difference (paired) | 95% interval | verdict |",
+           "|---|---:|---|---:|---|---:|---|---|"]
+    for key, title in (("em", "EM"), ("es", "ES")):
+        a, b = metric_interval(baseline, key), metric_interval(other, key)
+        diff = paired_difference(other, baseline, key)
+        if a is None or b is None or diff is None:
+            continue
+        out.append(f"| {title} | {100 * a.value:.2f} | [{100 * a.low:.2f}, {100 * a.high:.2f}] | {100 * b.value:.2f} | "
+                   f"[{100 * b.low:.2f}, {100 * b.high:.2f}] | {100 * diff.value:+.2f} | "
+                   f"[{100 * diff.low:+.2f}, {100 * diff.high:+.2f}] | {_verdict(diff)} ({diff.tasks} paired) |")
+    if len(out) == 2:
+        return "no tasks with EM or ES in both runs\n"
+    base = {r["task_id"]: r for r in baseline}
+    pairs = [(base[r["task_id"]], r) for r in other if r["task_id"] in base]
+    same = sum(a.get("prediction") == b.get("prediction") for a, b in pairs)
+    won = sum((b.get("em") or 0) > (a.get("em") or 0) for a, b in pairs)
+    lost = sum((b.get("em") or 0) < (a.get("em") or 0) for a, b in pairs)
+    return "\n".join(out) + f"\n\n{same} of {len(pairs)} predictions identical; other right where baseline was " \
+        f"wrong: {won}, the reverse: {lost}\n"
 
 
 def _fmt(value: float | None, pct: bool = True) -> str:
