@@ -21,11 +21,10 @@ window itself is shown.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -468,7 +467,7 @@ class Completer:
         async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
             gen = await self.backend.agenerate(request)
         if gen.backend != "extractive":  # the extractive backend works on `prefix` itself
-            return dataclasses.replace(gen, text=_drop_space(gen.text, space))
+            return replace(gen, text=_drop_space(gen.text, space))
         return gen
 
     async def aclose(self) -> None:

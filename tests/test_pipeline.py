@@ -25,7 +25,8 @@ class ScriptedBackend:
     async def agenerate(self, request: GenerationRequest) -> Generation:
         self.requests.append(request)
         r = len(self.requests)
-        return Generation(text=self.drafts[min(r, len(self.drafts)) - 1], backend=self.name, at_time_limit=r in self.cut)
+        draft = self.drafts[min(r, len(self.drafts)) - 1]
+        return Generation(text=draft, backend=self.name, at_time_limit=r in self.cut)
 
     async def aclose(self) -> None:
         pass
