@@ -190,6 +190,18 @@ def test_serve_without_a_prepared_model_or_without_vllm_says_what_to_do(tiny_mod
     assert no_vllm.returncode == 2 and "cannot import vllm" in no_vllm.stderr
 
 
+def test_model_serve_picks_the_dtype_this_machine_runs_fast(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from repocomp.backends.hf import cpu_has_native_bf16
+
+    env = {"REPOCOMP_MODEL_DIR": str(tmp_path / "model")}
+    lm.prepare(tiny_model_dir, tmp_path / "model")
+    auto = _cli("model", "serve", "--dry-run", cwd=tmp_path, env=env, timeout=60)
+    fast = "bfloat16" if shutil.which("nvidia-smi") or cpu_has_native_bf16() else "float32"
+    assert auto.returncode == 0 and f" --dtype {fast} " in auto.stdout
+    chosen = _cli("model", "serve", "--dry-run", "--dtype", "bfloat16", cwd=tmp_path, env=env, timeout=60)
+    assert " --dtype bfloat16 " in chosen.stdout  # an explicit dtype wins
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_model_serve_runs_vllm_on_loopback_under_the_model_name(tiny_model_dir: Path, tmp_path: Path,

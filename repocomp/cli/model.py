@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve = verbs.add_parser("serve", help="serve the prepared model with vLLM on 127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--python", metavar="PY", help="a Python with vLLM (default: $REPOCOMP_VLLM_PYTHON or this one)")
+    serve.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                       help="auto: bfloat16 on a GPU machine or a CPU with native bf16 (AVX-512 BF16, AMX), "
+                            "float32 on a CPU without it, where bf16 is emulated and several times slower")
     serve.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     serve.set_defaults(run=_serve)
 
@@ -62,14 +65,14 @@ def _path(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from repocomp.local_model import default_model_dir, prepared, serve_command
+    from repocomp.local_model import default_model_dir, prepared, serve_command, serve_dtype
 
     if not 0 < args.port < 65536:
         raise RepocompError(f"--port must be in 1..65535, got {args.port}")
     model = prepared()
     if model is None:
         raise RepocompError(f"no prepared model at {default_model_dir()}; run `repocomp model prepare` first")
-    cmd = serve_command(model, args.port, args.python)
+    cmd = serve_command(model, args.port, args.python, serve_dtype() if args.dtype == "auto" else args.dtype)
     if args.dry_run:
         print(" ".join(cmd))
         return 0
