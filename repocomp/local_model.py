@@ -278,8 +278,8 @@ def hint_once(say: Callable[[str], None]) -> None:
 
 def serve_dtype() -> str:
     """The dtype vLLM serves the (bf16) local model in here: bf16 on a GPU (a machine with NVIDIA's driver tools)
-    or a CPU that multiplies bf16 natively; float32 on a CPU that emulates it, where CPU vLLM took 30 s to answer
-    a 1,000-token prompt in bf16 and 5.5 s in float32 (README, The local model)."""
+    or a CPU that multiplies bf16 natively; float32 on a CPU that emulates it, where a completion through CPU vLLM
+    took 24.3 s in bf16 and 4.0 s in float32 (p50; README, The local model)."""
     from repocomp.backends.hf import cpu_has_native_bf16
 
     return "bfloat16" if shutil.which("nvidia-smi") or cpu_has_native_bf16() else "float32"
