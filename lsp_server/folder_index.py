@@ -2,7 +2,7 @@
 
 - `FolderIndex`: a folder's root, config, build state and index; `version`/`saved_version`/`changed_at` let the
   change worker see what to save and when; readers take the index from the event loop without blocking it
-  (`async with folder.reading()`).
+  (`async with folder.reading()`), and hand it back while a model generates (`folder.released()`).
 - `RWLock`: many readers (completions) or one writer (the change worker), writers preferred.
 - `FolderRegistry`: the folders by root, and the innermost one that holds a path.
 """
@@ -128,6 +128,27 @@ class FolderIndex:
         finally:
             self.read_at = time.monotonic()
             self.lock.release_read()
+
+    @contextlib.asynccontextmanager
+    async def released(self) -> AsyncIterator[None]:
+        """Inside `reading()`: hand the read lock back for a while (a model generating, which reads no index) so
+        that updates need not wait for it, and hold it again after. The index may have changed in between:
+        nothing read from it before may be used after, except through the index itself."""
+        self.lock.release_read()
+        try:
+            yield
+        finally:
+            # Held again before `reading()` releases it, even when cancelled meanwhile: the wait is one batch.
+            if not self.lock.try_acquire_read():
+                acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
+                cancelled = False
+                while not acquiring.done():
+                    try:
+                        await asyncio.shield(acquiring)
+                    except asyncio.CancelledError:
+                        cancelled = True
+                if cancelled:
+                    raise asyncio.CancelledError
 
 
 class FolderRegistry:

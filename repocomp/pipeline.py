@@ -21,6 +21,7 @@ window itself is shown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -36,6 +37,9 @@ from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter,
 from repocomp.retrieval import Hit, Retriever
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractAsyncContextManager
+
     from repocomp.backends import Backend
     from repocomp.definitions import DefinitionFinder, RankedDefinition
     from repocomp.index import Index
@@ -254,11 +258,15 @@ class Completer:
     async def acomplete(self, path: str, text: str, line: int, col: int, *, mode: str = "repocoder",
                         oracle_text: str | None = None, kind: str = "auto",
                         context_start_line: int = 0, explain: bool = False,
-                        definitions: bool | None = None) -> CompletionResult:
+                        definitions: bool | None = None,
+                        generating: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+                        ) -> CompletionResult:
         """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col).
 
         Relations and definitions are the config's (`Config.plain_repocoder()` turns them off); `definitions`
-        overrides `[definitions] enabled` for this request."""
+        overrides `[definitions] enabled` for this request. Each round's generation runs inside `generating()`:
+        the language server hands its lock on the index back there, so that updates need not wait for a model
+        (a round reads everything it needs from the index before it generates)."""
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "oracle" and oracle_text is None:
@@ -347,7 +355,8 @@ class Completer:
                 self._explain(blocks, anchor)
             t = time.perf_counter()
             try:
-                answer = await self._generate(round_prompt, prefix, suffix, blocks, kind, deadline)
+                async with generating() if generating is not None else contextlib.nullcontext():
+                    answer = await self._generate(round_prompt, prefix, suffix, blocks, kind, deadline)
             except TimeoutError:
                 late = f"round {r} of {rounds_n} got no answer within the completion's {timeout_s:g}s deadline"
                 if r > 1:  # the previous round's draft, prompt and blocks stand
