@@ -96,6 +96,12 @@ def uri_to_path(uri: str) -> Path:
     return Path(path)
 
 
+def document_key(uri: str) -> str:
+    """The one key of an open document in the server: the decoded URI, as pygls's workspace stores it (editors
+    percent-encode spaces and accents, and not always the same way)."""
+    return unquote(uri)
+
+
 def path_to_uri(path: Path) -> str:
     return Path(path).absolute().as_uri()
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.workspace import TextDocument
 
 from lsp_server import convert, transport
 from lsp_server.generations import Generations, Site
@@ -208,7 +209,7 @@ class RepocompServer(LanguageServer):
         if not self.options.enable:
             return "", ""
         try:
-            document = self.workspace.text_documents.get(uri)
+            document = self.document(uri)
             if document is None:
                 raise convert.ConversionError("uri", f"{uri} is not open in the editor; nothing to complete")
             cursor = convert.to_cursor(uri, document.source, position, self.position_encoding(),
@@ -236,11 +237,13 @@ class RepocompServer(LanguageServer):
                 completer = self.completer_for(folder, index if rel is not None else None)
                 path = rel if rel is not None else cursor.path.name
                 mode = "repocoder" if index is not None and rel is not None else "infile"
-                return await asyncio.wait_for(
-                    completer.acomplete(path, cursor.text, cursor.line, cursor.col, mode=mode), timeout_s)
+                # the lock is handed back while the model generates: updates need not wait for it
+                generating = folder.released if folder is not None else None
+                return await asyncio.wait_for(completer.acomplete(path, cursor.text, cursor.line, cursor.col,
+                                                                  mode=mode, generating=generating), timeout_s)
 
         try:
-            served = await self.generations.run(uri, site, generate, lambda: self._version(uri) != version)
+            served = await self.generations.run(convert.document_key(uri), site, generate, lambda: self._version(uri) != version)
         except asyncio.CancelledError:
             self.stats.cancelled += 1
             raise
@@ -278,16 +281,16 @@ class RepocompServer(LanguageServer):
         if self.indexes is None or self._loop is None or _path_of(uri) is None:
             return
         self._cancel_buffer_sync(uri)
-        self._buffer_syncs[uri] = self._loop.call_later(delay_s, self._sync_buffer, uri)
+        self._buffer_syncs[convert.document_key(uri)] = self._loop.call_later(delay_s, self._sync_buffer, uri)
 
     def _cancel_buffer_sync(self, uri: str) -> None:
-        pending = self._buffer_syncs.pop(uri, None)
+        pending = self._buffer_syncs.pop(convert.document_key(uri), None)
         if pending is not None:
             pending.cancel()
 
     def _sync_buffer(self, uri: str) -> None:
-        self._buffer_syncs.pop(uri, None)
-        document = self.workspace.text_documents.get(uri)
+        self._buffer_syncs.pop(convert.document_key(uri), None)
+        document = self.document(uri)
         path = _path_of(uri)
         if document is not None and path is not None and self.indexes is not None:
             self.indexes.file_changed(path, document.source)  # the worker skips a text the index already holds
@@ -299,8 +302,13 @@ class RepocompServer(LanguageServer):
         if path is not None and self.indexes is not None:
             self.indexes.file_changed(path)
 
+    def document(self, uri: str) -> TextDocument | None:
+        """The open document of `uri` however the editor encoded it: pygls keys documents by the decoded URI
+        (a folder with a space arrives as `my%20repo`)."""
+        return self.workspace.text_documents.get(convert.document_key(uri))
+
     def _version(self, uri: str) -> int | None:
-        document = self.workspace.text_documents.get(uri)
+        document = self.document(uri)
         return document.version if document is not None else None
 
     def position_encoding(self) -> str:
@@ -498,7 +506,7 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
         path = _path_of(params.text_document.uri)
         if path is None or ls.indexes is None:
             return
-        document = ls.workspace.text_documents.get(params.text_document.uri)
+        document = ls.document(params.text_document.uri)
         text = params.text if params.text is not None else (document.source if document is not None else None)
         ls.indexes.file_changed(path, text)
 
@@ -509,12 +517,12 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: RepocompServer, params: types.DidChangeTextDocumentParams) -> None:
         typed = sum(len(change.text) for change in params.content_changes)  # pygls already applied them
-        ls.generations.rate.changed(params.text_document.uri, typed)
+        ls.generations.rate.changed(convert.document_key(params.text_document.uri), typed)
         ls.schedule_buffer_sync(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: RepocompServer, params: types.DidCloseTextDocumentParams) -> None:
-        ls.generations.cancel(params.text_document.uri)
+        ls.generations.cancel(convert.document_key(params.text_document.uri))
         ls.drop_buffer(params.text_document.uri)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)

@@ -116,6 +116,39 @@ async def test_inline_completion_uses_the_repository_and_the_unsaved_buffer(clie
     assert text.strip().startswith(EXPECTED), text
 
 
+@pytest.mark.parametrize("folder", ["my repo", "caf\u00e9 #1 100%"])
+async def test_a_folder_whose_uri_is_percent_encoded_completes_as_a_plain_one(
+        client: LanguageClient, tmp_path: Path, folder: str) -> None:
+    """Editors percent-encode spaces, accents, `#` and `%` in URIs; pygls keys documents by the decoded URI.
+    Opening, typing, syncing the buffer and completing must all find the document."""
+    repo = copy_repo(tmp_path / folder)
+    assert "%" in repo.as_uri()
+    await initialize(client, repo)
+    await wait_ready(client)
+    head, typed = CHECKOUT.rsplit("\n", 1)
+    uri = open_doc(client, repo / "shop" / "checkout.py", head + "\n" + typed[:3])
+    line = head.count("\n") + 1
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=line, character=3), end=types.Position(line=line, character=3)),
+            text=typed[3:])]))
+    text = await inline(client, uri, end_of(CHECKOUT))
+    assert text.strip().startswith(EXPECTED), text
+    assert not warnings(client)
+    # the buffer reaches the index after the pause, as in a plain folder
+    version = await folder_version(client, repo)
+    probe = open_doc(client, repo / "shop" / "probe.py", "def h():\n    magic_value = ")
+    (repo / "shop" / "helper.py").write_text("def helper():\n    return 1\n")
+    helper = open_doc(client, repo / "shop" / "helper.py", "def helper():\n    return 1\n")
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=helper, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(
+            text="def helper():\n    magic_value = unsaved_answer(7)\n    return magic_value\n")]))
+    assert await wait_version(client, repo, version) > version
+    assert (await inline(client, probe, end_of("def h():\n    magic_value = "))).startswith("unsaved_answer(7)")
+
+
 async def test_typing_incremental_changes_then_complete(client: LanguageClient, repo: Path) -> None:
     await initialize(client, repo)
     await wait_ready(client)
@@ -332,6 +365,33 @@ async def test_watched_file_events_update_and_remove(nowatch_client: LanguageCli
         changes=[types.FileEvent(uri=moved.as_uri(), type=types.FileChangeType.Deleted)]))
     await wait_version(client, repo, version)
     assert "compute_the_answer" not in await inline(client, uri, end_of(buffer))
+
+
+async def test_an_index_update_does_not_wait_for_a_generation(
+        nowatch_client: LanguageClient, repo: Path, hole: Blackhole) -> None:
+    """The read lock is handed back while the model generates: a file change lands while a completion waits on
+    a backend that never answers (it used to wait for the generation: the 60 s deadline here)."""
+    client = nowatch_client
+    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 60}})
+    await wait_ready(client)
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    version = await folder_version(client, repo)
+    pending = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
+    await hole.wait_for(lambda h: h.opened >= 1)
+    assert hole.opened >= 1, "the backend never saw the request"
+    fresh = repo / "shop" / "fresh.py"
+    fresh.write_text("def f():\n    return 1\n")
+    client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
+        changes=[types.FileEvent(uri=fresh.as_uri(), type=types.FileChangeType.Created)]))
+    await wait_version(client, repo, version, timeout=10.0)
+    assert not pending.done()  # still generating: the update did not wait for it
+    # a second completion elsewhere reads the updated index while the first still generates
+    other = open_doc(client, repo / "shop" / "other.py", "def g():\n    return ")
+    second = asyncio.ensure_future(inline(client, other, end_of("def g():\n    return ")))
+    await hole.wait_for(lambda h: h.opened >= 2)
+    assert hole.opened >= 2 and not pending.done()
+    for request in (pending, second):
+        request.cancel()
 
 
 async def test_save_is_visible_to_the_next_completion(nowatch_client: LanguageClient, repo: Path) -> None:
