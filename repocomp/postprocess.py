@@ -2,7 +2,10 @@
 
 Kinds:
 - `line`: up to the end of the cursor's line. When the cursor line is still empty, leading blank lines of the
-  completion are skipped first (a model often starts by finishing the previous line's newline).
+  completion are skipped first (a model often starts by finishing the previous line's newline). When the cursor
+  line has code and the model ends it right away (its continuation starts with a line break), the line is
+  complete: the next statement is offered instead, as a line break plus that statement as the model indented it
+  (at the end of a line an editor would otherwise get nothing).
 - `statement`: up to the end of the first line where brackets balance, counting the brackets the cursor line's
   prefix left open (strings and comments are skipped; a line ending in `\\` continues).
 - `function`: indentation-based: find the enclosing `def` (the nearest one above the cursor indented less than
@@ -84,10 +87,28 @@ def open_brackets(line_prefix: str) -> int:
     return max(sc.depth, 0)
 
 
+def _skip_blank_lines(text: str) -> str:
+    while "\n" in text and not text.split("\n", 1)[0].strip():
+        text = text.split("\n", 1)[1]
+    return text
+
+
+def _next_line(text: str, line_prefix: str) -> str | None:
+    """After a complete cursor line (code before the cursor, and the model starts with a line break): the text
+    from the first non-blank line on; None when the model continues the cursor line itself."""
+    first, newline, rest = text.partition("\n")
+    if not line_prefix.strip() or not newline or first.strip():
+        return None
+    return _skip_blank_lines(rest)
+
+
 def _cut_line(text: str, line_prefix: str) -> str:
+    following = _next_line(text, line_prefix)
+    if following is not None:
+        statement = _cut_statement(following, "")
+        return "\n" + statement if statement.strip() else ""
     if not line_prefix.strip():
-        while "\n" in text and not text.split("\n", 1)[0].strip():
-            text = text.split("\n", 1)[1]
+        text = _skip_blank_lines(text)
     return text.split("\n", 1)[0]
 
 
@@ -194,8 +215,12 @@ def is_finished(text: str, kind: str, prefix: str) -> bool:
     """
     if kind == "auto":
         kind = choose_kind(prefix, text)
-    if kind == "line" and prefix.rpartition("\n")[2].strip():
-        return "\n" in text  # the cursor line has code: it ends at the first line break, even an immediate one
+    line_prefix = prefix.rpartition("\n")[2]
+    if kind == "line" and line_prefix.strip():
+        following = _next_line(text, line_prefix)
+        if following is not None:  # the line was complete: done once the next statement is
+            return is_finished(following, "statement", "")
+        return "\n" in text  # the cursor line has code: it ends at its first line break
     cut = _cut(text, kind, prefix)
     if not cut.strip():
         return False

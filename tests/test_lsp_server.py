@@ -149,6 +149,30 @@ async def test_a_folder_whose_uri_is_percent_encoded_completes_as_a_plain_one(
     assert (await inline(client, probe, end_of("def h():\n    magic_value = "))).startswith("unsaved_answer(7)")
 
 
+async def test_at_the_end_of_a_complete_line_the_next_line_is_offered_and_accepted(
+        client: LanguageClient, repo: Path) -> None:
+    """The cursor at the end of a finished line gets the next line (a line break, then the line as the repository
+    indents it), and accepting it leaves the buffer as the developer would write it."""
+    await initialize(client, repo)
+    await wait_ready(client)
+    buffer = CHECKOUT + EXPECTED
+    uri = open_doc(client, repo / "shop" / "checkout.py", buffer)
+    result = await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=end_of(buffer),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+    (item,) = result.items
+    assert item.insert_text == "\n    return with_tax(discounted_total)"
+    assert item.range == types.Range(start=end_of(buffer), end=end_of(buffer))
+    # accepted: the editor inserts the item at its range
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(range=item.range, text=item.insert_text)]))
+    accepted = buffer + item.insert_text
+    assert accepted.endswith(EXPECTED + "\n    return with_tax(discounted_total)")
+    # the next request reads the accepted buffer: its last line is complete and nothing in the repository follows it
+    assert await inline(client, uri, end_of(accepted)) == ""
+
+
 async def test_typing_incremental_changes_then_complete(client: LanguageClient, repo: Path) -> None:
     await initialize(client, repo)
     await wait_ready(client)

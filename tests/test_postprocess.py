@@ -13,7 +13,19 @@ def test_line_cuts_at_end_of_line() -> None:
 
 def test_line_skips_leading_blank_lines_only_on_an_empty_cursor_line() -> None:
     assert postprocess("\n\n    return x\nmore", "line", "def f(x):\n", "") == "    return x"
-    assert postprocess("\n    return x", "line", "y = foo()", "") == ""
+
+
+def test_at_the_end_of_a_complete_line_the_next_statement_is_offered() -> None:
+    """The model ends the cursor line right away: the line is complete, so the next one is offered after a line
+    break, indented as the model wrote it (the editor got nothing here before)."""
+    assert postprocess("\n    return x\nmore", "line", "def f(x):\n    y = foo()", "") == "\n    return x"
+    assert postprocess("\n\n    z = h(\n        1)\n    w", "auto", "    y = foo()", "") == "\n    z = h(\n        1)"
+    assert postprocess("\n    return x", "auto", "def f(x):", "") == "\n    return x"
+    # the code that follows the cursor already is that line: nothing to offer
+    assert postprocess("\n    return y\n", "line", "    y = foo()", "\n    return y\n") == ""
+    # the model continues the line itself: the line as before
+    assert postprocess(" + 1\n    return x", "line", "    y = foo()", "") == " + 1"
+    assert postprocess("\n\n", "line", "y = foo()", "") == ""
 
 
 def test_statement_balances_brackets_across_lines() -> None:
@@ -114,7 +126,9 @@ def test_unknown_kind() -> None:
 @pytest.mark.parametrize("text, prefix, finished", [
     ("foo(x)", "a = ", False),  # the line may go on
     ("foo(x)\n", "a = ", True),  # a line break ends the cursor's line
-    ("\n", "a = 1", True),  # code on the cursor line: an immediate line break is the (empty) answer
+    ("\n", "a = 1", False),  # code on the cursor line ended at once: the next statement is the answer ...
+    ("\n    b = (1,", "a = 1", False),
+    ("\n    b = (1,\n 2)\n", "a = 1", True),  # ... once it is complete
     ("\n\n", "x = 1\n", False),  # an empty cursor line: blank lines before the code do not count
     ("bar(1,\n", "y = (", False),  # an open bracket: the statement goes on
     ("1, 2)\nz", "y = (", True),

@@ -4,10 +4,12 @@ Rules, in order (candidates are tried best-first; the first that yields text win
 1. The cursor line has text before the cursor (stripped: `cur`): find a candidate line whose stripped text starts
    with `cur` and is longer; propose the rest of that line and the lines after it. Failing that, a candidate line
    that contains `cur` anywhere with text after it.
-2. Otherwise (or when rule 1 finds nothing): find the previous non-blank line of the buffer in a candidate (same
+2. The cursor line is complete (a candidate line equals it, and none continues it): propose a line break and the
+   lines after that candidate line, re-indented to the buffer's indentation (the next line, at a line end).
+3. Otherwise (or when rules 1 and 2 find nothing): find the previous non-blank line of the buffer in a candidate (same
    stripped text) and propose the lines after it, re-indented to the buffer's indentation. When the cursor line
    already has text, the proposal must start with it, and only the rest is proposed.
-3. Nothing matches: empty text.
+4. Nothing matches: empty text.
 
 The proposal is capped at about `max_new_tokens` code tokens and cut at the first stop sequence; callers cut it
 to the completion kind with `repocomp.postprocess`.
@@ -153,6 +155,9 @@ def extract_continuation(prefix: str, candidates: tuple[str, ...]) -> str:
         found = _after_line_prefix(cur, lines)
         if found is not None:
             return found
+        found = _after_previous_line(typed, _indent(typed), "", lines)
+        if found is not None:
+            return "\n" + found
     prev = _previous_line(head)
     if prev:
         found = _after_previous_line(prev, _indent(prev), typed, lines)
