@@ -50,6 +50,20 @@ def test_ghost_text_while_typing_is_accepted_with_tab(tmp_path: Path) -> None:
     assert last_line(run) == "    " + TYPED + EXPECTED, explain(run)
 
 
+def test_at_a_line_end_the_next_line_is_ghost_text_and_tab_accepts_it(tmp_path: Path) -> None:
+    """Typing finishes a line that the repository continues: Neovim shows the next line as ghost text (a line
+    break, then the line), and <Tab> inserts it as a line of its own."""
+    repo, file = checkout_repo(tmp_path, '[backend]\nname = "extractive"\n')
+    typed = TYPED + EXPECTED
+    run = run_plan(repo, file, 6, 4, [{"ready": 60_000}, {"insert": True},
+                                      {"type": typed, "gaps_ms": [40] * len(typed)},
+                                      {"ghost": 30_000}, {"key": "<Tab>"}, {"sleep": 300}], tmp_path / "nvim")
+    assert not run.result.get("error"), explain(run)
+    (ghost,) = run.result["records"]
+    assert ghost["ghost"] and ghost["text"] == "\n    return with_tax(discounted_total)", explain(run)
+    assert run.result["lines"][5:7] == ["    " + typed, "    return with_tax(discounted_total)"], explain(run)
+
+
 def test_tab_inserts_a_tab_when_no_ghost_text_is_shown(tmp_path: Path) -> None:
     repo, file = checkout_repo(tmp_path, '[backend]\nname = "extractive"\n')
     # right after entering insert mode nothing is shown yet (Neovim asks 200 ms after the cursor stops)
