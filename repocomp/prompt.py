@@ -28,6 +28,7 @@ from pathlib import Path
 
 from repocomp.config import FIM_FORMATS, PromptConfig
 from repocomp.errors import RepocompError
+from repocomp.text import encodable
 from repocomp.tokenize import code_tokens
 
 __all__ = [
@@ -76,7 +77,7 @@ def make_token_counter(config: PromptConfig) -> TokenCounter:
             tok = Tokenizer.from_file(str(where / "tokenizer.json"))
         except Exception as exc:  # the tokenizers library raises bare Exceptions on bad files
             raise RepocompError(f"cannot load tokenizer {where / 'tokenizer.json'}: {exc}") from None
-        return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+        return lambda text: len(tok.encode(encodable(text), add_special_tokens=False).ids)  # as sent
     if where.is_dir():
         try:
             from transformers import AutoTokenizer
@@ -84,7 +85,7 @@ def make_token_counter(config: PromptConfig) -> TokenCounter:
             hf = AutoTokenizer.from_pretrained(str(where), local_files_only=True)
         except Exception as exc:  # ImportError or any loading failure: tell the user which directory failed
             raise RepocompError(f"cannot load tokenizer from {where}: {exc}; fix [prompt] tokenizer") from None
-        return lambda text: len(hf.encode(text, add_special_tokens=False))
+        return lambda text: len(hf.encode(encodable(text), add_special_tokens=False))
     raise RepocompError(f"[prompt] tokenizer = {config.tokenizer!r} is not a directory with a tokenizer; "
                         "set it to a local model/tokenizer directory or leave it empty for the built-in estimate")
 

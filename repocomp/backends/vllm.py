@@ -31,6 +31,7 @@ import httpx
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.config import BackendConfig, check_endpoint
 from repocomp.errors import BackendError
+from repocomp.text import encodable
 
 log = logging.getLogger(__name__)
 
@@ -239,15 +240,17 @@ class VLLMBackend:
             if not models:
                 raise BackendError("vllm: the server serves no model")
             self.model = models[0]
+        # a body is UTF-8: lone surrogates (an undecodable byte of a path in the prompt, half a pair from an editor)
+        # are escaped as the token counts saw them, never a UnicodeEncodeError while building the request
         payload: dict[str, Any] = {
             "model": self.model,
-            "prompt": request.prompt,
+            "prompt": encodable(request.prompt),
             "max_tokens": request.max_new_tokens,
             "temperature": request.temperature,
             "stream": stream,
         }
         if request.stop:
-            payload["stop"] = list(request.stop)
+            payload["stop"] = [encodable(stop) for stop in request.stop]
         return payload
 
     async def _sleep_backoff(self, attempt: int, deadline: _Deadline, last_error: str) -> None:

@@ -8,6 +8,7 @@ import logging
 import sys
 
 from repocomp.errors import RepocompError
+from repocomp.text import encodable
 
 # each module registers one subcommand via `register(subparsers)`
 _SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench", "model")
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _escape_unencodable_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
@@ -31,11 +33,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except RepocompError as exc:
-        print(f"repocomp: error: {exc}", file=sys.stderr)
+        print(f"repocomp: error: {encodable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("repocomp: interrupted", file=sys.stderr)
         return 130
+
+
+def _escape_unencodable_output() -> None:
+    """Whatever text reaches stdout unescaped (a name with an undecodable byte, a lone surrogate) is written as a
+    backslash escape: the default handler raises on a UTF-8 locale (a traceback) or, on C.UTF-8, writes the raw
+    byte, which is not UTF-8 either. Printing passes names through `encodable` first; this is the net."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if callable(reconfigure):
+        reconfigure(errors="backslashreplace")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,6 +21,7 @@ from typing import Any
 
 from repocomp.config import BACKEND_NAMES, MODES
 from repocomp.errors import RepocompError
+from repocomp.text import encodable
 
 _ROOT_MARKERS = (".git", ".repocomp", "pyproject.toml", "repocomp.toml")
 
@@ -92,13 +93,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(_to_json(result), indent=2))
         return 0
     if args.explain:
-        print(explain_text(result))
-    sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+        print(encodable(explain_text(result)))
+    sys.stdout.write(encodable(result.text) + ("\n" if not result.text.endswith("\n") else ""))
     from repocomp.local_model import hint_once, resolve
 
     chosen = resolve(config).backend.name  # what "auto" became
     fallback = result.backend != chosen  # else the note is only about skipped rounds
-    note = f" ({result.error}{'; answered by the fallback' if fallback else ''})" if result.error else ""
+    note = f" ({encodable(result.error)}{'; answered by the fallback' if fallback else ''})" if result.error else ""
     print(f"repocomp: completed by the {result.backend} backend{note} in {result.timings_ms.get('total', 0):.0f} ms",
           file=sys.stderr)
     if config.backend.name == "auto" and chosen == "extractive":
@@ -117,7 +118,7 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     def progress(done: int, total: int, phase: str) -> None:
         nonlocal told
         if not told:  # Index.open reports progress only while building
-            print(f"repocomp: no usable index for {root} yet; building it (once)...", file=sys.stderr)
+            print(f"repocomp: no usable index for {encodable(str(root))} yet; building it (once)...", file=sys.stderr)
             told = True
 
     index = Index.open(root, config, build=True, progress=progress)
@@ -145,8 +146,8 @@ def explain_text(result: Any) -> str:
         if not rnd.blocks:
             out.append("fragments: none")
             continue
-        rows = [(f"{b.path}:{b.start_line + 1}-{b.end_line}", f"{b.s_ind:.4f}", f"{b.s_env:.4f}", f"{b.s_rel:.4f}",
-                 "yes" if (r == len(result.rounds) and b.fragment_id in in_prompt) else "",
+        rows = [(f"{encodable(b.path)}:{b.start_line + 1}-{b.end_line}", f"{b.s_ind:.4f}", f"{b.s_env:.4f}",
+                 f"{b.s_rel:.4f}", "yes" if (r == len(result.rounds) and b.fragment_id in in_prompt) else "",
                  ", ".join(b.relations) or "-") for b in rnd.blocks]
         head = ("fragment (lines shown)", "s_ind", "s_env", "s_rel", "prompt", "relations to cursor")
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -175,7 +176,8 @@ def definitions_text(result: Any) -> list[str]:
     defs = getattr(result, "definitions", None) or []
     if not defs:
         return ["definitions: none"]
-    rows = [(f"{d.name} ({d.kind})", f"{d.path}:{_lines_label(d.lines)}" if d.lines else d.path, f"{d.score:.3f}",
+    rows = [(encodable(f"{d.name} ({d.kind})"), encodable(f"{d.path}:{_lines_label(d.lines)}" if d.lines else d.path),
+             f"{d.score:.3f}",
              "yes" if d.shown else "", "; ".join(d.reasons) or "-") for d in defs]
     head = ("definition", "lines shown", "score", "prompt", "why")
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head[:-1])]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from repocomp.config import EVAL_BACKENDS, MODES
 from repocomp.errors import RepocompError
+from repocomp.text import encodable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -124,7 +125,7 @@ def _make_tasks(a: argparse.Namespace) -> int:
     if a.n <= 0:
         raise RepocompError("--n must be > 0")
     n = write_tasks(make_tasks(a.repo, a.kind, a.n, a.seed, prompt_tokens=a.prompt_tokens), a.out)
-    print(f"{n} {a.kind} tasks written to {a.out}")
+    print(encodable(f"{n} {a.kind} tasks written to {a.out}"))
     return 0
 
 
@@ -136,8 +137,8 @@ def _report(a: argparse.Namespace) -> int:
     summaries = {label: summarize(records) for label, records in runs.items()}
     if not summaries:
         raise RepocompError("no results in the given files")
-    print(markdown(summaries), end="")
-    print(intervals_markdown(runs), end="")
+    print(encodable(markdown(summaries)), end="")  # labels and repository names are data
+    print(encodable(intervals_markdown(runs)), end="")
     if a.png:
         bar_chart(summaries, a.png, runs)
         print(f"chart written to {a.png}", file=sys.stderr)
@@ -153,5 +154,5 @@ def _compare(a: argparse.Namespace) -> int:
         if not path.exists():
             raise RepocompError(f"results file {path} not found")
         runs.append(read_results(path))
-    print(compare_markdown(*runs), end="")
+    print(encodable(compare_markdown(*runs)), end="")
     return 0

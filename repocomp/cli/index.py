@@ -10,6 +10,7 @@ from pathlib import Path
 
 from repocomp.config import load_config
 from repocomp.index import Index
+from repocomp.text import encodable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(format_summary(summary))
+    print(encodable(format_summary(summary)))  # names may hold undecodable bytes
     return 0
 
 

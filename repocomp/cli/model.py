@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from repocomp.errors import RepocompError
+from repocomp.text import encodable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,7 +50,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from repocomp.local_model import prepare
 
     model = prepare(args.source, args.out, force=args.force, say=_say)
-    print(model.path)
+    print(encodable(str(model.path)))
     return 0
 
 
@@ -60,7 +61,7 @@ def _path(args: argparse.Namespace) -> int:
     if model is None:
         _say(f"no prepared model at {default_model_dir()}; run `repocomp model prepare`")
         return 1
-    print(model.path)
+    print(encodable(str(model.path)))
     return 0
 
 
@@ -74,7 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise RepocompError(f"no prepared model at {default_model_dir()}; run `repocomp model prepare` first")
     cmd = serve_command(model, args.port, args.python, serve_dtype() if args.dtype == "auto" else args.dtype)
     if args.dry_run:
-        print(" ".join(cmd))
+        print(encodable(" ".join(cmd)))
         return 0
     try:
         probe = subprocess.run([cmd[0], "-c", "import vllm"], capture_output=True)
