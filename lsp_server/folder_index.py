@@ -77,6 +77,7 @@ class FolderIndex:
     state: str = "pending"  # pending -> building -> ready | failed
     index: "Index | None" = None
     error: str = ""
+    notices: list[str] = field(default_factory=list)  # said once the index is ready (a stored index set aside)
     lock: RWLock = field(default_factory=RWLock)
     version: int = 0  # bumped by every applied batch (lets tests and the bench see a save land)
     saved_version: int = 0  # the version last written to disk

@@ -1,6 +1,7 @@
 """The build thread: builds or loads a folder's index off the caller's thread, then makes it the folder's index.
 
 A stored index loaded at start-up is first brought up to date with the disk (files changed while no server ran);
+one that cannot be (an update of it fails) is rebuilt from the disk instead, said once, never a failed folder;
 progress goes to a callback (the server turns it into `$/progress`), and changes that raced the build are replayed
 from disk once the index is ready. Before it is ready, the graph kernels are made ready too (`warm_kernels`).
 """
@@ -51,11 +52,7 @@ class IndexBuilder:
         try:
             index = Index.open(folder.root, folder.config, build=True, progress=progress)
             warm_kernels(folder.config)
-            stale = _stale_files(index)
-            if stale:
-                logger.info("index of %s: %d file(s) changed since it was stored", folder.root.name, len(stale))
-                for i in range(0, len(stale), CHUNK * 4):
-                    index.update_files(dict(stale[i : i + CHUNK * 4]))
+            index = _up_to_date(index, progress)
         except Exception as exc:  # a failing index must not take the server down; completions stay in-file
             logger.exception("indexing %s failed", folder.root)
             folder.state, folder.error = "failed", str(exc) or type(exc).__name__
@@ -63,6 +60,7 @@ class IndexBuilder:
             folder.lock.acquire_write()
             try:
                 folder.index, folder.state = index, "ready"
+                folder.notices = list(index.notices)  # the server shows each once
                 deferred, folder._deferred = folder._deferred, set()
             finally:
                 folder.lock.release_write()
@@ -71,6 +69,33 @@ class IndexBuilder:
                 self._replay(path)
         if self._on_state is not None:
             self._on_state(folder)
+
+
+def _up_to_date(index: Any, progress: Callable[[int, int, str], None]) -> Any:
+    """`index` with the files changed on disk since it was stored applied; when applying them fails (a stored
+    index whose tables an update cannot use), a fresh build of the folder instead, with a notice."""
+    from repocomp.errors import RepocompError
+    from repocomp.index import Index
+
+    stale = _stale_files(index)
+    if not stale:
+        return index
+    logger.info("index of %s: %d file(s) changed since it was stored", index.root.name, len(stale))
+    try:
+        for i in range(0, len(stale), CHUNK * 4):
+            index.update_files(dict(stale[i : i + CHUNK * 4]))
+        return index
+    except Exception as exc:  # noqa: BLE001 - any failure of a loaded index: the disk is the truth, build from it
+        message = (f"the stored index of {index.root} could not be brought up to date "
+                   f"({type(exc).__name__}: {exc}); rebuilt")
+        logger.warning("%s", message, exc_info=not isinstance(exc, RepocompError))
+    rebuilt = Index.build(index.root, index.config, progress)
+    rebuilt.notices = [*index.notices, message]
+    try:
+        rebuilt.save()
+    except RepocompError as exc:
+        rebuilt.notice(f"{exc}; working from an index in memory")
+    return rebuilt
 
 
 def _stale_files(index: Any) -> list[tuple[str, str | None]]:

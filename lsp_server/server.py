@@ -396,6 +396,8 @@ class RepocompServer(LanguageServer):
                 message = "index ready"
                 self.window_log_message(types.LogMessageParams(type=types.MessageType.Info,
                                                                message=f"repocomp: index of {folder.root} ready"))
+                for notice in folder.notices:  # e.g. a stored index that was not the folder's own, set aside
+                    self.warn_once(f"index:{notice}", notice)
             else:
                 message = f"indexing failed: {folder.error}"
                 self.warn_once("index", f"indexing {folder.root} failed ({folder.error}); completing in-file only")

@@ -5,6 +5,10 @@ index) are translated into the `IndexUnusableError` kinds where they enter (`rep
 `Index._restore`), each with a one-line message naming the file; nothing raw leaves `Index.load`.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
 
 class RepocompError(Exception):
     """An error the user can act on; its message says what to do. The CLI prints it without a traceback."""
@@ -29,6 +33,16 @@ class IndexStaleError(IndexUnusableError):
 
 class IndexCorruptError(IndexUnusableError):
     """The stored index is damaged or unreadable (truncated, garbage, inconsistent tables): rebuilt with a warning."""
+
+
+class IndexUntrustedError(IndexCorruptError):
+    """The stored index is not the repository's own: a symlink, built for another root, or holding a path that
+    leads outside the repository. `Index.open` sets the file aside (`path`, renamed, never followed) and rebuilds,
+    with a warning."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class BackendError(RepocompError):

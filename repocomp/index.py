@@ -23,12 +23,13 @@ from graph.code_graph import EDGE_TYPES, CodeGraph
 from graph.parsing import ParsedFile, parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config, load_config
-from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError, RepocompError
+from repocomp.errors import (IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError,
+                             IndexUntrustedError, RepocompError)
 from repocomp.fragment_store import FragmentStore
 from repocomp.fragments import Location, window_spans, window_text
-from repocomp import index_codec
+from repocomp import index_codec, index_trust
 from repocomp.relation_upkeep import Progress, RelationUpkeep
-from repocomp.store import INDEX_FILE, fallback_dir, read_state, write_state
+from repocomp.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
 from repocomp.term_index import TermIndex
 from repocomp.walk import FileRule, WalkResult, walk_repository
 
@@ -90,6 +91,9 @@ class Index:
         self.summary = IndexSummary()
         self.epoch = 0  # compactions so far (ids before one mean nothing after it)
         self._store_dir: Path | None = None  # set when the index lives in the user's cache instead
+        # what the user is told about how this index came to be (a stored one set aside, the cache used instead):
+        # logged as warnings where they happen; the language server shows them too
+        self.notices: list[str] = []
 
     # -- paths ---------------------------------------------------------------------------------------------------
     @property
@@ -99,6 +103,16 @@ class Index:
             return self._store_dir
         folder = Path(self.config.index.dir)
         return folder if folder.is_absolute() else self.root / folder
+
+    def _index_dir_leads_out(self) -> bool:
+        """The repository's own index folder (a relative `[index] dir`) resolves outside the root: a symbolic
+        link in the repository leads out. Nothing is read from or written there (the user's cache is used)."""
+        if self._store_dir is not None or Path(self.config.index.dir).is_absolute():
+            return False
+        try:
+            return not self.index_dir.resolve().is_relative_to(self.root)
+        except (OSError, RuntimeError):  # a symlink loop
+            return True
 
     def relpath(self, path: str | Path) -> str:
         """`path` (absolute, or relative to the repository root) as the index names it; outside -> error.
@@ -347,8 +361,7 @@ class Index:
         t = time.perf_counter()
         meta, arrays = index_codec.encode(self)
         folder = self.index_dir
-        if self._store_dir is None and not Path(self.config.index.dir).is_absolute() \
-                and not folder.resolve().is_relative_to(self.root):  # a symlink in the repository leads out
+        if self._index_dir_leads_out():
             target = self._write_fallback(meta, arrays, "it leads outside the repository")
         else:
             try:
@@ -365,7 +378,7 @@ class Index:
         folder = fallback_dir(self.root)
         if folder == self.index_dir:
             raise RepocompError(f"cannot write the index to {folder}: {why}")
-        log.warning("cannot write the index to %s (%s); keeping it in %s instead", self.index_dir, why, folder)
+        self.notice(f"cannot write the index to {self.index_dir} ({why}); keeping it in {folder} instead")
         try:
             target = write_state(folder, meta, arrays)
         except OSError as exc:
@@ -373,6 +386,11 @@ class Index:
                                 f"({exc.strerror or exc})") from None
         self._store_dir = folder
         return target
+
+    def notice(self, message: str) -> None:
+        """A warning about how this index came to be: logged now, kept in `notices` for the language server."""
+        log.warning("%s", message)
+        self.notices.append(message)
 
     @classmethod
     def load(cls, root: str | Path, config: Config | None = None) -> "Index":
@@ -385,6 +403,8 @@ class Index:
         config = config or load_config(root)
         index = cls(root, config)
         try:
+            if index._index_dir_leads_out():  # another folder's index, whatever it holds: never read
+                raise IndexMissingError(f"{index.index_dir} leads outside the repository; its index is not read")
             index._restore(*read_state(index.index_dir))
             return index
         except IndexUnusableError as exc:
@@ -400,7 +420,9 @@ class Index:
 
     def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Fill this empty index from a stored state; the codec's, term index's and numpy/scipy's errors are
-        translated here, where they enter: another version -> `IndexStaleError`, anything else -> corrupt."""
+        translated here, where they enter: another version -> `IndexStaleError`, anything else -> corrupt. One
+        that is not this repository's (another root, a path leading out) is `IndexUntrustedError`, checked first."""
+        index_trust.check_stored(meta, self.root, self.index_dir / INDEX_FILE)
         stored = meta.get("config")
         live = index_codec.plain(self.config.to_dict())
         for section in _STRUCTURAL_SECTIONS:
@@ -424,22 +446,32 @@ class Index:
         """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings.
 
         A missing or stale index (another version, other settings) is rebuilt quietly (an info log), a corrupt one
-        with a warning; with `build=False` the `IndexUnusableError` is raised instead. When the index cannot be
-        saved anywhere the built one is used from memory (and that is said)."""
+        with a warning, one that is not the repository's own (`IndexUntrustedError`) with a warning after it is set
+        aside (renamed `index.bin.rejected`; a symbolic link is renamed, never followed); with `build=False` the
+        `IndexUnusableError` is raised instead. When the index cannot be saved anywhere the built one is used from
+        memory (and that is said). The warnings are also kept in the index's `notices`."""
+        notices: list[str] = []
         try:
             return cls.load(root, config)
         except IndexUnusableError as exc:
             if not build:
                 raise
-            if isinstance(exc, IndexCorruptError):
-                log.warning("%s", exc)
+            if isinstance(exc, IndexUntrustedError):
+                aside = set_aside(exc.path)
+                notices.append(f"{exc}; set aside as {aside.name} and rebuilt" if aside is not None
+                               else f"{exc}; not used, rebuilt")
+            elif isinstance(exc, IndexCorruptError):
+                notices.append(str(exc))
             else:
                 log.info("%s", exc)
+        for message in notices:
+            log.warning("%s", message)
         index = cls.build(root, config, progress)
+        index.notices.extend(notices)
         try:
             index.save()
         except RepocompError as exc:
-            log.warning("%s; working from an index in memory", exc)
+            index.notice(f"{exc}; working from an index in memory")
         return index
 
     # -- export --------------------------------------------------------------------------------------------------

@@ -27,11 +27,13 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.lib.format as npy
 
-from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError, RepocompError
+from repocomp.errors import (IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError,
+                             IndexUntrustedError, RepocompError)
 
 MAGIC = b"repocomp-index\n"
 FORMAT_VERSION = 2
 INDEX_FILE = "index.bin"
+REJECTED_SUFFIX = ".rejected"  # a rejected index file, set aside under its name plus this
 TMP_PREFIX, TMP_SUFFIX = ".index-", ".tmp"
 # a temporary file untouched this long belongs to a write that died (a live write touches it constantly)
 STALE_TMP_S = 600.0
@@ -49,7 +51,12 @@ def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray
     if folder.exists() and not folder.is_dir():
         raise RepocompError(f"{folder} is a file, not a folder; remove it or set [index] dir to another folder")
     folder.mkdir(parents=True, exist_ok=True)
-    if target.is_dir() or (target.exists() and not target.is_file()):
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG
+    # a symbolic link is replaced by the rename below, never written through
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
         raise RepocompError(f"{target} is not a regular file; remove it so the index can be written there")
     remove_stale_tmp(folder)
     header = json.dumps({"meta": meta, "arrays": list(arrays)}, separators=(",", ":")).encode()
@@ -74,22 +81,30 @@ def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray
 def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(meta, arrays) of the index file of `folder`.
 
-    `IndexMissingError` when there is none, `IndexStaleError` for another format version, `IndexCorruptError` for
-    anything else that cannot be read (each message names the file).
+    `IndexMissingError` when there is none, `IndexStaleError` for another format version, `IndexUntrustedError`
+    when it is a symbolic link (whatever it points to is not this folder's index, and is never opened),
+    `IndexCorruptError` for anything else that cannot be read (each message names the file).
     """
     target = folder / INDEX_FILE
     try:
-        st = target.stat()
+        st = target.lstat()
     except (FileNotFoundError, NotADirectoryError):
         raise IndexMissingError(f"no index at {folder} yet: run `repocomp index <repo>` to build one") from None
     except OSError as exc:
         raise IndexCorruptError(f"{target} cannot be read ({exc.strerror or type(exc).__name__}); "
                                 "run `repocomp index` to rebuild it") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise IndexUntrustedError(f"{target} is a symbolic link, not an index file of its own", target)
     if not stat.S_ISREG(st.st_mode):
         raise IndexCorruptError(f"{target} is not a regular file; remove it and run `repocomp index`")
     remove_stale_tmp(folder)
     try:
-        with target.open("rb") as fh:
+        # O_NOFOLLOW: a symlink swapped in after the check is refused, not followed
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError("not a regular file")
             return _read(fh, target, st.st_size)
     except IndexUnusableError:
         raise
@@ -97,6 +112,23 @@ def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         # numpy's .npy reader, json and int() raise ValueError and kin; a disk error raises OSError
         raise IndexCorruptError(f"{target} is corrupt ({type(exc).__name__}); run `repocomp index` to rebuild it"
                                 ) from None
+
+
+def set_aside(target: Path) -> Path | None:
+    """Rename a rejected index file to `<name>.rejected` next to it (an earlier rejected one is replaced), so a
+    rebuild loses nothing: a symbolic link is renamed itself, what it points to is never touched. None when the
+    folder cannot be written (the rebuilt index then goes to the user's cache)."""
+    aside = target.with_name(target.name + REJECTED_SUFFIX)
+    try:
+        if stat.S_ISDIR(aside.lstat().st_mode):
+            return None
+    except OSError:
+        pass
+    try:
+        os.replace(target, aside)
+    except OSError:
+        return None
+    return aside
 
 
 def _read(fh: BinaryIO, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
