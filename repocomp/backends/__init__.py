@@ -50,6 +50,10 @@ class GenerationRequest:
     # seconds after the first token, past which the text so far is the answer (None: until finished or
     # max_new_tokens); the prompt's prefill does not count
     max_time_s: float | None = None
+    # names the folder and the document the prompt is for: the in-process backend keeps the KV cache of recent
+    # prompts per key and prefills only what follows the longest common prefix with one (never across keys);
+    # None: no reuse (backends/prefix_cache.py)
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True)

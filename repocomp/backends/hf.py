@@ -4,6 +4,10 @@ torch and transformers are imported on first use, so `repocomp` works without th
 The model is loaded once per process, off the event loop, and shared by every backend that names it (a language
 server builds one per folder configuration); generation runs in a worker thread and checks a flag after every token,
 so cancelling `agenerate` stops the thread's work too, not just the await.
+
+Prefix reuse: a loaded model keeps the KV caches of recent prompts per `GenerationRequest.cache_key`, and a request
+prefills only the tokens after its longest common prefix with one of its key's (prefix_cache.py); greedy requests
+decode with prompt lookup from there (`prefix_cache.generate_greedy`), with or without a key.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class _LoadedModel:
     model: Any
     tokenizer: Any
     gen_lock: threading.Lock = field(default_factory=threading.Lock)  # a model is not safe to share across threads
+    # the KV caches of recent prompts, shared (and bounded) across the backends that share the model
+    prefix_cache: Any = None
 
 
 # transformers' loading is not thread-safe (lazy imports, meta-device initialisation are process-wide state: two
@@ -85,7 +91,9 @@ class TransformersBackend:
         with _LOAD_LOCK:
             loaded = _LOADED.get(key)
             if loaded is None:
-                loaded = _LoadedModel(*self._load())
+                from repocomp.backends.prefix_cache import PrefixCache
+
+                loaded = _LoadedModel(*self._load(), prefix_cache=PrefixCache())
                 _LOADED[key] = loaded
             self._loaded = loaded
 
@@ -136,6 +144,8 @@ class TransformersBackend:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
+        from repocomp.backends import prefix_cache
+
         loaded = self._loaded
         assert loaded is not None, "agenerate loads the model first"
         tok, model = loaded.tokenizer, loaded.model
@@ -178,15 +188,26 @@ class TransformersBackend:
             kwargs["prompt_lookup_num_tokens"] = _PROMPT_LOOKUP_TOKENS
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         stop = _Stop()
+        cached = loaded.prefix_cache
         with loaded.gen_lock, torch.inference_mode():
-            out = model.generate(
-                input_ids,
-                attention_mask=enc["attention_mask"].to(self.device),
-                max_new_tokens=request.max_new_tokens,
-                stopping_criteria=StoppingCriteriaList([stop]),
-                pad_token_id=pad,
-                **kwargs,
-            )
+            # a cache holding the prompt's longest common prefix with a recent prompt of this key (or nothing)
+            reuse = cached.take(request.cache_key, input_ids[0])
+            if sampling:
+                out = model.generate(
+                    input_ids,
+                    attention_mask=enc["attention_mask"].to(self.device),
+                    max_new_tokens=request.max_new_tokens,
+                    stopping_criteria=StoppingCriteriaList([stop]),
+                    pad_token_id=pad,
+                    **{prefix_cache.cache_argument(model): reuse.cache},
+                    **kwargs,
+                )
+            else:
+                # generate(prompt_lookup_num_tokens=...) cannot start from a filled cache: the same loop, which can
+                out = prefix_cache.generate_greedy(model, input_ids, reuse.cache, reuse.reused,
+                                                   request.max_new_tokens, stop, kwargs["prompt_lookup_num_tokens"])
+            # kept only after a generation that ran to its end (a stop, cancelled included): its cache is whole
+            cached.put(request.cache_key, out[0, :reuse.cache.get_seq_length()], n_in, reuse.cache, reuse)
         new = out[0, n_in:]
         return tok.decode(new, skip_special_tokens=True), int(new.shape[0]), stop.at_time_limit
 
@@ -212,6 +233,15 @@ class TransformersBackend:
 
     async def aload(self) -> None:
         await self._ensure_loaded()
+
+    def cache_stats(self) -> dict[str, int | float]:
+        """Prefix reuse so far, over the backends sharing this model: requests, hits (a request that reused a
+        cached prefix), hit_rate, reused_tokens and prefilled_tokens (prompt tokens taken from a cache and computed),
+        entries and tokens (what the cache holds now)."""
+        if self._loaded is None:
+            return {"requests": 0, "hits": 0, "hit_rate": 0.0, "reused_tokens": 0, "prefilled_tokens": 0,
+                    "entries": 0, "tokens": 0}
+        return self._loaded.prefix_cache.stats()
 
     async def aclose(self) -> None:
         self._loaded = None  # the weights go when no other backend holds them

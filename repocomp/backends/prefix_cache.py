@@ -1,0 +1,221 @@
+"""Prefix reuse for the in-process model: the KV caches of recent prompts, and greedy decoding that starts from one.
+
+Two requests in one document a few keystrokes apart share almost all of their prompt, and a 1,024-token prefill
+of the local model takes 2.3 s on an AVX2 CPU. `PrefixCache` keeps the keys and values of recent prompts (and of
+what was generated after them), per cache key, and hands a request a cache already holding its longest common
+token prefix with one of them: only the tokens after it are prefilled.
+
+- Keys: `GenerationRequest.cache_key`, which the caller makes name the folder and the document; entries are only
+  ever matched against requests with the same key, so a cache never crosses documents or folders. A request
+  without a key (None) reuses nothing and leaves nothing behind: a one-shot caller (the CLI) pays nothing for it.
+- Bounded: at most `max_entries` entries and `max_tokens` tokens over all of them, least recently used evicted
+  first. A token of the local model costs 18 layers x 2 x 256 floats = 36 KiB in float32 (18 KiB in bf16): the
+  defaults (8 entries, 8,192 tokens) hold at most 288 MiB.
+- An entry that the new prompt repeats but for its last few tokens (`SUPERSEDE`: typing, a small edit at the end)
+  is replaced by the new one; one that shares less (another retrieval round's prompt) stays, for its own next turn.
+- Exact with sliding-window layers (Gemma 3): the cache keeps every position of every layer (`DynamicCache()`
+  without a config: plain `DynamicLayer`s), and the attention mask, built from the model's config, still enforces
+  the window. transformers' default cache drops a sliding layer's positions older than the window, which could not
+  be cut back to an earlier prefix; a full-length one is cut by slicing, and is the same cache a fresh prefill of
+  the prefix builds. The block-skipping attention (hf_attention.py) never computes the products of the keys that
+  the window hides, so the longer cache costs memory, not time.
+
+`generate_greedy` is the decoding loop: greedy with prompt lookup decoding (drafts from transformers'
+`PromptLookupCandidateGenerator`, verified in one forward pass, as `generate(prompt_lookup_num_tokens=...)` does),
+starting from a cache that holds a prefix of the input. transformers' assisted decoding cannot start from a filled
+cache (its first pass feeds the whole prompt again, after the cached part), hence this loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+MIN_REUSE = 16  # tokens: a shorter common prefix (BOS, a shared header) is not counted or used as a hit
+SUPERSEDE = 16  # an entry whose prompt the new one repeats but for at most this many last tokens is replaced
+MAX_ENTRIES = 8
+MAX_TOKENS = 8192
+
+
+@dataclass(eq=False)
+class Entry:
+    key: str
+    tokens: torch.Tensor  # 1-D: the tokens whose keys and values `cache` holds (prompt, then generated)
+    prompt_len: int  # of those, the prompt's
+    cache: Any  # a transformers DynamicCache of plain (full-length) layers
+
+
+@dataclass
+class Reuse:
+    """What `PrefixCache.take` found: a cache holding the first `reused` tokens of the prompt."""
+
+    cache: Any
+    reused: int
+    source: Entry | None
+
+
+class PrefixCache:
+    """The KV caches of recent prompts, bounded in entries and tokens (see the module's docstring)."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_tokens: int = MAX_TOKENS) -> None:
+        self.max_entries = max_entries
+        self.max_tokens = max_tokens
+        self._entries: OrderedDict[int, Entry] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()
+        self.requests = self.hits = self.reused_tokens = self.prefilled_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def tokens(self) -> int:
+        return sum(e.tokens.shape[0] for e in self._entries.values())
+
+    def stats(self) -> dict[str, int | float]:
+        with self._lock:
+            return {"requests": self.requests, "hits": self.hits,
+                    "hit_rate": self.hits / self.requests if self.requests else 0.0,
+                    "reused_tokens": self.reused_tokens, "prefilled_tokens": self.prefilled_tokens,
+                    "entries": len(self._entries), "tokens": self.tokens}
+
+    def take(self, key: str | None, ids: torch.Tensor) -> Reuse:
+        """A cache for prompt `ids` (1-D): holding its longest common prefix with an entry of `key` (at most all
+        but its last token: the prefill must compute the next token's logits), or empty. Counts the request.
+        The entry itself is not changed (the new cache holds views of its tensors; the prefill makes new ones)."""
+        n = ids.shape[0]
+        best, reused = None, 0
+        with self._lock:
+            self.requests += 1
+            if key is not None and supports_reuse():
+                for entry in self._entries.values():
+                    if entry.key == key:
+                        common = common_prefix(entry.tokens, ids)
+                        if common > reused:
+                            best, reused = entry, common
+            reused = min(reused, n - 1)
+            if best is None or reused < MIN_REUSE:
+                best, reused = None, 0
+            else:
+                self._entries.move_to_end(id(best))
+                self.hits += 1
+            self.reused_tokens += reused
+            self.prefilled_tokens += n - reused
+        return Reuse(cache=empty_cache() if best is None else cut(best.cache, reused), reused=reused, source=best)
+
+    def put(self, key: str | None, tokens: torch.Tensor, prompt_len: int, cache: Any, reuse: Reuse) -> None:
+        """Keep `cache` (holding `tokens`, 1-D, of which the first `prompt_len` are the prompt) under `key`."""
+        if key is None or not supports_reuse() or cache.get_seq_length() != tokens.shape[0]:
+            return
+        with self._lock:
+            source = reuse.source
+            if source is not None and id(source) in self._entries and source.prompt_len - reuse.reused <= SUPERSEDE:
+                del self._entries[id(source)]
+            if tokens.shape[0] > self.max_tokens:
+                return
+            entry = Entry(key=key, tokens=tokens.detach().clone(), prompt_len=prompt_len, cache=cache)
+            self._entries[id(entry)] = entry
+            total = self.tokens
+            while len(self._entries) > self.max_entries or total > self.max_tokens:
+                _, old = self._entries.popitem(last=False)
+                total -= old.tokens.shape[0]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    """The length of the longest common prefix of two 1-D token tensors."""
+    m = min(a.shape[0], b.shape[0])
+    differ = (a[:m] != b[:m]).nonzero()
+    return int(differ[0]) if differ.numel() else m
+
+
+@functools.cache
+def supports_reuse() -> bool:
+    """Whether this transformers' DynamicCache is a list of layers that can be built from tensors (>= 4.56)."""
+    from transformers import DynamicCache
+
+    return hasattr(DynamicCache(), "layers")
+
+
+def empty_cache() -> Any:
+    """A cache of full-length layers: every position of every layer, sliding-window layers included."""
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+def cut(cache: Any, n: int) -> Any:
+    """A new cache holding the first `n` positions of `cache` (views: `cache` is not changed)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    out = DynamicCache()
+    for layer in cache.layers:
+        copy = DynamicLayer()
+        copy.lazy_initialization(layer.keys, layer.values)
+        copy.keys, copy.values = layer.keys[:, :, :n], layer.values[:, :, :n]
+        out.layers.append(copy)
+    return out
+
+
+def cache_argument(model: Any) -> str:
+    """The name the model's forward takes its cache by: `cache` in transformers >= 5.x, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def eos_ids(model: Any) -> torch.Tensor | None:
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = model.config.eos_token_id
+    if eos is None:
+        return None
+    return torch.tensor([eos] if isinstance(eos, int) else list(eos), dtype=torch.long)
+
+
+def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, max_new_tokens: int,
+                    stop: Callable[[torch.Tensor, Any], bool], draft_tokens: int = 10) -> torch.Tensor:
+    """Greedy decoding with prompt lookup drafts, `input_ids` (1, n) after `cache`, which holds the keys and values
+    of its first `reused` tokens (0 <= reused < n). Returns the sequence (1, n + generated); `cache` then holds
+    every position but the last. Stops at EOS, after `max_new_tokens`, or when `stop(sequence, None)` says so
+    (called once per forward pass, after the accepted tokens are added, as `generate` calls stopping criteria)."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    n = input_ids.shape[1]
+    if not 0 <= reused < n:
+        raise ValueError(f"reused ({reused}) must leave at least one of the {n} prompt tokens to prefill")
+    max_length = n + max_new_tokens
+    eos = eos_ids(model)
+    lookup = PromptLookupCandidateGenerator(eos_token_id=eos, num_output_tokens=draft_tokens, max_length=max_length)
+    kwargs: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
+    keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+    seq, fed = input_ids, reused  # fed: the positions the cache holds
+    while True:
+        cur = seq.shape[1]
+        candidate, _ = lookup.get_candidates(seq)
+        draft = candidate.shape[1] - cur
+        if keep_logits:
+            kwargs["logits_to_keep"] = draft + 1
+        logits = model(input_ids=candidate[:, fed:], **kwargs).logits[0, -draft - 1:]
+        selected = logits.float().argmax(-1)
+        n_matches = int((candidate[0, cur:] == selected[:draft]).cumprod(0).sum()) if draft else 0
+        valid = selected[: n_matches + 1][: max_length - cur]
+        hit_eos = False
+        if eos is not None:
+            at = torch.isin(valid, eos).nonzero()
+            if at.numel():
+                valid, hit_eos = valid[: int(at[0]) + 1], True
+        seq = torch.cat([seq, valid[None]], dim=1)
+        cache.crop(-(draft - (valid.shape[0] - 1)))  # drop the keys of the rejected draft tokens
+        fed = seq.shape[1] - 1
+        stopped = stop(seq, None)
+        if stopped or hit_eos or seq.shape[1] >= max_length:
+            return seq
