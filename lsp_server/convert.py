@@ -111,9 +111,17 @@ def split_lines(text: str) -> list[str]:
     return re.split(r"\r\n|\r|\n", text)
 
 
+def utf8_size_over(text: str, max_bytes: int) -> bool:
+    """Whether `text` takes more than `max_bytes` bytes as UTF-8 (lone surrogates count 3, as stored); encodes
+    only when the character count (1 to 4 bytes each) cannot decide."""
+    if len(text) > max_bytes:
+        return True
+    return len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes
+
+
 def check_document(text: str, max_bytes: int) -> None:
     """Refuse documents the engine should not see: binary (NUL bytes) or larger than `max_bytes`."""
-    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+    if utf8_size_over(text, max_bytes):
         raise ConversionError("huge", f"document is larger than {max_bytes} bytes; repocomp skips it")
     if "\x00" in text:
         raise ConversionError("binary", "document looks binary (contains NUL bytes); repocomp skips it")

@@ -13,6 +13,11 @@ the process always exits 0. `RepocompProtocol.handle_body` replaces that decodin
 - params that do not match the method's lsprotocol type: InvalidParams (-32602) with the request's id;
 - `exit` stops the message loop and records the exit code: 0 after `shutdown`, 1 without.
 
+pygls keeps every open document whole and applies each `didChange` to it before any handler of ours runs: a
+client appending without end grew one past 400 MB. `didOpen` and `didChange` are applied here instead, and a
+document larger than `server.max_document_bytes` is no longer kept: it is dropped as if closed (the index goes
+back to the file on disk), with one `window/showMessage`; its later changes are ignored until it is reopened.
+
 pygls also files the future of every notification's handler (and of each step of its generator handlers) in
 `_request_futures` under a made-up id that only a response would remove: one future per keystroke, kept for
 the whole session. `_execute_handler` forgets those once they finish.
@@ -29,6 +34,8 @@ from typing import Any
 from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
+from lsp_server.convert import document_key, utf8_size_over
+
 logger = logging.getLogger(__name__)
 
 _ALWAYS_ALLOWED = frozenset({types.EXIT})
@@ -41,6 +48,7 @@ class RepocompProtocol(LanguageServerProtocol):
         super().__init__(*args, **kwargs)
         self.initialize_received = False
         self.exit_code: int | None = None  # set by `exit`
+        self.oversized: set[str] = set()  # keys of documents dropped for their size, until reopened or closed
 
     @property
     def shutdown_received(self) -> bool:
@@ -123,6 +131,56 @@ class RepocompProtocol(LanguageServerProtocol):
         logger.debug("answering %s with error %d: %s", request_id, int(code), message)
         # a plain dict: lsprotocol's ResponseErrorMessage drops "id": null, which JSON-RPC requires here
         self._send_data({"jsonrpc": self.VERSION, "id": request_id, "error": {"code": int(code), "message": message}})
+
+    # ----- documents, bounded (see the module docstring) -----
+
+    def _document_limit(self) -> int:
+        return self._server.options.server.max_document_bytes
+
+    def _drop_oversized(self, uri: str) -> Generator[Any, Any, None]:
+        """Stop keeping a document past the size limit: the workspace forgets it, the server treats it as closed."""
+        self.workspace.remove_text_document(uri)
+        self.oversized.add(document_key(uri))
+        limit = self._document_limit()
+        self._server.warn_once("huge", f"{uri} is larger than {limit} bytes (server.maxDocumentBytes): repocomp "
+                                       "stops following it and does not complete in it until it is reopened smaller")
+        if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            closed = types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+            yield user_handler, (closed,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Generator[Any, Any, None]:
+        uri = params.text_document.uri
+        self.oversized.discard(document_key(uri))
+        self.workspace.put_text_document(params.text_document)
+        if utf8_size_over(params.text_document.text, self._document_limit()):
+            yield from self._drop_oversized(uri)
+            return
+        if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield user_handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams
+                                      ) -> Generator[Any, Any, None]:
+        uri = params.text_document.uri
+        document = self.workspace.text_documents.get(document_key(uri))
+        if document is None:  # dropped for its size, or never opened (pygls raised KeyError): nothing to apply
+            logger.debug("change to %s ignored: the document is not kept", uri)
+            return
+        limit = self._document_limit()
+        for change in params.content_changes:
+            # checked after each change: a document is at most the limit plus one message (framing's bound)
+            self.workspace.update_text_document(params.text_document, change)
+            if utf8_size_over(document.source, limit):
+                yield from self._drop_oversized(uri)
+                return
+        if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield user_handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Generator[Any, Any, None]:
+        self.oversized.discard(document_key(params.text_document.uri))
+        yield from super().lsp_text_document__did_close(params)
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:

@@ -211,7 +211,9 @@ class RepocompServer(LanguageServer):
         try:
             document = self.document(uri)
             if document is None:
-                raise convert.ConversionError("uri", f"{uri} is not open in the editor; nothing to complete")
+                # a document dropped for its size was reported once already (the "huge" message)
+                kind = "huge" if convert.document_key(uri) in self.protocol.oversized else "uri"
+                raise convert.ConversionError(kind, f"{uri} is not open in the editor; nothing to complete")
             cursor = convert.to_cursor(uri, document.source, position, self.position_encoding(),
                                        self.options.server.max_document_bytes)
         except convert.ConversionError as exc:
@@ -518,7 +520,7 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: RepocompServer, params: types.DidChangeTextDocumentParams) -> None:
-        typed = sum(len(change.text) for change in params.content_changes)  # pygls already applied them
+        typed = sum(len(change.text) for change in params.content_changes)  # the protocol applied them
         ls.generations.rate.changed(convert.document_key(params.text_document.uri), typed)
         ls.schedule_buffer_sync(params.text_document.uri)
 
