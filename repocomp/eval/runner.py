@@ -85,6 +85,18 @@ def task_buffer(task: Task, disk_lines: list[str] | None) -> tuple[str, int]:
     return text, len(lines)
 
 
+def lines_outside(task: Task, n_lines: int) -> str:
+    """Why the task's line numbers do not fit a file of `n_lines` lines ("" when they do). The lines above the
+    in-file context come from the file: a context starting past its end (line 10**12) would be padded with that
+    many empty lines, a MemoryError that ended the whole run."""
+    if task.context_start_lineno > n_lines:
+        return (f"context_start_lineno {task.context_start_lineno} is past the end of the file ({n_lines} lines); "
+                "the task does not match the repository")
+    if task.line_no > n_lines:
+        return f"line_no {task.line_no} is past the end of the file ({n_lines} lines); the task does not match it"
+    return ""
+
+
 def first_gt_line(ground_truth: str) -> str | None:
     lines = clean_lines(ground_truth)
     return lines[0] if lines else None
@@ -239,6 +251,10 @@ class RepoEvaluator:
         current: str | None = None
         try:
             for task in group:
+                outside = lines_outside(task, len(disk))
+                if outside:  # the task does not fit this file: an error, and the buffer is never padded to it
+                    on_record(error_record(task, self.options, f"{task.repo}/{path}: {outside}"))
+                    continue
                 t0 = time.perf_counter()
                 text, line = task_buffer(task, disk)
                 if text != current:
@@ -406,4 +422,4 @@ class _Progress:
 
 
 __all__ = ["EvalOptions", "run_eval", "summarize", "read_results", "make_record",
-           "error_record", "task_buffer", "gt_line_hit", "def_hit", "RepoEvaluator", "eval_config"]
+           "error_record", "lines_outside", "task_buffer", "gt_line_hit", "def_hit", "RepoEvaluator", "eval_config"]
