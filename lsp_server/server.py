@@ -33,6 +33,7 @@ from lsp_server.generations import Generations, Site
 from lsp_server.options import Options, apply_options, parse_options
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
+from repocomp.backends import GenerationRequest
 from repocomp.config import Config, load_config
 from repocomp.errors import BackendError, RepocompError
 
@@ -54,6 +55,7 @@ class RequestStats:
     superseded: int = 0
     cancelled: int = 0
     failed: int = 0
+    cut_by_time: int = 0  # answers the generation time limit shortened or the deadline emptied
 
 
 class RepocompServer(LanguageServer):
@@ -161,7 +163,7 @@ class RepocompServer(LanguageServer):
         """Load the backend's model now, off the event loop's critical path: not on the first keystroke."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            task = loop.create_task(backend.aload())
+            task = loop.create_task(_load_and_warm(backend))
             self._loading.add(task)  # `repocomp/stats` says models are still loading (editor tests wait for it)
             task.add_done_callback(self._loading.discard)
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # errors show up on first use
@@ -274,6 +276,13 @@ class RepocompServer(LanguageServer):
         configured = self.backend_for(self.config_for(folder.root if folder is not None else None)).name
         if getattr(result, "backend", configured) not in (configured, "") and configured != "extractive":
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
+        deadline_s = self.config_for(folder.root if folder is not None else None).backend.timeout_s
+        emptied = not served.text.strip() and time.perf_counter() - started >= deadline_s
+        if result.cut_by_time or emptied:
+            self.stats.cut_by_time += 1
+        if emptied:  # the model ran out of time, not out of ideas: say so once
+            self.warn_once("deadline", f"no completion within the {deadline_s:g} s deadline: the model is slow on "
+                                       "this machine or busy (raise [backend] timeout_s)")
         self.stats.completed_ms.append((time.perf_counter() - started) * 1000)
         return convert.fit_completion(served.text, line_text[: cursor.col]), line_text
 
@@ -430,7 +439,8 @@ class RepocompServer(LanguageServer):
             folders = [{"root": str(f.root), "state": f.state, "version": f.version, "error": f.error,
                         "ids": f.id_counts()} for f in self.indexes.folders.values()]
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
-                "cancelled": self.stats.cancelled, "failed": self.stats.failed, "rss_bytes": rss_bytes(),
+                "cancelled": self.stats.cancelled, "failed": self.stats.failed,
+                "cut_by_time": self.stats.cut_by_time, "rss_bytes": rss_bytes(),
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
                 "backends_loading": len(self._loading),
                 "handlers_running": len(self.protocol._request_futures),  # flat over a session (no leaked futures)
@@ -472,6 +482,20 @@ def _version() -> str:
         return version("repocomp")
     except Exception:  # pragma: no cover - running from a source tree without metadata
         return "0"
+
+
+# A few hundred tokens of ordinary code: the shapes an in-process model meets first.
+_WARM_UP_PROMPT = "".join(f"def step_{i}(state, value):\n    state.total += value * {i}\n    return state\n\n\n"
+                          for i in range(12))
+
+
+async def _load_and_warm(backend: Any) -> None:
+    """Load the model, then run one short generation: an in-process model's first run pays one-time costs (kernel
+    selection, allocator growth) that would otherwise land on the first completion a developer waits for."""
+    await backend.aload()
+    if backend.name == "transformers":
+        await backend.agenerate(GenerationRequest(prompt=_WARM_UP_PROMPT, prefix=_WARM_UP_PROMPT, suffix="",
+                                                  candidates=(), max_new_tokens=4))
 
 
 def _path_of(uri: str) -> Path | None:

@@ -33,6 +33,7 @@ from repocomp.backends import Generation, GenerationRequest
 from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.model_defaults import resolve_for_model
+from repocomp.postprocess import drop_cut_word, is_finished, postprocess
 from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter, build_prompt, make_token_counter
 from repocomp.retrieval import Hit, Retriever
 
@@ -105,6 +106,8 @@ class CompletionResult:
     timings_ms: dict[str, float]
     error: str = ""  # why the configured backend did not answer (a fallback did), or why rounds were skipped
     definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
+    # the time limit ended the answer early, or the deadline left it empty
+    cut_by_time: bool = False
 
 
 def _join(error: str, note: str) -> str:
@@ -314,6 +317,7 @@ class Completer:
         ranked: list["RankedDefinition"] = []
         def_sources: list[DefinitionSource] = []
         backend_name, error = "none", ""
+        emptied_by_deadline = False
         for r in range(1, rounds_n + 1):
             if r > 1 and time.monotonic() >= deadline:
                 error = _join(error, f"stopped after round {r - 1} of {rounds_n}: the completion's {timeout_s:g}s "
@@ -363,6 +367,7 @@ class Completer:
                     error = _join(error, f"{late}; round {r - 1}'s draft kept")
                     break
                 answer = Generation("", getattr(self.backend, "name", "none"), late)
+                emptied_by_deadline = True
             timings[f"generate_{r}"] = (time.perf_counter() - t) * 1e3
             draft, backend_name, error = answer.text, answer.backend, answer.error
             prompt = round_prompt
@@ -371,15 +376,15 @@ class Completer:
         assert prompt is not None
         final = draft
         if self.backend is not None and final:
-            from repocomp.postprocess import postprocess
-
             final = postprocess(final, kind, prefix, suffix)
+            if rounds[-1].at_time_limit and not is_finished(draft, kind, prefix):
+                final = drop_cut_word(final)  # the limit may have cut an identifier in half
         context = self._shown_context(prompt, rounds[-1].blocks)
         traces = self._definition_traces(ranked, def_sources, prompt)
         timings["total"] = (time.perf_counter() - t0) * 1e3
         return CompletionResult(text=final, backend=backend_name, context=context, prompt=prompt.text,
                                 prompt_tokens=prompt.tokens, rounds=rounds, timings_ms=timings, error=error,
-                                definitions=traces)
+                                definitions=traces, cut_by_time=rounds[-1].at_time_limit or emptied_by_deadline)
 
     # -- definitions ----------------------------------------------------------------------------------------
 
@@ -462,8 +467,6 @@ class Completer:
                         kind: str, deadline: float) -> Generation:
         if self.backend is None:
             return Generation("", "none")
-        from repocomp.postprocess import is_finished
-
         bc = self.config.backend
         text, space = _split_trailing_space(prompt.text) if self.config.prompt.fim == "none" else (prompt.text, "")
         # Every round stops where postprocessing would cut: a later round's query uses the draft's first lines,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 
-__all__ = ["KINDS", "choose_kind", "is_finished", "postprocess", "open_brackets"]
+__all__ = ["KINDS", "choose_kind", "drop_cut_word", "is_finished", "postprocess", "open_brackets"]
 
 log = logging.getLogger(__name__)
 
@@ -232,3 +232,13 @@ def postprocess(text: str, kind: str, prefix: str, suffix: str) -> str:
     """The part of `text` (the raw continuation of `prefix`) to insert before `suffix`, cut for `kind`."""
     out = _strip_suffix_duplicate(_cut(text, kind, prefix), suffix)
     return out.rstrip() if "\n" not in out else out.rstrip(" \t\n")
+
+
+def drop_cut_word(text: str) -> str:
+    """`text` without its last word when that word reaches the end: the text was cut by a time limit, and a word
+    running into the cut may be an identifier cut in half (`def test_param_with_space_`); a whole line stays whole
+    only if it ends in something other than a word character."""
+    cut = len(text)
+    while cut > 0 and (text[cut - 1].isalnum() or text[cut - 1] == "_"):
+        cut -= 1
+    return text[:cut].rstrip(" \t") if cut < len(text) else text

@@ -271,6 +271,24 @@ async def test_a_request_the_client_stopped_waiting_for_breaks_nothing(
     assert s["failed"] == 1 and client.error is None
 
 
+async def test_a_deadline_that_empties_the_answer_is_said_once(
+        client: LanguageClient, repo: Path, hole: Blackhole) -> None:
+    """A backend that never answers within the completion's deadline: the editor gets an empty list and one
+    message saying why (it got nothing and no word before), and the stats count it."""
+    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "model": "m",
+                                                "timeoutS": 1}})
+    await wait_ready(client)
+    # outside the folder, in a file the extractive fallback finds nothing to copy from
+    buffer = "def f():\n    return "
+    uri = open_doc(client, repo.parent / "scratch.py", buffer)
+    for _ in range(2):
+        assert await asyncio.wait_for(inline(client, uri, end_of(buffer)), 10) == ""
+    await asyncio.sleep(0.2)
+    shown = [m for m in warnings(client) if "no completion" in m]
+    assert len(shown) == 1 and "1 s deadline" in shown[0] and "timeout_s" in shown[0], warnings(client)
+    assert (await stats(client))["cut_by_time"] >= 1  # the second may fail fast: the endpoint is marked down
+
+
 async def test_superseded_request_is_cancelled_and_its_stream_closed(
         client: LanguageClient, repo: Path, hole: Blackhole) -> None:
     await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 60}})

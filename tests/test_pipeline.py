@@ -97,6 +97,22 @@ def test_rounds_say_which_draft_the_time_limit_cut() -> None:
     assert {"retrieve_1", "prompt_1", "generate_1", "retrieve_2", "prompt_2", "total"} <= set(res.timings_ms)
 
 
+def test_a_line_cut_by_the_time_limit_never_ends_inside_an_identifier() -> None:
+    """The time limit stops a generation wherever it is: a half-written name (`parse_con`) is not offered."""
+    _, comp, backend = make(["parse_config(data).get_val"], iterations=1, alpha=0.0)
+    backend.cut = frozenset({1})
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "))
+    assert res.text == "parse_config(data)." and res.cut_by_time
+    # the same text not cut by the limit is the model's own: kept whole
+    _, comp, backend = make(["parse_config(data).get_val"], iterations=1, alpha=0.0)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "))
+    assert res.text == "parse_config(data).get_val" and not res.cut_by_time
+    # a cut after the line was finished changed nothing: kept whole
+    _, comp, backend = make(["parse_config(data)\n    pri"], iterations=1, alpha=0.0)
+    backend.cut = frozenset({1})
+    assert comp.complete("hole.py", HOLE, 5, len("    cfg = ")).text == "parse_config(data)"
+
+
 def test_space_typed_before_the_cursor_is_left_to_the_model_and_not_doubled() -> None:
     # A BPE model continues `cfg =` with the token ` parse_config`; the answer must not repeat the typed space.
     _, comp, backend = make([" parse_config(data)\n"], iterations=1)

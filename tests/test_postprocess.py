@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from repocomp.postprocess import choose_kind, is_finished, open_brackets, postprocess
+from repocomp.postprocess import choose_kind, drop_cut_word, is_finished, open_brackets, postprocess
 
 
 def test_line_cuts_at_end_of_line() -> None:
@@ -139,3 +139,11 @@ def test_is_finished_once_more_text_cannot_change_the_cut(text: str, prefix: str
     assert is_finished(text, "auto", prefix) is finished
     if finished:  # whatever follows, postprocessing keeps the same completion
         assert postprocess(text + "more()\n  x", "auto", prefix, "") == postprocess(text, "auto", prefix, "")
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("def test_param_with_space_", "def"), ("    if", ""), ("foo(a, b)", "foo(a, b)"), ("x.y", "x."),
+    ("total = f(x) + ", "total = f(x) + "), ("", ""), ("naïve_é", ""),
+])
+def test_drop_cut_word_removes_a_word_that_runs_into_the_cut(text: str, kept: str) -> None:
+    assert drop_cut_word(text) == kept
