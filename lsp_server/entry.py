@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     handlers: list[logging.Handler] = [LspLogHandler(server, level)]
     if args.log_file is not None:
         try:
-            file_handler = logging.FileHandler(args.log_file, encoding="utf-8")
+            # a URI or buffer text may hold lone surrogates: escaped, never a "Logging error" traceback
+            file_handler = logging.FileHandler(args.log_file, encoding="utf-8", errors="backslashreplace")
         except OSError as exc:
             raise RepocompError(f"cannot open log file {args.log_file}: {exc.strerror}") from None
         file_handler.setLevel(level)

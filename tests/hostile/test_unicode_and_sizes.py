@@ -254,7 +254,7 @@ async def test_documents_past_the_limit_in_one_message_are_not_kept(client: Lang
     after = await asyncio.wait_for(stats(client), 3 * REQUEST_BOUND_S)
     growth_mb = (after["rss_bytes"] - before) / MIB
     record_property("rss_growth_mb_after_3x24_mib_documents", round(growth_mb))
-    assert growth_mb < 36, growth_mb  # kept, the three are 72 MiB
+    assert growth_mb < 48, growth_mb  # kept, the three are 72 MiB (one message may linger in the allocator)
 
     for uri in (grown, whole, opened):
         assert await asyncio.wait_for(inline(client, uri, end_of(small)), REQUEST_BOUND_S) == ""
