@@ -157,6 +157,20 @@ def test_vllm_gets_a_utf8_prompt_naming_an_undecodable_file(repo: Path, tmp_path
     assert f"# {SHOWN}\n" in prompt and "def helper_total(x):" in prompt, prompt
 
 
+def test_a_model_tokenizer_counts_a_prompt_naming_an_undecodable_file(repo: Path, tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "def": 1, "return": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    (repo / "tok").mkdir()
+    tok.save(str(repo / "tok" / "tokenizer.json"))
+    config = tmp_path / "tokenizer.toml"  # the tokenizers library refuses a str holding a lone surrogate
+    config.write_text(f'[prompt]\ntokenizer = "{repo / "tok"}"\n')
+    status, out, err = run_cli(tmp_path, "C.UTF-8", "complete", "--explain", "--backend", "extractive",
+                               "--config", str(config), f"{repo / 'main.py'}:5")
+    assert status == 0 and f"{SHOWN}:1-" in out, err
+
+
 # ----- the server: a buffer holding a lone surrogate, a document grown past the limit --------------------------
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
