@@ -43,9 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_position(spec: str) -> tuple[Path, int, int | None]:
-    m = re.fullmatch(r"(.+?):(\d+)(?::(\d+))?", spec)
+    m = re.fullmatch(r"(.+?):(\d{1,18})(?::(\d{1,18}))?", spec)  # past 18 digits no file has the line (int() fails)
     if m is None:
-        raise RepocompError(f"{spec!r} is not FILE:LINE[:COL] (1-based line and column)")
+        shown = spec if len(spec) <= 200 else spec[:200] + "..."
+        raise RepocompError(f"{shown!r} is not FILE:LINE[:COL] (1-based line and column)")
     line, col = int(m.group(2)), (int(m.group(3)) if m.group(3) else None)
     if line < 1 or (col is not None and col < 1):
         raise RepocompError(f"{spec!r}: LINE and COL are 1-based")

@@ -30,7 +30,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from cli_run import REPO_ROOT, TIMEOUT_S, cli, user_env
+from cli_run import REPO_ROOT, TIMEOUT_S, assert_one_line, cli, user_env
 from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, stats, \
     wait_ready, warnings
 
@@ -315,3 +315,15 @@ def test_an_eval_task_past_its_files_end_is_an_error_record_and_the_run_goes_on(
     assert set(records) == {"good", "absurd", "other"}
     assert records["absurd"]["em"] is None and "past the end of the file (12 lines)" in records["absurd"]["error"]
     assert all("error" not in records[t] and records[t]["em"] == 1.0 for t in ("good", "other")), records
+
+
+@pytest.mark.parametrize("position, needle", [
+    ("9" * 5000, "is not FILE:LINE"),  # int() refuses past 4,300 digits: a ValueError traceback
+    ("5:" + "9" * 30, "is not FILE:LINE"),
+])
+def test_complete_at_an_absurd_line_or_column_is_one_line(repo: Path, tmp_path: Path, capsys, monkeypatch,
+                                                          position: str, needle: str) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    status, _, err = cli(capsys, "complete", "--backend", "extractive", f"{repo / 'main.py'}:{position}")
+    assert len(assert_one_line(status, err, needle)) < 400
