@@ -49,9 +49,16 @@ class IndexConfig:
     max_file_bytes: int = 1_000_000
     exclude: tuple[str, ...] = ()  # extra gitignore-style patterns
     languages: tuple[str, ...] = ("python", "java", "javascript", "typescript", "tsx", "go", "rust", "c", "cpp")
+    # per indexed folder (far above a big real repository): past either, the rest of the folder is left out, said
+    # in the summary (a folder such as `/` is indexed partially, never without bound); the walk also stops after
+    # looking at 20 entries per allowed file (repocomp.walk)
+    max_files: int = 100_000
+    max_total_bytes: int = 1 << 30  # source text indexed, all files together
 
     def validate(self) -> None:
         _check(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")
+        _check(0 < self.max_files <= 10_000_000, "max_files must be in 1..10000000")
+        _check(0 < self.max_total_bytes <= 1 << 36, "max_total_bytes must be in 1..68719476736 (64 GiB)")
 
 
 @dataclass(frozen=True)
