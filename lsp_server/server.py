@@ -22,20 +22,24 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from lsp_server import convert, transport
-from lsp_server.generations import Generations, Site
+from lsp_server.generations import Generations, Served, Site
 from lsp_server.options import Options, apply_options, parse_options
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
-from repocomp.backends import GenerationRequest
+from repocomp.backends import Backend, GenerationRequest
 from repocomp.config import Config, load_config
 from repocomp.errors import BackendError, RepocompError
+
+if TYPE_CHECKING:
+    from repocomp.index import Index
+    from repocomp.pipeline import CompletionResult, Completer
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +153,7 @@ class RepocompServer(LanguageServer):
 
     # ----- engine -----
 
-    def backend_for(self, config: Config) -> Any:
+    def backend_for(self, config: Config) -> Backend:
         backend = self._backends.get(config.backend)
         if backend is None:
             from repocomp.backends import make_backend
@@ -168,7 +172,7 @@ class RepocompServer(LanguageServer):
             task.add_done_callback(self._loading.discard)
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # errors show up on first use
 
-    def completer_for(self, folder: FolderIndex | None, index: Any) -> Any:
+    def completer_for(self, folder: FolderIndex | None, index: Index | None) -> Completer:
         """A Completer for the folder: repository-wide once its index is ready, in-file until then."""
         key = (folder.root if folder is not None else None, index is not None)
         completer = self._completers.get(key)
@@ -206,85 +210,100 @@ class RepocompServer(LanguageServer):
                 logger.debug("closing backend failed", exc_info=True)
 
     async def complete(self, uri: str, position: types.Position) -> tuple[str, str]:
-        """(completion text, line text at the cursor) for an LSP position; ("", line) on any failure."""
+        """(completion text, line text at the cursor) for an LSP position; ("", line) on any failure.
+
+        The stages: the open document and the cursor in it; the folder and its index; the engine's answer,
+        shared with or superseded by other requests of the document (`Generations`); what to tell the user."""
         started = time.perf_counter()
         if not self.options.enable:
             return "", ""
+        opened = self._cursor(uri, position)
+        if opened is None:
+            return "", ""
+        document, cursor = opened
+        lines = cursor.text.split("\n")
+        line_text = lines[cursor.line]
+        folder = self.indexes.folder_for(cursor.path) if self.indexes is not None else None
+        offset = sum(len(line) + 1 for line in lines[: cursor.line]) + cursor.col
+        site = Site(cursor.text[:offset], cursor.text[offset:],
+                    (folder.version, folder.ready) if folder is not None else None)
+        config = self.config_for(folder.root if folder is not None else None)
+        timeout_ms = self.options.server.request_timeout_ms
+        # By default a little past the completion's own deadline, so the engine's answer at the deadline (the
+        # fallback's, or an earlier round's draft) reaches the editor instead of an empty one.
+        timeout_s = timeout_ms / 1000 if timeout_ms is not None else config.backend.timeout_s + _ANSWER_MARGIN_S
+        version = document.version
+        try:
+            served = await self.generations.run(convert.document_key(uri), site,
+                                                lambda: self._engine_answer(folder, cursor, timeout_s),
+                                                lambda: self._version(uri) != version)
+        except asyncio.CancelledError:
+            self.stats.cancelled += 1
+            raise
+        except Exception as exc:  # never crash the server on one request
+            self.stats.failed += 1
+            self._report_failure(exc, timeout_s, uri, position)
+            return "", line_text
+        if served is None:
+            self.stats.superseded += 1
+            return "", line_text
+        self._report_answer(served, config, time.perf_counter() - started)
+        return convert.fit_completion(served.text, line_text[: cursor.col]), line_text
+
+    def _cursor(self, uri: str, position: types.Position) -> tuple[TextDocument, convert.Cursor] | None:
+        """The open document and the engine's cursor in it; None (said once per kind) when there is none."""
         try:
             document = self.document(uri)
             if document is None:
                 # a document dropped for its size was reported once already (the "huge" message)
                 kind = "huge" if convert.document_key(uri) in self.protocol.oversized else "uri"
                 raise convert.ConversionError(kind, f"{uri} is not open in the editor; nothing to complete")
-            cursor = convert.to_cursor(uri, document.source, position, self.position_encoding(),
-                                       self.options.server.max_document_bytes)
+            return document, convert.to_cursor(uri, document.source, position, self.position_encoding(),
+                                               self.options.server.max_document_bytes)
         except convert.ConversionError as exc:
             self.warn_once(exc.kind, str(exc))
-            return "", ""
-        lines = cursor.text.split("\n")
-        line_text = lines[cursor.line]
-        folder = self.indexes.folder_for(cursor.path) if self.indexes is not None else None
-        offset = sum(len(line) + 1 for line in lines[: cursor.line]) + cursor.col
-        stamp = (folder.version, folder.ready) if folder is not None else None
-        site = Site(cursor.text[:offset], cursor.text[offset:], stamp)
-        version = document.version
-        timeout_ms = self.options.server.request_timeout_ms
-        # By default a little past the completion's own deadline, so the engine's answer at the deadline (the
-        # fallback's, or an earlier round's draft) reaches the editor instead of an empty one.
-        timeout_s = (timeout_ms / 1000 if timeout_ms is not None
-                     else self.config_for(folder.root if folder is not None else None).backend.timeout_s
-                     + _ANSWER_MARGIN_S)
+            return None
 
-        async def generate() -> Any:
-            async with _maybe_reading(folder) as index:
-                rel = folder.relative(cursor.path) if folder is not None and index is not None else None
-                completer = self.completer_for(folder, index if rel is not None else None)
-                path = rel if rel is not None else cursor.path.name
-                mode = "repocoder" if index is not None and rel is not None else "infile"
-                # the lock is handed back while the model generates: updates need not wait for it
-                generating = folder.released if folder is not None else None
-                return await asyncio.wait_for(completer.acomplete(path, cursor.text, cursor.line, cursor.col,
-                                                                  mode=mode, generating=generating), timeout_s)
+    async def _engine_answer(self, folder: FolderIndex | None, cursor: convert.Cursor,
+                             timeout_s: float) -> CompletionResult:
+        """The engine's completion: repository-wide when the folder's index is ready, in-file until then."""
+        async with _maybe_reading(folder) as index:
+            rel = folder.relative(cursor.path) if folder is not None and index is not None else None
+            completer = self.completer_for(folder, index if rel is not None else None)
+            path = rel if rel is not None else cursor.path.name
+            mode = "repocoder" if index is not None and rel is not None else "infile"
+            # the lock is handed back while the model generates: updates need not wait for it
+            generating = folder.released if folder is not None else None
+            return await asyncio.wait_for(completer.acomplete(path, cursor.text, cursor.line, cursor.col,
+                                                              mode=mode, generating=generating), timeout_s)
 
-        try:
-            served = await self.generations.run(convert.document_key(uri), site, generate, lambda: self._version(uri) != version)
-        except asyncio.CancelledError:
-            self.stats.cancelled += 1
-            raise
-        except (asyncio.TimeoutError, TimeoutError):
-            self.stats.failed += 1
+    def _report_failure(self, exc: Exception, timeout_s: float, uri: str, position: types.Position) -> None:
+        """One message per kind of failure; the details go to the log."""
+        if isinstance(exc, TimeoutError):
             self.warn_once("backend-slow", f"no completion within {timeout_s:g} s; the backend is slow or stuck")
-            return "", line_text
-        except BackendError as exc:
-            self.stats.failed += 1
+        elif isinstance(exc, BackendError):
             self.warn_once("backend", f"backend failed: {exc}")
-            return "", line_text
-        except RepocompError as exc:
-            self.stats.failed += 1
+        elif isinstance(exc, RepocompError):
             self.warn_once("engine", str(exc))
-            return "", line_text
-        except Exception as exc:  # never crash the server on one request
-            self.stats.failed += 1
-            logger.exception("completion at %s:%d:%d failed", uri, position.line, position.character)
+        else:
+            logger.error("completion at %s:%d:%d failed", uri, position.line, position.character, exc_info=exc)
             self.warn_once("internal", f"internal error: {type(exc).__name__}: {exc} (see the log)")
-            return "", line_text
-        if served is None:
-            self.stats.superseded += 1
-            return "", line_text
-        result = served.result
+
+    def _report_answer(self, served: Served, config: Config, elapsed_s: float) -> None:
+        """Stats, and what the user should know about an answer: a fallback answered, or time ran out."""
+        result: CompletionResult = served.result
+        backend_config = config.backend
         # the backend object's name: what "auto" resolved to when it was built (no model lookup per request)
-        configured = self.backend_for(self.config_for(folder.root if folder is not None else None)).name
-        if getattr(result, "backend", configured) not in (configured, "") and configured != "extractive":
+        configured = self.backend_for(config).name
+        if result.backend not in (configured, "") and configured != "extractive":
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
-        deadline_s = self.config_for(folder.root if folder is not None else None).backend.timeout_s
-        emptied = not served.text.strip() and time.perf_counter() - started >= deadline_s
+        emptied = not served.text.strip() and elapsed_s >= backend_config.timeout_s
         if result.cut_by_time or emptied:
             self.stats.cut_by_time += 1
         if emptied:  # the model ran out of time, not out of ideas: say so once
-            self.warn_once("deadline", f"no completion within the {deadline_s:g} s deadline: the model is slow on "
-                                       "this machine or busy (raise [backend] timeout_s)")
-        self.stats.completed_ms.append((time.perf_counter() - started) * 1000)
-        return convert.fit_completion(served.text, line_text[: cursor.col]), line_text
+            self.warn_once("deadline", f"no completion within the {backend_config.timeout_s:g} s deadline: the "
+                                       "model is slow on this machine or busy (raise [backend] timeout_s)")
+        self.stats.completed_ms.append(elapsed_s * 1000)
 
     def schedule_buffer_sync(self, uri: str, delay_s: float = _BUFFER_SYNC_DELAY_S) -> None:
         """Queue the document's text for the index once the editor has been quiet `delay_s` (a keystroke

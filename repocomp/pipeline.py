@@ -38,7 +38,7 @@ from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter,
 from repocomp.retrieval import Hit, Retriever
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from contextlib import AbstractAsyncContextManager
 
     from repocomp.backends import Backend
@@ -108,6 +108,83 @@ class CompletionResult:
     definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
     # the time limit ended the answer early, or the deadline left it empty
     cut_by_time: bool = False
+
+
+@dataclass(frozen=True)
+class Hole:
+    """Where the completion goes: the buffer's lines, the cursor, and the text on either side of it."""
+
+    path: str  # relative to the index root
+    lines: list[str]
+    line: int  # 0-based
+    col: int
+    context_start_line: int  # the in-file context (and the query) never starts above it
+    before: list[str]  # whole lines from context_start_line up to the cursor's
+    partial: str  # the cursor line up to the cursor
+    prefix: str
+    suffix: str
+
+    @classmethod
+    def cut(cls, path: str, lines: list[str], line: int, col: int, context_start_line: int) -> "Hole":
+        before, partial = lines[context_start_line:line], lines[line][:col]
+        return cls(path, lines, line, col, context_start_line, before, partial, "\n".join(before + [partial]),
+                   "\n".join([lines[line][col:]] + lines[line + 1:]))
+
+    @property
+    def query_lines(self) -> list[str]:
+        """The lines before the cursor that a first-round query is made of (the partial line when not empty)."""
+        return self.before + ([self.partial] if self.partial else [])
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One completion request, checked: the hole and what this request asks for."""
+
+    hole: Hole
+    mode: str
+    kind: str  # the completion kind postprocessing cuts to
+    oracle_text: str | None
+    rounds: int
+    definitions: bool  # whether the prompt may carry the definitions the code before the cursor uses
+    explain: bool
+    timeout_s: float
+    deadline: float  # time.monotonic() by which the whole completion must be answered
+
+
+@dataclass
+class _Run:
+    """What the rounds have produced so far."""
+
+    draft: str = ""
+    prompt: Prompt | None = None
+    ranked: list["RankedDefinition"] = field(default_factory=list)
+    def_sources: list[DefinitionSource] = field(default_factory=list)
+    backend_name: str = "none"
+    error: str = ""
+    emptied_by_deadline: bool = False
+    rounds: list[RoundTrace] = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        self.error = _join(self.error, message)
+
+
+class _Timings(dict[str, float]):
+    """Milliseconds per stage, timed with `with timings("stage"):`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._started = time.perf_counter()
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = (time.perf_counter() - t) * 1e3
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self._started) * 1e3
 
 
 def _join(error: str, note: str) -> str:
@@ -269,7 +346,49 @@ class Completer:
         Relations and definitions are the config's (`Config.plain_repocoder()` turns them off); `definitions`
         overrides `[definitions] enabled` for this request. Each round's generation runs inside `generating()`:
         the language server hands its lock on the index back there, so that updates need not wait for a model
-        (a round reads everything it needs from the index before it generates)."""
+        (a round reads everything it needs from the index before it generates).
+
+        The stages: check the request and cut the buffer at the hole; put the live buffer into the index; scan
+        the code before the cursor for the names it uses; then per round retrieve similar code, rank
+        definitions, lay out the prompt and generate; post-process the last draft."""
+        req = self._request(path, text, line, col, mode, oracle_text, kind, context_start_line, explain,
+                            definitions)
+        timings = _Timings()
+        with timings("sync"):
+            if self.index is not None and mode != "infile" and self.sync_buffers:
+                self._sync_buffer(req.hole.path, text)
+        state = self._scan_definitions(req, timings)
+        anchor = None
+        if explain and self.retriever is not None:
+            anchor = self.retriever.covering(req.hole.path, max(0, line - 1) if col == 0 else line)
+        run = _Run()
+        for r in range(1, req.rounds + 1):
+            if r > 1 and time.monotonic() >= req.deadline:
+                run.note(f"stopped after round {r - 1} of {req.rounds}: the completion's {req.timeout_s:g}s "
+                         "deadline passed")
+                break
+            query, blocks = self._retrieve(req, r, run.draft, timings)
+            if state is not None:
+                with timings(f"definitions_{r}"):
+                    state, run.ranked, run.def_sources = self._rank_definitions(req, state, blocks)
+            with timings(f"prompt_{r}"):
+                round_prompt = self._prompt(req, blocks, run.def_sources)
+            if explain:
+                self._explain(blocks, anchor)
+            with timings(f"generate_{r}"):
+                answer = await self._generate_round(req, r, round_prompt, blocks, generating, run)
+            if answer is None:  # the deadline passed in a later round: the previous round's draft stands
+                break
+            run.draft, run.backend_name, run.error = answer.text, answer.backend, answer.error
+            run.prompt = round_prompt
+            run.rounds.append(RoundTrace(query, run.draft, blocks, at_time_limit=answer.at_time_limit))
+        return self._result(req, run, timings)
+
+    # -- stages ---------------------------------------------------------------------------------------------
+
+    def _request(self, path: str, text: str, line: int, col: int, mode: str, oracle_text: str | None, kind: str,
+                 context_start_line: int, explain: bool, definitions: bool | None) -> "_Request":
+        """The request checked (a RepocompError says what is wrong), the hole cut out of the buffer."""
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "oracle" and oracle_text is None:
@@ -282,109 +401,91 @@ class Completer:
             raise RepocompError(f"column {col + 1} is outside line {line + 1} of {path} ({len(lines[line])} chars)")
         if not 0 <= context_start_line <= line:
             raise RepocompError(f"context_start_line {context_start_line} must be in 0..{line}")
-
-        timeout_s = self.config.backend.timeout_s
-        deadline = time.monotonic() + timeout_s  # for the whole completion (see the module docstring)
-        timings: dict[str, float] = {}
-        t0 = time.perf_counter()
-        if self.index is not None and mode != "infile" and self.sync_buffers:
-            self._sync_buffer(path, text)
-        timings["sync"] = (time.perf_counter() - t0) * 1e3
-
-        before = lines[context_start_line:line]
-        partial = lines[line][:col]
-        prefix = "\n".join(before + [partial])
-        suffix = "\n".join([lines[line][col:]] + lines[line + 1:])
-        prefix_lines = before + ([partial] if partial else [])  # lines before the cursor, query material
-
-        rc, fc = self.config.retrieval, self.config.fragments
-        alpha, query_relations = rc.alpha, rc.query_relations
-        rounds_n = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": rc.iterations}[mode]
+        rounds = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": self.config.retrieval.iterations}[mode]
         if definitions is None:
             definitions = self.config.definitions.enabled
-        state = None
-        if definitions and mode != "infile" and self.finder is not None:
-            t = time.perf_counter()
-            state = self.finder.buffer_state(path, lines, line, col)
-            timings["definitions_scan"] = (time.perf_counter() - t) * 1e3
-        anchor = None
-        if explain and self.retriever is not None:
-            anchor = self.retriever.covering(path, max(0, line - 1) if col == 0 else line)
+        timeout_s = self.config.backend.timeout_s
+        return _Request(Hole.cut(path, lines, line, col, context_start_line), mode, kind, oracle_text, rounds,
+                        definitions and mode != "infile", explain, timeout_s, time.monotonic() + timeout_s)
 
-        rounds: list[RoundTrace] = []
-        draft = ""
-        prompt: Prompt | None = None
-        ranked: list["RankedDefinition"] = []
-        def_sources: list[DefinitionSource] = []
-        backend_name, error = "none", ""
-        emptied_by_deadline = False
-        for r in range(1, rounds_n + 1):
-            if r > 1 and time.monotonic() >= deadline:
-                error = _join(error, f"stopped after round {r - 1} of {rounds_n}: the completion's {timeout_s:g}s "
-                                     "deadline passed")
-                break
-            if mode == "infile" or self.retriever is None:
-                query, blocks = "", []
-            else:
-                if mode == "oracle":
-                    query = oracle_text or ""
-                elif r == 1:
-                    query = "\n".join(prefix_lines[-fc.window:])
-                else:
-                    query = next_query(before, partial, draft, fc.stride)
-                t = time.perf_counter()
-                res = self.retriever.retrieve(query, path=path, prompt_start_line=context_start_line,
-                                              cursor_line=line, alpha=alpha, query_relations=query_relations)
-                shift = fc.stride if (r == 1 and mode in ("vanilla", "repocoder")) else 0
-                file_cache: dict[str, list[str] | None] = {}
-                blocks = [self._block(h, shift, path, context_start_line, file_cache) for h in res.hits]
-                timings[f"retrieve_{r}"] = (time.perf_counter() - t) * 1e3
-                timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
-            if state is not None:
-                t = time.perf_counter()
-                if not self.finder.is_current(state):
-                    state = self.finder.buffer_state(path, lines, line, col)
-                ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
-                def_sources = self._definition_sources(ranked, path, line)
-                timings[f"definitions_{r}"] = (time.perf_counter() - t) * 1e3
-            t = time.perf_counter()
-            sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
-            dc = self.config.definitions
-            round_prompt = build_prompt(sources, prefix, suffix, self.config.prompt, self.count_tokens,
-                                        definitions=def_sources, definitions_share=dc.share,
-                                        max_definitions=dc.max_definitions, definitions_first=dc.position == "first",
-                                        hole=(path, line))
-            timings[f"prompt_{r}"] = (time.perf_counter() - t) * 1e3
-            if explain:
-                self._explain(blocks, anchor)
-            t = time.perf_counter()
-            try:
-                async with generating() if generating is not None else contextlib.nullcontext():
-                    answer = await self._generate(round_prompt, prefix, suffix, blocks, kind, deadline)
-            except TimeoutError:
-                late = f"round {r} of {rounds_n} got no answer within the completion's {timeout_s:g}s deadline"
-                if r > 1:  # the previous round's draft, prompt and blocks stand
-                    error = _join(error, f"{late}; round {r - 1}'s draft kept")
-                    break
-                answer = Generation("", getattr(self.backend, "name", "none"), late)
-                emptied_by_deadline = True
-            timings[f"generate_{r}"] = (time.perf_counter() - t) * 1e3
-            draft, backend_name, error = answer.text, answer.backend, answer.error
-            prompt = round_prompt
-            rounds.append(RoundTrace(query=query, draft=draft, blocks=blocks, at_time_limit=answer.at_time_limit))
+    def _scan_definitions(self, req: "_Request", timings: "_Timings") -> Any:
+        """The names the code before the cursor uses (None when definitions are off or cannot be found)."""
+        if not req.definitions or self.finder is None:
+            return None
+        hole = req.hole
+        with timings("definitions_scan"):
+            return self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
 
+    def _retrieve(self, req: "_Request", r: int, draft: str, timings: "_Timings") -> tuple[str, list[ContextBlock]]:
+        """Round r's query and the similar code it retrieves (RepoCoder's rule for the query)."""
+        if req.mode == "infile" or self.retriever is None:
+            return "", []
+        hole, fc = req.hole, self.config.fragments
+        if req.mode == "oracle":
+            query = req.oracle_text or ""
+        elif r == 1:
+            query = "\n".join(hole.query_lines[-fc.window:])
+        else:
+            query = next_query(hole.before, hole.partial, draft, fc.stride)
+        rc = self.config.retrieval
+        with timings(f"retrieve_{r}"):
+            res = self.retriever.retrieve(query, path=hole.path, prompt_start_line=hole.context_start_line,
+                                          cursor_line=hole.line, alpha=rc.alpha, query_relations=rc.query_relations)
+            shift = fc.stride if (r == 1 and req.mode in ("vanilla", "repocoder")) else 0
+            file_cache: dict[str, list[str] | None] = {}
+            blocks = [self._block(h, shift, hole.path, hole.context_start_line, file_cache) for h in res.hits]
+        timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
+        return query, blocks
+
+    def _rank_definitions(self, req: "_Request", state: Any, blocks: list[ContextBlock],
+                          ) -> tuple[Any, list["RankedDefinition"], list[DefinitionSource]]:
+        """The definitions the prompt may show, ranked with this round's blocks; the scan redone if the index
+        changed since."""
+        assert self.finder is not None
+        hole = req.hole
+        if not self.finder.is_current(state):
+            state = self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
+        ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
+        return state, ranked, self._definition_sources(ranked, hole.path, hole.line)
+
+    def _prompt(self, req: "_Request", blocks: list[ContextBlock], def_sources: list[DefinitionSource]) -> Prompt:
+        sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
+        dc, hole = self.config.definitions, req.hole
+        return build_prompt(sources, hole.prefix, hole.suffix, self.config.prompt, self.count_tokens,
+                            definitions=def_sources, definitions_share=dc.share, max_definitions=dc.max_definitions,
+                            definitions_first=dc.position == "first", hole=(hole.path, hole.line))
+
+    async def _generate_round(self, req: "_Request", r: int, prompt: Prompt, blocks: list[ContextBlock],
+                              generating: Callable[[], AbstractAsyncContextManager[None]] | None,
+                              run: "_Run") -> Generation | None:
+        """Round r's draft; None when the deadline passed in a later round (the previous draft stands)."""
+        try:
+            async with generating() if generating is not None else contextlib.nullcontext():
+                return await self._generate(prompt, req.hole.prefix, req.hole.suffix, blocks, req.kind, req.deadline)
+        except TimeoutError:
+            late = f"round {r} of {req.rounds} got no answer within the completion's {req.timeout_s:g}s deadline"
+            if r > 1:
+                run.note(f"{late}; round {r - 1}'s draft kept")
+                return None
+            run.emptied_by_deadline = True
+            return Generation("", getattr(self.backend, "name", "none"), late)
+
+    def _result(self, req: "_Request", run: "_Run", timings: "_Timings") -> CompletionResult:
+        """The last draft post-processed for the completion kind, with what the final prompt showed."""
+        prompt, hole = run.prompt, req.hole
         assert prompt is not None
-        final = draft
+        final, last = run.draft, run.rounds[-1]
         if self.backend is not None and final:
-            final = postprocess(final, kind, prefix, suffix)
-            if rounds[-1].at_time_limit and not is_finished(draft, kind, prefix):
+            final = postprocess(final, req.kind, hole.prefix, hole.suffix)
+            if last.at_time_limit and not is_finished(run.draft, req.kind, hole.prefix):
                 final = drop_cut_word(final)  # the limit may have cut an identifier in half
-        context = self._shown_context(prompt, rounds[-1].blocks)
-        traces = self._definition_traces(ranked, def_sources, prompt)
-        timings["total"] = (time.perf_counter() - t0) * 1e3
-        return CompletionResult(text=final, backend=backend_name, context=context, prompt=prompt.text,
-                                prompt_tokens=prompt.tokens, rounds=rounds, timings_ms=timings, error=error,
-                                definitions=traces, cut_by_time=rounds[-1].at_time_limit or emptied_by_deadline)
+        context = self._shown_context(prompt, last.blocks)
+        traces = self._definition_traces(run.ranked, run.def_sources, prompt)
+        timings["total"] = timings.elapsed_ms()
+        return CompletionResult(text=final, backend=run.backend_name, context=context, prompt=prompt.text,
+                                prompt_tokens=prompt.tokens, rounds=run.rounds, timings_ms=dict(timings),
+                                error=run.error, definitions=traces,
+                                cut_by_time=last.at_time_limit or run.emptied_by_deadline)
 
     # -- definitions ----------------------------------------------------------------------------------------
 
