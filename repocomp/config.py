@@ -7,7 +7,13 @@ Where a setting comes from matters: a repository is untrusted input (README, "Se
 own config file (`$XDG_CONFIG_HOME/repocomp/config.toml`), an explicit file the user names (`--config`), CLI
 flags and LSP initialization options may set anything. A repository's own `repocomp.toml`/`pyproject.toml` may
 not send code off the machine or make repocomp write outside the repository: there, `[backend] endpoints` other
-than loopback and an `[index] dir` outside the root are dropped with a warning naming the file and key.
+than loopback and an `[index] dir` outside the root are dropped with a warning naming the file and key. No setting
+a repository may set points outside it: its path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken
+from its root and dropped with a warning when they lead out; its `[index] exclude` holds at most
+`MAX_REPOSITORY_EXCLUDES` patterns. The file itself is read only when it is a regular file inside the root (a
+symlink leading out is not read), of at most `MAX_CONFIG_BYTES`; one nested too deeply for the parser is a
+`ConfigError`, never a traceback. Settings whose product is the cost are validated together (window / stride,
+max_reach x top_k, cutoff with max_reach = 0 or with context_weight), each rule naming its number.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import ipaddress
 import logging
 import math
 import os
+import reprlib
+import stat
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -36,6 +44,16 @@ SIMILARITIES = ("jaccard", "bm25")
 log = logging.getLogger(__name__)
 
 _DAY_S = 86_400.0  # the longest any timeout may be
+MAX_CONFIG_BYTES = 1 << 20  # a config file larger than this is not read (a repository's is ignored, with a warning)
+# dots on one line: tomllib's time is quadratic in a dotted key's depth (`a.a.a...`: 10,000 deep took 2.3 s,
+# 100,000 minutes); with at most this many per line a 1 MiB file parses in seconds at worst
+MAX_DOTS_PER_LINE = 256
+# Joint bounds: settings whose product is the cost are bounded together (each rule names its number).
+MAX_FRAGMENTS_PER_LINE = 16  # window / stride: how many fragments hold (and store a copy of) each line
+MAX_REACH_X_TOP_K = 1 << 22  # max_reach x top_k: nodes kept per source times relations kept per fragment
+MIN_UNBOUNDED_CUTOFF = 0.1  # max_reach = 0 (no bound) leaves the cutoff alone to bound reach: only this high
+MAX_CONTEXT_REACH = 1024  # Eq. 7: windows either side a window relates to, log(cutoff) / log(context_weight)
+MAX_REPOSITORY_EXCLUDES = 1000  # [index] exclude patterns a repository's own file may list
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -69,6 +87,10 @@ class FragmentConfig:
     def validate(self) -> None:
         _check(0 < self.window <= 10_000, "window must be in 1..10000")
         _check(0 < self.stride <= self.window, "stride must be in 1..window")
+        per_line = math.ceil(self.window / self.stride)
+        _check(per_line <= MAX_FRAGMENTS_PER_LINE,
+               f"window / stride (fragments holding each line, each a copy of it) must be at most "
+               f"{MAX_FRAGMENTS_PER_LINE}, got {per_line} (window {self.window}, stride {self.stride}); raise stride")
 
 
 @dataclass(frozen=True)
@@ -99,6 +121,19 @@ class RelationConfig:
         _check(0 <= self.max_reach <= 10_000_000, "max_reach must be in 0..10000000")
         _check(0.0 <= self.context_weight < 1.0, "context_weight must be in [0, 1)")
         _check(self.context_combine in ("max", "sum"), "context_combine must be 'max' or 'sum'")
+        # together: what one node reaches (max_reach, or the cutoff alone when 0) times what a row keeps (top_k)
+        _check(self.max_reach > 0 or self.cutoff >= MIN_UNBOUNDED_CUTOFF,
+               f"max_reach = 0 (no bound) needs cutoff >= {MIN_UNBOUNDED_CUTOFF}, got {self.cutoff}: below it every "
+               "node reaches most of the graph; set max_reach (default 256)")
+        _check(self.max_reach * self.top_k <= MAX_REACH_X_TOP_K,
+               f"max_reach x top_k must be at most {MAX_REACH_X_TOP_K:,}, got {self.max_reach * self.top_k:,} "
+               f"(max_reach {self.max_reach}, top_k {self.top_k})")
+        if self.context_weight > 0.0:
+            reach = math.log(self.cutoff) / math.log(self.context_weight)
+            _check(reach <= MAX_CONTEXT_REACH,
+                   f"context_weight {self.context_weight} with cutoff {self.cutoff} relates a window to "
+                   f"{reach:,.0f} windows either side; at most {MAX_CONTEXT_REACH}: raise cutoff or lower "
+                   "context_weight")
 
 
 @dataclass(frozen=True)
@@ -220,9 +255,9 @@ def check_endpoint(url: str) -> None:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:
-        raise ValueError(f"endpoint {url!r} is not a valid URL ({exc})") from None
+        raise ValueError(f"endpoint {_shown(url)} is not a valid URL ({exc})") from None
     _check(parts.scheme in ("http", "https") and bool(parts.hostname),
-           f"endpoint {url!r} must be http(s)://HOST[:PORT]")
+           f"endpoint {_shown(url)} must be http(s)://HOST[:PORT]")
 
 
 def _valid_endpoint(url: str) -> bool:
@@ -275,29 +310,43 @@ class Config:
         return dataclasses.asdict(self)
 
 
+def _shown(value: Any) -> str:
+    """`value` for a one-line message: depth and length bounded (a repository's value may be nested thousands
+    deep or megabytes long; a plain repr of it raised RecursionError or filled the terminal)."""
+    shown = reprlib.Repr()
+    shown.maxlevel, shown.maxstring, shown.maxother, shown.maxlist, shown.maxdict = 3, 80, 80, 6, 6
+    return shown.repr(value)
+
+
+def _names(names: list[str], limit: int = 10) -> str:
+    """A bounded list of names for a message (a file may hold thousands of unknown keys)."""
+    more = f" and {len(names) - limit:,} more" if len(names) > limit else ""
+    return ", ".join(_shown(n) if not n.isidentifier() else n for n in names[:limit]) + more
+
+
 def _coerce(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
         if not math.isfinite(value):
-            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{where}: expected a finite number, got {_shown(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {_shown(value)}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {_shown(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+            raise ConfigError(f"{where}: expected true/false, got {_shown(value)}")
         return value
     if origin is tuple:
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {_shown(value)}")
         (item_tp, _) = typing.get_args(tp)
         return tuple(_coerce(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
     raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover - schema bug
@@ -308,7 +357,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown key(s) in [{where}]: {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+        raise ConfigError(f"unknown key(s) in [{where}]: {_names(unknown)} (known: {', '.join(sorted(names))})")
     values = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
     obj = cls(**values)
     try:
@@ -324,25 +373,66 @@ def config_from_dict(data: dict[str, Any], where: str = "tool.repocomp") -> Conf
     sections = {f.name: f for f in dataclasses.fields(Config)}
     unknown = sorted(set(data) - set(sections))
     if unknown:
-        raise ConfigError(f"unknown section(s) in [{where}]: {', '.join(unknown)} (known: {', '.join(sections)})")
+        raise ConfigError(f"unknown section(s) in [{where}]: {_names(unknown)} (known: {', '.join(sections)})")
     built = {}
     for name, value in data.items():
         if not isinstance(value, dict):
-            raise ConfigError(f"[{where}.{name}] must be a table, got {value!r}")
+            raise ConfigError(f"[{where}.{name}] must be a table, got {_shown(value)}")
         built[name] = _build(typing.get_type_hints(Config)[name], value, f"{where}.{name}")
     return Config(**built)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, repository: Path | None = None) -> dict[str, Any] | None:
+    """The TOML document of a config file: a regular file of at most `MAX_CONFIG_BYTES`, parsed whatever its
+    nesting (a RecursionError of the parser is a `ConfigError`).
+
+    `repository`: the file is the repository's own (untrusted): a symbolic link is followed only to a file inside
+    that root, and a file that is not regular, leads out or is too large is ignored with a warning (None)."""
+    where = path
+    if repository is not None:
+        root = repository.resolve()
+        try:
+            where = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            where = None
+        if where is None or not where.is_relative_to(root):
+            _warn_once(path, "file", f"{path} is a symbolic link leading outside the repository; not read")
+            return None
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        # O_NONBLOCK: a FIFO swapped in after the check neither blocks the open nor is read (fstat below)
+        fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+                     | (os.O_NOFOLLOW if repository is not None else 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"config {path} is not a regular file")
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except ConfigError:
+        if repository is None:
+            raise
+        _warn_once(path, "file", f"{path} is not a regular file; not read")
+        return None
+    if len(data) > MAX_CONFIG_BYTES:
+        too_big = f"{path} is larger than {MAX_CONFIG_BYTES:,} bytes; not read"
+        if repository is None:
+            raise ConfigError(f"config {too_big}")
+        _warn_once(path, "file", f"{too_big}: using the other settings")
+        return None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config {path} is not UTF-8 text; TOML files must be UTF-8") from None
+    if max(line.count(".") for line in text.split("\n")) > MAX_DOTS_PER_LINE:
+        raise ConfigError(f"config {path} is nested too deeply to read (a line with more than {MAX_DOTS_PER_LINE} "
+                          "dots); flatten its keys")
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
+    except (RecursionError, MemoryError):  # `a = [[[[...` thousands deep: the parser recurses per level
+        raise ConfigError(f"config {path} is nested too deeply to read; flatten its arrays and tables") from None
 
 
 def _tool_table(data: dict[str, Any], path: Path, required: bool) -> dict[str, Any] | None:
@@ -351,7 +441,7 @@ def _tool_table(data: dict[str, Any], path: Path, required: bool) -> dict[str, A
         return None if required else data
     tool = data["tool"]
     if not isinstance(tool, dict):
-        raise ConfigError(f"{path}: `tool` must be a table (holding [tool.repocomp]), got {tool!r}")
+        raise ConfigError(f"{path}: `tool` must be a table (holding [tool.repocomp]), got {_shown(tool)}")
     if "repocomp" not in tool:
         return None if required else data
     return tool["repocomp"]
@@ -366,6 +456,31 @@ def user_config_file() -> Path:
 _warned: set[tuple[str, str]] = set()
 
 
+def _warn_once(path: Path, key: str, message: str) -> None:
+    if (str(path), key) not in _warned:
+        _warned.add((str(path), key))
+        log.warning("%s", message)
+
+
+def _inside(value: str, root: Path, names_ok: bool) -> str | None:
+    """A path-valued setting of a repository: as an absolute path inside `root` (a relative one is taken from the
+    root, not the process's folder), or unchanged when `names_ok` and it is a name (`org/model`) with no such
+    path in the repository; None when it points elsewhere (absolute, `~`, `..` leading out, a link out)."""
+    if value == "":
+        return value
+    if value.startswith("~"):
+        return None
+    parts = Path(value).parts
+    if names_ok and not Path(value).is_absolute() and not {".", ".."} & set(parts) \
+            and not os.path.lexists(root / value):
+        return value
+    try:
+        full = (root / value).resolve()
+    except (OSError, RuntimeError):
+        return None
+    return str(full) if full.is_relative_to(root) else None
+
+
 def _distrust(table: Any, path: Path, repo_root: Path) -> Any:
     """A repository's own table without the settings it may not choose; says so once per file and key."""
     if not isinstance(table, dict):
@@ -375,23 +490,39 @@ def _distrust(table: Any, path: Path, repo_root: Path) -> Any:
     if isinstance(backend, dict) and isinstance(backend.get("endpoints"), (list, tuple)):
         remote = [e for e in backend["endpoints"] if isinstance(e, str) and _valid_endpoint(e) and not is_loopback(e)]
         if remote:
-            dropped.append(("backend.endpoints", f"{remote[0]!r} is not a loopback address; a repository may "
+            dropped.append(("backend.endpoints", f"{_shown(remote[0])} is not a loopback address; a repository may "
                             "only name endpoints on this machine"))
+    root = Path(repo_root).resolve()
     index = table.get("index")
     if isinstance(index, dict) and isinstance(index.get("dir"), str):
-        root = Path(repo_root).resolve()
         if not (root / index["dir"]).resolve().is_relative_to(root):
-            dropped.append(("index.dir", f"{index['dir']!r} is outside the repository"))
-    if not dropped:
+            dropped.append(("index.dir", f"{_shown(index['dir'])} is outside the repository"))
+    if isinstance(index, dict) and isinstance(index.get("exclude"), (list, tuple)) \
+            and len(index["exclude"]) > MAX_REPOSITORY_EXCLUDES:  # each is matched against every path
+        dropped.append(("index.exclude", f"{len(index['exclude']):,} patterns, at most "
+                        f"{MAX_REPOSITORY_EXCLUDES:,} from a repository"))
+    # path-valued settings: read from the repository only, anchored at its root
+    anchored: dict[str, str] = {}
+    for key, names_ok in (("prompt.tokenizer", False), ("backend.model", True)):
+        section, name = key.split(".")
+        value = table.get(section, {}).get(name) if isinstance(table.get(section), dict) else None
+        if isinstance(value, str):
+            inside = _inside(value, root, names_ok)
+            if inside is None:
+                dropped.append((key, f"{_shown(value)} is outside the repository"))
+            elif inside != value:
+                anchored[key] = inside
+    if not dropped and not anchored:
         return table
     table = {k: dict(v) if isinstance(v, dict) else v for k, v in table.items()}
+    for key, value in anchored.items():
+        section, name = key.split(".")
+        table[section][name] = value
     for key, why in dropped:
         section, name = key.split(".")
         del table[section][name]
-        if (str(path), key) not in _warned:
-            _warned.add((str(path), key))
-            log.warning("%s: [%s] %s ignored: %s; set it in %s, with --config or in the editor's settings",
-                        path, section, name, why, user_config_file())
+        _warn_once(path, key, f"{path}: [{section}] {name} ignored: {why}; set it in {user_config_file()}, with "
+                   "--config or in the editor's settings")
     return table
 
 
@@ -417,15 +548,17 @@ def load_config(repo_root: Path | None = None, config_file: Path | None = None) 
     layers: list[tuple[str, Any]] = []
     user = user_config_file()
     if user.is_file():
-        layers.append((str(user), _tool_table(_read_toml(user), user, required=False)))
+        layers.append((str(user), _tool_table(_read_toml(user) or {}, user, required=False)))
     if config_file is not None:
         own = Path(config_file)
-        layers.append((str(own), _tool_table(_read_toml(own), own, required=False)))
+        layers.append((str(own), _tool_table(_read_toml(own) or {}, own, required=False)))
     elif repo_root is not None:
         local, pyproject = Path(repo_root) / "repocomp.toml", Path(repo_root) / "pyproject.toml"
-        source = local if local.is_file() else pyproject if pyproject.is_file() else None
-        if source is not None:
-            table = _tool_table(_read_toml(source), source, required=source is pyproject)
+        # a link is judged by `_read_toml` (inside the root or not read); a FIFO or folder is passed over unopened
+        source = next((f for f in (local, pyproject) if f.is_symlink() or f.is_file()), None)
+        document = _read_toml(source, Path(repo_root)) if source is not None else None
+        if source is not None and document is not None:
+            table = _tool_table(document, source, required=source is pyproject)
             if table is not None:
                 label = str(source) if source is local else f"{source}: tool.repocomp"
                 layers.append((label, _distrust(table, source, Path(repo_root))))
@@ -433,7 +566,7 @@ def load_config(repo_root: Path | None = None, config_file: Path | None = None) 
         return Config()
     for where, table in layers:
         if not isinstance(table, dict):
-            raise ConfigError(f"[{where}] must be a table, got {table!r}")
+            raise ConfigError(f"[{where}] must be a table, got {_shown(table)}")
     merged: dict[str, Any] = {}
     for _, table in layers:
         merged = _merge(merged, table)
