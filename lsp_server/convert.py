@@ -88,7 +88,7 @@ def uri_to_path(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme != "file":
         raise ConversionError("scheme", f"repocomp completes local files only, not {parsed.scheme or 'bare'}: URIs")
-    path = unquote(parsed.path)
+    path = unquote(parsed.path, errors="surrogateescape")  # a byte that is not UTF-8 (%FF) names the same file
     if parsed.netloc and parsed.netloc != "localhost":
         path = f"//{parsed.netloc}{path}"
     if re.match(r"^/[A-Za-z]:", path):  # file:///C:/x on Windows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,10 @@ def test_to_cursor_normalizes_line_breaks_and_rejects_bad_input(tmp_path: Path) 
 def test_uri_to_path_decodes_percent_escapes() -> None:
     assert convert.uri_to_path("file:///tmp/a%20b/c%C3%A9.py") == Path("/tmp/a b/cé.py")
     assert convert.uri_to_path(convert.path_to_uri(Path("/tmp/x y.py"))) == Path("/tmp/x y.py")
+    # a name that is not UTF-8 (byte 0xff): the path on disk, not U+FFFD
+    assert os.fsencode(convert.uri_to_path("file:///tmp/a%FFb/x.py")) == b"/tmp/a\xffb/x.py"
+    weird = Path(os.fsdecode(b"/tmp/caf\xe9 dir/x.py"))
+    assert convert.uri_to_path(convert.path_to_uri(weird)) == weird
 
 
 def test_completion_item_replaces_the_word_prefix_in_utf16_units() -> None:
