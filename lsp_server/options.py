@@ -1,10 +1,12 @@
 """Server options from `initializationOptions` and `workspace/didChangeConfiguration`.
 
-Nested frozen dataclasses read by one converter (`parse_options`). Keys may be camelCase (editor convention)
-or snake_case. An invalid value or unknown key is reported (the caller shows it via window/showMessage) and
-replaced by its default, never fatal. Engine settings are `None` by default, meaning "keep what the
-workspace's own repocomp.toml / pyproject.toml says"; `apply_options` maps the ones given onto a
-`repocomp.config.Config` through `Config.replace`.
+One schema: the engine options are the config's own sections (`repocomp.config`: their fields, types and rules),
+so an editor may set any key of `[backend]`, `[retrieval]` and `[prompt]`, read by the config's converter and
+checked by the config's rules; only the server's own knobs (`ServerOptions`) are declared here. Keys may be
+camelCase (editor convention) or snake_case. An unknown key or a value of the wrong type is reported when the
+options arrive, a value the config's rules reject when it is applied to a folder's config (`apply_options`);
+each is reported once (the caller shows it via window/showMessage) and replaced by the folder's value, never fatal.
+Engine options left out keep what the workspace's own repocomp.toml / pyproject.toml says.
 
 Example (JSON, as an editor sends it)::
 
@@ -20,42 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types as pytypes
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from repocomp.config import BACKEND_NAMES, FIM_FORMATS, Config
+from repocomp.config import Config, build_section, coerce_setting
 from repocomp.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class BackendOptions:
-    """-> [backend]: which LLM backend, where it is served, which model, how many tokens it may write."""
-
-    name: str | None = None  # "auto", "extractive", "vllm" or "transformers"
-    endpoints: tuple[str, ...] | None = None
-    model: str | None = None
-    max_new_tokens: int | None = None
-    max_time_s: float | None = None  # time after the first token, then the text so far is the answer; 0: the model's
-    timeout_s: float | None = None
+ENGINE_SECTIONS = ("backend", "retrieval", "prompt")  # the config sections an editor may set
 
 
-@dataclass(frozen=True)
-class RetrievalOptions:
-    """-> [retrieval]: FragRel alpha (0 turns FragRel off) and RepoCoder iterations (1 = vanilla, 0 = the
-    model's)."""
-
-    alpha: float | None = None
-    iterations: int | None = None
-
-
-@dataclass(frozen=True)
-class PromptOptions:
-    """-> [prompt]: the prompt's token budget and fill-in-the-middle format."""
-
-    max_tokens: int | None = None
-    fim: str | None = None  # "none", "codellama" or "starcoder"
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(message)
 
 
 @dataclass(frozen=True)
@@ -64,34 +45,23 @@ class ServerOptions:
 
     # a completion slower than this returns empty ("backend slow"); None: the backend's own deadline (timeout_s)
     request_timeout_ms: int | None = None
-    max_document_bytes: int = 1_000_000  # larger documents are not completed
+    max_document_bytes: int = 1_000_000  # larger documents are not kept nor completed
     watch_files: bool = True  # watchdog observer for changes made outside the editor
     debounce_ms: int = 15  # quiet time that closes a batch of file changes (bursts are capped at 300 ms)
+
+    def validate(self) -> None:
+        _check(self.request_timeout_ms is None or 0 < self.request_timeout_ms <= 86_400_000,
+               "request_timeout_ms must be in 1..86400000")
+        _check(0 < self.max_document_bytes <= 1 << 30, "max_document_bytes must be in 1..1073741824 (1 GiB)")
+        _check(0 <= self.debounce_ms <= 60_000, "debounce_ms must be in 0..60000")
 
 
 @dataclass(frozen=True)
 class Options:
     enable: bool = True
-    backend: BackendOptions = field(default_factory=BackendOptions)
-    retrieval: RetrievalOptions = field(default_factory=RetrievalOptions)
-    prompt: PromptOptions = field(default_factory=PromptOptions)
+    # per engine section, the settings the editor gave (snake_case names, values of the config's types)
+    engine: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
     server: ServerOptions = field(default_factory=ServerOptions)
-
-
-_CHECKS: dict[str, typing.Callable[[Any], bool]] = {
-    "backend.name": lambda v: v in BACKEND_NAMES,
-    "backend.endpoints": lambda v: len(v) > 0 and all(e.startswith(("http://", "https://")) for e in v),
-    "backend.max_new_tokens": lambda v: v > 0,
-    "backend.max_time_s": lambda v: v >= 0,  # 0: the model's
-    "backend.timeout_s": lambda v: v > 0,
-    "retrieval.alpha": lambda v: v >= 0,
-    "retrieval.iterations": lambda v: v >= 0,  # 0: the model's
-    "prompt.max_tokens": lambda v: v >= 0,  # 0: the model's budget
-    "prompt.fim": lambda v: v in FIM_FORMATS,
-    "server.request_timeout_ms": lambda v: v > 0,
-    "server.max_document_bytes": lambda v: v > 0,
-    "server.debounce_ms": lambda v: v >= 0,
-}
 
 
 def _snake(key: str) -> str:
@@ -103,71 +73,33 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def _coerce(tp: Any, value: Any) -> Any:
-    """`value` as type `tp`, or raise TypeError. Optional[X] takes None or an X."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, pytypes.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(args[0], value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise TypeError("expected true/false")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise TypeError("expected an integer")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise TypeError("expected a number")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise TypeError("expected a string")
-    if origin is tuple:
-        if isinstance(value, str):
-            value = [value]  # one endpoint given as a plain string
-        if not isinstance(value, (list, tuple)):
-            raise TypeError("expected a list")
-        (item_tp, _) = typing.get_args(tp)
-        return tuple(_coerce(item_tp, v) for v in value)
-    raise TypeError(f"unsupported type {tp}")  # pragma: no cover - schema bug
-
-
-def _structure(cls: type, data: Any, where: str, errors: list[str]) -> Any:
+def _object(data: Any, where: str, errors: list[str]) -> dict[str, Any]:
+    """`data` as an object with snake_case keys; anything else is reported and read as empty."""
     if data is None:
-        return cls()
+        return {}
     if not isinstance(data, dict):
-        errors.append(f"{where or 'options'}: expected an object, got {data!r}; using defaults")
-        return cls()
+        errors.append(f"{where}: expected an object, got {data!r}; using defaults")
+        return {}
+    return {_snake(str(key)): value for key, value in data.items()}
+
+
+def _settings(cls: type, data: dict[str, Any], where: str, errors: list[str]) -> dict[str, Any]:
+    """The keys of `data` that name a field of `cls`, converted to its types by the config's converter."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
-    for key, raw in data.items():
-        name = _snake(key)
-        path = f"{where}.{name}" if where else name
-        if name not in fields:
-            known = ", ".join(_camel(n) for n in fields)
-            errors.append(f"unknown option {path!r} ignored (known: {known})")
+    known = [f.name for f in dataclasses.fields(cls)]
+    out: dict[str, Any] = {}
+    for name, raw in data.items():
+        path = f"{where}.{name}"
+        if name not in hints:
+            errors.append(f"unknown option {path!r} ignored (known: {', '.join(_camel(n) for n in known)})")
             continue
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            values[name] = _structure(tp, raw, path, errors)
-            continue
+        if typing.get_origin(hints[name]) is tuple and isinstance(raw, str):
+            raw = [raw]  # one endpoint given as a plain string
         try:
-            value = _coerce(tp, raw)
-        except TypeError as exc:
-            errors.append(f"option {path!r}: {exc}, got {raw!r}; using the default")
-            continue
-        check = _CHECKS.get(path)
-        if value is not None and check is not None and not check(value):
-            errors.append(f"option {path!r}: invalid value {raw!r}; using the default")
-            continue
-        values[name] = value
-    return cls(**values)
+            out[name] = coerce_setting(hints[name], raw, path)
+        except ConfigError as exc:
+            errors.append(f"option {exc}; using the default")
+    return out
 
 
 def parse_options(data: Any) -> tuple[Options, list[str]]:
@@ -175,22 +107,41 @@ def parse_options(data: Any) -> tuple[Options, list[str]]:
     errors: list[str] = []
     if isinstance(data, dict) and isinstance(data.get("repocomp"), dict):
         data = data["repocomp"]
-    return _structure(Options, data, "", errors), errors
-
-
-def _section_changes(section: Any) -> dict[str, Any]:
-    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section) if getattr(section, f.name) is not None}
+    top = _object(data, "options", errors)
+    enable = True
+    if "enable" in top:
+        if isinstance(top["enable"], bool):
+            enable = top["enable"]
+        else:
+            errors.append(f"option 'enable': expected true/false, got {top['enable']!r}; using the default")
+    engine: dict[str, Mapping[str, Any]] = {}
+    sections = typing.get_type_hints(Config)
+    for section in ENGINE_SECTIONS:
+        given = _settings(sections[section], _object(top.get(section), section, errors), section, errors)
+        if given:
+            engine[section] = MappingProxyType(given)
+    server_values: dict[str, Any] = {}
+    for name, value in _settings(ServerOptions, _object(top.get("server"), "server", errors), "server",
+                                 errors).items():
+        try:  # key by key: a rejected value leaves the others
+            build_section(ServerOptions, server_values | {name: value}, "server")
+            server_values[name] = value
+        except ConfigError as exc:
+            errors.append(f"option 'server.{name}' = {value!r} rejected: {exc}; using the default")
+    server = build_section(ServerOptions, server_values, "server")
+    for key in sorted(set(top) - {"enable", "server", *ENGINE_SECTIONS}):
+        errors.append(f"unknown option {key!r} ignored (known: enable, {', '.join(ENGINE_SECTIONS)}, server)")
+    return Options(enable, MappingProxyType(engine), server), errors
 
 
 def apply_options(config: Config, options: Options) -> tuple[Config, list[str]]:
-    """`config` with the engine options that are set applied; a change the config rejects is reported and dropped."""
+    """`config` with the engine options applied; a value the config's rules reject is reported and dropped."""
     errors: list[str] = []
-    for section in ("backend", "retrieval", "prompt"):
-        changes = _section_changes(getattr(options, section))
-        if section == "prompt" and "max_tokens" in changes and config.prompt.context_tokens > changes["max_tokens"]:
+    for section, given in options.engine.items():
+        changes = dict(given)
+        if section == "prompt" and "max_tokens" in changes and "context_tokens" not in changes \
+                and config.prompt.context_tokens > changes["max_tokens"]:
             changes["context_tokens"] = max(1, changes["max_tokens"] // 2)
-        if not changes:
-            continue
         try:
             config = config.replace(section, **changes)
         except ConfigError:

@@ -26,6 +26,7 @@ import os
 import reprlib
 import stat
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,7 +299,7 @@ class Config:
     def replace(self, section: str, **changes: Any) -> "Config":
         """A copy with some keys of one section changed (validated)."""
         merged = dataclasses.asdict(getattr(self, section)) | changes
-        return dataclasses.replace(self, **{section: _build(type(getattr(self, section)), merged, section)})
+        return dataclasses.replace(self, **{section: build_section(type(getattr(self, section)), merged, section)})
 
     def plain_repocoder(self) -> "Config":
         """RepoCoder as published: similar code only, no relations (FragRel, query side) and no definitions.
@@ -324,8 +325,13 @@ def _names(names: list[str], limit: int = 10) -> str:
     return ", ".join(_shown(n) if not n.isidentifier() else n for n in names[:limit]) + more
 
 
-def _coerce(tp: Any, value: Any, where: str) -> Any:
+def coerce_setting(tp: Any, value: Any, where: str) -> Any:
+    """`value` as a setting of type `tp` (a ConfigError naming `where` otherwise): the one converter of settings
+    from TOML files and from editors' options."""
     origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):  # `X | None`: None, or an X
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return None if value is None else coerce_setting(inner, value, where)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
@@ -348,17 +354,18 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {_shown(value)}")
         (item_tp, _) = typing.get_args(tp)
-        return tuple(_coerce(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(coerce_setting(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
     raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover - schema bug
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
+    """A settings dataclass from a table of its fields, converted and checked by its `validate()` rules."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown key(s) in [{where}]: {_names(unknown)} (known: {', '.join(sorted(names))})")
-    values = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+    values = {k: coerce_setting(hints[k], v, f"{where}.{k}") for k, v in data.items()}
     obj = cls(**values)
     try:
         obj.validate()
@@ -378,7 +385,7 @@ def config_from_dict(data: dict[str, Any], where: str = "tool.repocomp") -> Conf
     for name, value in data.items():
         if not isinstance(value, dict):
             raise ConfigError(f"[{where}.{name}] must be a table, got {_shown(value)}")
-        built[name] = _build(typing.get_type_hints(Config)[name], value, f"{where}.{name}")
+        built[name] = build_section(typing.get_type_hints(Config)[name], value, f"{where}.{name}")
     return Config(**built)
 
 
