@@ -85,23 +85,32 @@ class CodeGraph:
 
     # -- directory tree ------------------------------------------------------------------------------------------
     def _dir_node(self, folder: str) -> int:
-        node = self.dirs.get(folder)
-        if node is None:
-            node = int(self._new_nodes(["directory"], folder)[0])
-            self.dirs[folder] = node
-            self._dir_files[folder] = 0
-            if folder:
-                parent = self._folder(folder)
-                self._dir_node(parent)
-                self._dir_files[parent] += 1
-        return node
+        """The folder's node, made with those of its parents that are missing (a loop: folders may nest
+        thousands deep)."""
+        missing: list[str] = []
+        at = folder
+        while at not in self.dirs:
+            missing.append(at)
+            if not at:
+                break
+            at = self._folder(at)
+        for name in missing:  # the innermost first (the order ids were always given in)
+            self.dirs[name] = int(self._new_nodes(["directory"], name)[0])
+            self._dir_files[name] = 0
+        for name in missing:
+            if name:
+                self._dir_files[self._folder(name)] += 1
+        return self.dirs[folder]
 
     def _release_dir(self, folder: str) -> None:
-        self._dir_files[folder] -= 1
-        if self._dir_files[folder] <= 0 and folder:
+        """One file or folder fewer under `folder`; an empty folder goes, and so on upwards."""
+        while True:
+            self._dir_files[folder] -= 1
+            if self._dir_files[folder] > 0 or not folder:
+                return
             self._kill(np.array([self.dirs.pop(folder)]))
             del self._dir_files[folder]
-            self._release_dir(self._folder(folder))
+            folder = self._folder(folder)
 
     @staticmethod
     def _folder(path: str) -> str:

@@ -170,23 +170,16 @@ class SymbolLookup:
                 out.append(last)
         return out
 
-    def class_member(self, ref: DefRef, name: str, depth: int = 0) -> DefRef | None:
+    def class_member(self, ref: DefRef, name: str) -> DefRef | None:
         """Method `name` of class `ref` or of one of its bases (nearest first)."""
-        sym = self.resolver.files.get(ref.path)
-        if sym is None:
-            return None
-        node = sym.methods.get(ref.node, {}).get(name)
-        if node is not None:
-            return DefRef(ref.path, node, name, "method")
-        if depth >= _MAX_DEPTH:
-            return None
-        for base in self.class_bases(ref):
-            found = self.class_member(base, name, depth + 1)
-            if found is not None:
-                return found
+        for cls in self._class_and_bases(ref):
+            sym = self.resolver.files.get(cls.path)
+            node = sym.methods.get(cls.node, {}).get(name) if sym is not None else None
+            if node is not None:
+                return DefRef(cls.path, node, name, "method")
         return None
 
-    def members(self, target: Target, prefix: str = "", depth: int = 0) -> Iterator[DefRef]:
+    def members(self, target: Target, prefix: str = "") -> Iterator[DefRef]:
         """Definitions reachable as `target.<name>` whose name starts with `prefix` (bases' methods included)."""
         if isinstance(target, ModRef):
             sym = self.resolver.files.get(target.path)
@@ -196,15 +189,27 @@ class SymbolLookup:
                 if name.startswith(prefix):
                     yield self._def(sym, node)
             return
-        sym = self.resolver.files.get(target.path)
-        if sym is None or target.kind != "class":
+        if target.kind != "class":
             return
-        for name, node in sym.methods.get(target.node, {}).items():
-            if name.startswith(prefix):
-                yield DefRef(target.path, node, name, "method")
-        if depth < _MAX_DEPTH:
-            for base in self.class_bases(target):
-                yield from self.members(base, prefix, depth + 1)
+        for cls in self._class_and_bases(target):
+            sym = self.resolver.files.get(cls.path)
+            for name, node in (sym.methods.get(cls.node, {}) if sym is not None else {}).items():
+                if name.startswith(prefix):
+                    yield DefRef(cls.path, node, name, "method")
+
+    def _class_and_bases(self, ref: DefRef) -> Iterator[DefRef]:
+        """`ref`, then its bases to _MAX_DEPTH levels, depth first in header order, each class once: a
+        repository's class lattice (many bases, each with many bases) costs its size, not bases ** depth."""
+        seen: set[DefRef] = set()
+        stack: list[tuple[DefRef, int]] = [(ref, 0)]
+        while stack:
+            cls, depth = stack.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            yield cls
+            if depth < _MAX_DEPTH:
+                stack.extend((base, depth + 1) for base in reversed(self.class_bases(cls)))
 
     def unique_method(self, name: str) -> DefRef | None:
         """The method `name` when exactly one class of the repository defines it: what `obj.name(...)` calls when

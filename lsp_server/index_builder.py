@@ -77,7 +77,10 @@ def _up_to_date(index: Any, progress: Callable[[int, int, str], None]) -> Any:
     from repocomp.errors import RepocompError
     from repocomp.index import Index
 
-    stale = _stale_files(index)
+    stale, warnings = _stale_files(index)
+    for warning in warnings:  # a folder over its limits: said again for a stored index (shown once per folder)
+        if warning not in index.notices:
+            index.notice(warning)
     if not stale:
         return index
     logger.info("index of %s: %d file(s) changed since it was stored", index.root.name, len(stale))
@@ -98,8 +101,9 @@ def _up_to_date(index: Any, progress: Callable[[int, int, str], None]) -> Any:
     return rebuilt
 
 
-def _stale_files(index: Any) -> list[tuple[str, str | None]]:
-    """(path, text or None = removed) for each file whose disk content differs from the index's copy."""
+def _stale_files(index: Any) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """(path, text or None = removed) for each file whose disk content differs from the index's copy, and the
+    walk's warnings (limits reached)."""
     from repocomp.walk import walk_repository
 
     walked = walk_repository(index.root, index.config, index.index_dir)
@@ -108,7 +112,7 @@ def _stale_files(index: Any) -> list[tuple[str, str | None]]:
     changed: list[tuple[str, str | None]] = [(p, t) for p, t in on_disk.items()
                                              if p not in known or known[p].text != t]
     changed += [(p, None) for p in known if p not in on_disk]
-    return sorted(changed, key=lambda c: c[0])
+    return sorted(changed, key=lambda c: c[0]), walked.warnings
 
 
 _WARM_FILES = {"a.py": "def f(x):\n    return x + 1\n\n\nclass C:\n    def m(self):\n        return f(2)\n",

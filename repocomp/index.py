@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
-from graph.parsing import ParsedFile, parse_source
+from graph.parsing import MAX_DEPTH, ParsedFile, parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config, load_config
 from repocomp.errors import (IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError,
@@ -31,7 +31,7 @@ from repocomp import index_codec, index_trust
 from repocomp.relation_upkeep import Progress, RelationUpkeep
 from repocomp.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
 from repocomp.term_index import TermIndex
-from repocomp.walk import FileRule, WalkResult, walk_repository
+from repocomp.walk import FileRule, WalkResult, addressable, walk_repository
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class IndexSummary:
     notes: list[str] = field(default_factory=list)
     index_bytes: int = 0
     parse_errors: int = 0
+    warnings: list[str] = field(default_factory=list)  # what the build left out as a whole (limits reached)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -226,9 +227,31 @@ class Index:
             if source is None and reason not in ("ignored", "unsupported", "unreadable"):  # unreadable: deleted
                 log.info("%s not indexed: %s", rel, reason)
             new_texts[rel] = (source.language, source.text) if source is not None else None
-        return {p: v for p, v in new_texts.items()
-                if not (v is None and p not in self.files)
-                and not (v is not None and p in self.files and self.files[p].text == v[1])}
+        changed = {p: v for p, v in new_texts.items()
+                   if not (v is None and p not in self.files)
+                   and not (v is not None and p in self.files and self.files[p].text == v[1])}
+        return self._within_limits(changed)
+
+    def _within_limits(self, changed: dict[str, tuple[str, str] | None]) -> dict[str, tuple[str, str] | None]:
+        """`changed` less the new files that would take the folder past [index] max_files or max_total_bytes
+        (counted as the walk counts them): an update never grows the index past what a build would hold."""
+        new = sorted(p for p, v in changed.items() if v is not None and p not in self.files)
+        if not new:
+            return changed
+        cfg = self.config.index
+        files = len(self.files) - sum(1 for p, v in changed.items() if v is None and p in self.files)
+        size = sum(len(e.text) for e in self.files.values()) + sum(
+            len(v[1]) - len(self.files[p].text) if v is not None else -len(self.files[p].text)
+            for p, v in changed.items() if p in self.files)
+        for path in new:
+            text = changed[path][1]  # type: ignore[index]
+            if files + 1 > cfg.max_files or size + len(text) > cfg.max_total_bytes:
+                log.warning("%s not indexed: the folder is at its limits ([index] max_files %d, max_total_bytes "
+                            "%d)", path if addressable(path) else repr(path), cfg.max_files, cfg.max_total_bytes)
+                del changed[path]
+                continue
+            files, size = files + 1, size + len(text)
+        return changed
 
     def update_files(self, changes: dict[str, str | None], removed: bool = False,
                      defer_relations: bool = False) -> None:
@@ -352,7 +375,18 @@ class Index:
         s.relation_nonzeros = int(self.relations.nnz)
         s.phases_s = {k: round(v, 4) for k, v in phases.items()}
         s.skipped = dict(walked.skipped)
-        s.notes = walked.notes[:50]
+        # still indexed (its fragments are retrieved), but its graph stops at MAX_DEPTH levels
+        deep = sorted(p for p, e in self.files.items() if e.parsed.too_deep)
+        if deep:
+            s.skipped["too_deep"] = len(deep)
+            self.notice(f"{len(deep)} file(s) nest deeper than {MAX_DEPTH} syntax levels, their code graph is "
+                        f"flattened below that (first: {deep[0]!r}); their code is still retrieved")
+        s.warnings = list(walked.warnings)
+        for warning in s.warnings:
+            self.notice(warning)
+        shown = [f"{p if addressable(p) else repr(p)}: too deep (graph flattened below {MAX_DEPTH} levels)"
+                 for p in deep]
+        s.notes = (s.warnings + shown + walked.notes)[:50]
         s.parse_errors = sum(1 for e in self.files.values() if e.parsed.has_errors)
 
     def save(self) -> Path:

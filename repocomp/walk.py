@@ -1,11 +1,17 @@
 """Repository walking: which files get indexed (`FileRule`, the one rule), and why the others were skipped.
 
-Respects `.gitignore` files (root and nested, via pathspec), skips `.git` and the index folder, binary files
-(NUL bytes), files over the size limit, unreadable files, symlinks that loop or leave the repository (a file is
-read only when its real path is inside the root), FIFOs, devices and sockets (never opened: a FIFO would block
-the reader forever) and names with control characters (a newline in a path cannot be addressed as FILE:LINE
-and would break the lines of a prompt). Non-UTF-8 files are decoded with replacement characters and reported.
-Nothing here stops the run.
+Respects `.gitignore` files (root and nested) and `[index] exclude` (`repocomp.ignore`: a matcher whose cost is
+bounded, with a bounded number of patterns), skips `.git` and the index folder, binary files (NUL bytes), files
+over the size limit, unreadable files, symlinks that loop or leave the repository (a file is read only when its
+real path is inside the root), FIFOs, devices and sockets (never opened: a FIFO would block the reader forever),
+names with control characters (a newline in a path cannot be addressed as FILE:LINE and would break the lines of
+a prompt) and folders on another file system than the root (`/proc` and `/sys` when the root is `/`). Non-UTF-8
+files are decoded with replacement characters and reported.
+
+A folder is indexed up to `[index] max_files` files and `max_total_bytes` of text, and the walk looks at no more
+than `_ENTRIES_PER_FILE` directory entries per allowed file: past any of them the rest of the folder is left out,
+with a warning (`WalkResult.warnings`). Nothing here stops the run; the walk is a loop, not a recursion, so a
+folder nested thousands deep costs its size and no more.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pathspec
-
 from graph.languages import language_for
 from repocomp.config import Config
 from repocomp.errors import RepocompError
+from repocomp.ignore import Limits, PatternSet
+
+_ENTRIES_PER_FILE = 20  # directory entries the walk looks at per allowed file ([index] max_files)
+_MAX_GITIGNORE_BYTES = 1 << 20  # the start of a larger .gitignore is read, the rest ignored (with a warning)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,7 @@ class WalkResult:
     files: list[SourceFile] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)  # reason -> count
     notes: list[str] = field(default_factory=list)  # "path: reason" for the reported ones (non-UTF-8, ...)
+    warnings: list[str] = field(default_factory=list)  # what the whole walk left out: limits reached
 
 
 def addressable(rel: str) -> bool:
@@ -47,11 +56,12 @@ def addressable(rel: str) -> bool:
     return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in rel)
 
 
-def read_regular(path: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
+def read_regular(path: Path, max_bytes: int, head: bool = False) -> tuple[bytes | None, str | None]:
     """The bytes of a regular file: (data, None), or (None, "not_regular" | "too_large" | "unreadable").
 
     Checks the file type before opening (a FIFO would block `open` forever, a device may act on it), opens
     without blocking, and checks again on the open descriptor in case the file was swapped in between.
+    `head`: a larger file gives its first `max_bytes + 1` bytes instead of "too_large" (the caller cuts).
     """
     try:
         st = os.stat(path)
@@ -59,7 +69,7 @@ def read_regular(path: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
         return None, "unreadable"
     if not stat.S_ISREG(st.st_mode):
         return None, "not_regular"
-    if st.st_size > max_bytes:
+    if st.st_size > max_bytes and not head:
         return None, "too_large"
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
@@ -72,7 +82,7 @@ def read_regular(path: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
             data = fh.read(max_bytes + 1)  # a file that grew since the stat stays bounded
     except OSError:
         return None, "unreadable"
-    return (None, "too_large") if len(data) > max_bytes else (data, None)
+    return (None, "too_large") if len(data) > max_bytes and not head else (data, None)
 
 
 def decode_source(data: bytes) -> tuple[str, str | None]:
@@ -94,12 +104,14 @@ def read_text_file(path: Path, max_bytes: int) -> str:
     return decode_source(data)[0]
 
 
-def _gitignore(dirpath: Path) -> pathspec.PathSpec | None:
-    """The folder's .gitignore (its patterns are relative to the folder)."""
-    data, _ = read_regular(dirpath / ".gitignore", 1 << 20)
+def _gitignore_lines(path: Path) -> tuple[list[str], bool]:
+    """The lines of a .gitignore (none when it is missing or not a regular file), and whether it was cut."""
+    data, _ = read_regular(path, _MAX_GITIGNORE_BYTES, head=True)
     if data is None:
-        return None
-    return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", errors="replace").splitlines())
+        return [], False
+    cut = len(data) > _MAX_GITIGNORE_BYTES
+    lines = data[:_MAX_GITIGNORE_BYTES].decode("utf-8", errors="replace").splitlines()
+    return (lines[:-1] if cut else lines), cut  # a cut file's last line may be a piece of a pattern
 
 
 class FileRule:
@@ -109,15 +121,22 @@ class FileRule:
     By name: `[index] exclude`, every `.gitignore` from the root down, the always-skipped folders (`.git`,
     `node_modules`, ...), the index folder, the configured languages, an addressable name. By content (a file on
     disk or an editor's buffer): the real path inside the root, a regular file, the size limit, no NUL byte.
-    `.gitignore` files are read once per instance: make a fresh one when they may have changed.
+    `.gitignore` files are read once per instance: make a fresh one when they may have changed. The patterns
+    read are bounded (`repocomp.ignore.Limits`); `warnings` says what was left out.
     """
 
     def __init__(self, root: Path, config: Config, index_dir: Path | None = None) -> None:
         self.root = root.resolve()
         self.config = config
         self.index_dir = index_dir if index_dir is not None else self.root / config.index.dir
-        self._specs: dict[str, pathspec.PathSpec | None] = {}  # folder -> its .gitignore (read once)
-        self._exclude = pathspec.GitIgnoreSpec.from_lines(config.index.exclude) if config.index.exclude else None
+        self._limits = Limits()
+        self._specs: dict[str, PatternSet] = {}  # folder -> its .gitignore (read once)
+        self._exclude = PatternSet(self._limits.take("[index] exclude", list(config.index.exclude)))
+
+    @property
+    def warnings(self) -> list[str]:
+        """Patterns left out so far (over the limits), one line per source."""
+        return self._limits.warnings
 
     def source(self, rel: str, text: str | None = None) -> tuple[SourceFile | None, str | None]:
         """`rel` (POSIX, relative to the root) as the index holds it, from disk or from an editor's `text`:
@@ -128,15 +147,14 @@ class FileRule:
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         """`rel` is ignored by name; its parent folders are not checked (the walk prunes them as it goes)."""
-        suffix = "/" if is_dir else ""
         if is_dir and (rel.rpartition("/")[2] in _ALWAYS_SKIPPED_DIRS or self.root / rel == self.index_dir):
             return True
-        if self._exclude is not None and self._exclude.match_file(rel + suffix):
+        if self._exclude and self._exclude.ignores(rel, is_dir):
             return True
         parts = rel.split("/")
         for depth in range(len(parts)):  # the .gitignore of every folder above, each relative to its folder
             spec = self._gitignore_of("/".join(parts[:depth]))
-            if spec is not None and spec.match_file("/".join(parts[depth:]) + suffix):
+            if spec and spec.ignores("/".join(parts[depth:]), is_dir):
                 return True
         return False
 
@@ -172,52 +190,49 @@ class FileRule:
         parts = rel.split("/")
         return any(self.ignored("/".join(parts[:i]), True) for i in range(1, len(parts))) or self.ignored(rel, False)
 
-    def _gitignore_of(self, rel_dir: str) -> pathspec.PathSpec | None:
+    def _gitignore_of(self, rel_dir: str) -> PatternSet:
         if rel_dir not in self._specs:
-            self._specs[rel_dir] = _gitignore(self.root / rel_dir if rel_dir else self.root)
+            where = f"{rel_dir}/.gitignore" if rel_dir else ".gitignore"
+            lines, cut = _gitignore_lines(self.root / where)
+            if cut:
+                self._limits.warnings.append(f"{where}: only its first {_MAX_GITIGNORE_BYTES >> 20} MiB read")
+            self._specs[rel_dir] = PatternSet(self._limits.take(where, lines))
         return self._specs[rel_dir]
 
 
 def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -> WalkResult:
-    """The files the index holds (`FileRule`), with counts and notes of the ones left out."""
+    """The files the index holds (`FileRule`), with counts and notes of the ones left out, within the folder's
+    limits ([index] max_files, max_total_bytes; `_ENTRIES_PER_FILE`)."""
     root = root.resolve()
     result = WalkResult()
     rules = FileRule(root, config, index_dir)
+    walk = _Walk(root, config, result)
+    try:
+        root_dev = root.stat().st_dev
+    except OSError:
+        result.skipped["unreadable"] += 1
+        return result
+    pending: list[str] = [""]  # folders to visit (relative), last first: a loop, never a recursion
     seen_dirs: set[tuple[int, int]] = set()
-
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=lambda e: result.skipped.update(["unreadable"])):
-        here = Path(dirpath)
-        rel_dir = here.relative_to(root).as_posix() if here != root else ""
+    while pending and not walk.full:
+        rel_dir = pending.pop()
+        here = root / rel_dir if rel_dir else root
         try:
             st = here.stat()
         except OSError:
-            dirnames[:] = []
+            result.skipped["unreadable"] += 1
             continue
         if (st.st_dev, st.st_ino) in seen_dirs:  # a symlink back into the tree
             result.skipped["symlink_loop"] += 1
             result.notes.append(f"{rel_dir or '.'}: symlink loop")
-            dirnames[:] = []
             continue
         seen_dirs.add((st.st_dev, st.st_ino))
-        kept = []
-        for name in sorted(dirnames):
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            full = here / name
-            if rules.ignored(rel, True):
-                continue
-            if full.is_symlink():
-                try:
-                    target = full.resolve(strict=True)
-                except (OSError, RuntimeError):
-                    result.skipped["symlink_loop"] += 1
-                    result.notes.append(f"{rel}: broken or looping symlink")
-                    continue
-                if not target.is_relative_to(root):
-                    result.skipped["symlink_outside"] += 1
-                    continue
-            kept.append(name)
-        dirnames[:] = kept
-        for name in sorted(filenames):
+        if st.st_dev != root_dev:  # another file system mounted here (/proc, /sys, a network share)
+            result.skipped["other_filesystem"] += 1
+            result.notes.append(f"{_shown(rel_dir)}: another file system, not walked")
+            continue
+        dirs, files = walk.entries(here)
+        for name in files:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if rules.ignored(rel, False):
                 continue
@@ -226,9 +241,89 @@ def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -
                 continue
             if reason is not None:
                 result.skipped[reason] += 1  # non-UTF-8 files are still indexed, but counted and named
-                shown = rel if addressable(rel) else repr(rel)
+                shown = _shown(rel)
                 result.notes.append(f"{shown}: {reason.replace('_', ' ')}")
                 log.info("%s: %s", shown, reason)
-            if source is not None:
-                result.files.append(source)
+            if source is not None and not walk.add(source):
+                break
+        kept = []
+        for name in dirs if not walk.full else ():
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if rules.ignored(rel, True):
+                continue
+            full = here / name
+            if full.is_symlink():
+                try:
+                    target = full.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    result.skipped["symlink_loop"] += 1
+                    result.notes.append(f"{_shown(rel)}: broken or looping symlink")
+                    continue
+                if not target.is_relative_to(root):
+                    result.skipped["symlink_outside"] += 1
+                    continue
+            kept.append(rel)
+        pending.extend(reversed(kept))  # visited in name order, depth first
+    result.warnings = rules.warnings + result.warnings
     return result
+
+
+def _shown(rel: str) -> str:
+    return rel if addressable(rel) else repr(rel)
+
+
+class _Walk:
+    """The folder's limits as the walk goes: entries looked at, files and bytes kept."""
+
+    def __init__(self, root: Path, config: Config, result: WalkResult) -> None:
+        self.root = root
+        self.max_files = config.index.max_files
+        self.max_bytes = config.index.max_total_bytes
+        self.entries_left = _ENTRIES_PER_FILE * self.max_files
+        self.bytes = 0
+        self.result = result
+        self.full = False
+
+    def entries(self, folder: Path) -> tuple[list[str], list[str]]:
+        """The sub-folders and other names of `folder`, sorted; at most the entries left to look at."""
+        dirs: list[str] = []
+        files: list[str] = []
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    if self.entries_left <= 0:
+                        self._stop(f"{self.root}: indexed partially: the walk looked at "
+                                   f"{_ENTRIES_PER_FILE * self.max_files:,} entries ({_ENTRIES_PER_FILE} per file "
+                                   f"of [index] max_files); the rest of the folder is left out")
+                        break
+                    self.entries_left -= 1
+                    try:
+                        is_dir = entry.is_dir()  # follows a symlink, as os.walk does
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
+        except OSError:
+            self.result.skipped["unreadable"] += 1
+        return sorted(dirs), sorted(files)
+
+    def add(self, source: SourceFile) -> bool:
+        """Keep `source` if the limits allow; False once they are reached (the walk stops)."""
+        if len(self.result.files) >= self.max_files:
+            self._stop(f"{self.root}: indexed partially: the first {self.max_files:,} files ([index] max_files); "
+                       "the rest of the folder is left out")
+            return False
+        size = len(source.text)  # decoded characters: what the index holds (and what an update counts)
+        if self.bytes + size > self.max_bytes:
+            self._stop(f"{self.root}: indexed partially: {self.bytes:,} bytes of source in "
+                       f"{len(self.result.files):,} files ([index] max_total_bytes {self.max_bytes:,}); the rest "
+                       "of the folder is left out")
+            return False
+        self.bytes += size
+        self.result.files.append(source)
+        return True
+
+    def _stop(self, warning: str) -> None:
+        if not self.full:
+            self.full = True
+            self.result.warnings.append(warning)
+            log.info("%s", warning)  # the index says it once (Index.notice)
