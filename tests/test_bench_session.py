@@ -4,7 +4,7 @@ handler future behind, and the background refresh catches up (the long runs' fig
 from __future__ import annotations
 
 from lsp_helpers import FIXTURE_REPO
-from lsp_server.long_session import format_table, run_session
+from lsp_bench.long_session import format_table, run_session
 
 
 async def test_a_short_session_keeps_no_handler_future_and_catches_up() -> None:

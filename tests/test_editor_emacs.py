@@ -1,6 +1,6 @@
-"""A real editor nobody here wrote: Emacs (Debian's emacs-nox 28 with elpa-eglot) configured with the README's
-eglot snippet read from README.md; `completion-at-point` (eglot: `textDocument/completion`) at the cursor inserts
-the repository's completion. Never skipped: `bash .ci/setup` installs Emacs and eglot with apt.
+"""A real editor nobody here wrote: Emacs (Debian's emacs-nox 28 with elpa-eglot) configured with the documented
+eglot snippet (lsp_bench/editors/eglot.el, shown in the docs); `completion-at-point` (eglot:
+`textDocument/completion`) at the cursor inserts the repository's completion. Never skipped: `bash .ci/setup` installs Emacs and eglot with apt.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lsp_helpers import CHECKOUT, EXPECTED, copy_repo
-from lsp_server.nvim import readme_snippet
+from lsp_bench.nvim import editor_snippet
 
 DRIVER = Path(__file__).resolve().parent / "editor" / "eglot_complete.el"
 
@@ -30,7 +30,7 @@ def test_eglot_completion_at_point_inserts_the_repository_completion(tmp_path: P
     file = repo / "shop" / "checkout.py"
     file.write_text(CHECKOUT + "\n")
     snippet = tmp_path / "snippet.el"
-    snippet.write_text(readme_snippet("### Emacs", "elisp"))
+    snippet.write_text(editor_snippet("eglot.el"))
     bin_dir, log, out = tmp_path / "bin", tmp_path / "server.log", tmp_path / "line.txt"
     bin_dir.mkdir()  # `repocomp` on PATH, as the snippet expects, logging for this test
     (bin_dir / "repocomp").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m repocomp "$@" --log-file "{log}"\n')

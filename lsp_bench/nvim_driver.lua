@@ -1,5 +1,5 @@
 -- Drives a real Neovim (0.12+, headless) through a plan of keystrokes, the way a user types; used by
--- `lsp_server.nvim` (the editor tests and `repocomp bench typing`). The LSP configuration is the user's init
+-- `lsp_bench.nvim` (the editor tests and `repocomp bench typing`). The LSP configuration is the user's init
 -- (the README's snippet), not this file. Started as
 --   PLAN=<plan.json> nvim --headless -u <init.lua> -i NONE -c 'luafile nvim_driver.lua'
 -- The plan: {"file": path, "line": 1-based, "col": 0-based byte, "options": buffer options, "out": result path,

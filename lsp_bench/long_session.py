@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsp_server.bench import BENCH_OPTIONS, _pct, _python_files, _Session, report
+from lsp_bench.bench import BENCH_OPTIONS, pct, python_files, Session, report
 
 PAUSE_S = 0.4  # after each typed line: past the server's 0.3 s buffer-sync delay
 LINES_PER_FILE = 8
@@ -47,7 +47,7 @@ def _typed_lines(files: list[Path], rng: random.Random, n: int) -> list[str]:
     return [rng.choice(pool) for _ in range(n)]
 
 
-async def _sample(session: _Session, keys: int) -> dict[str, Any]:
+async def _sample(session: Session, keys: int) -> dict[str, Any]:
     for _ in range(100):  # the ids are not read while the update worker writes (a few ms): ask again
         stats = await session.stats()
         ids = next((f["ids"] for f in stats["folders"] if f.get("ids")), None)
@@ -64,11 +64,11 @@ async def run_session(repo: Path, *, keys: int = 10_000, sample: int = 500, seed
     with tempfile.TemporaryDirectory(prefix="repocomp-bench-session-") as tmp:
         work = Path(tmp) / repo.name
         shutil.copytree(repo, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-        files = _python_files(work)
+        files = python_files(work)
         if not files:
             raise SystemExit(f"no Python files under {repo}")
         lines = _typed_lines(files, rng, keys // 8 + 1)
-        session = _Session(work, [])
+        session = Session(work, [])
         try:
             await session.start(BENCH_OPTIONS)
             await session.wait_ready(ready_timeout)
@@ -109,8 +109,8 @@ async def run_session(repo: Path, *, keys: int = 10_000, sample: int = 500, seed
             samples.append(last)
         finally:
             await session.stop()
-    return SessionResult(repo=str(repo), keys=typed, typing_p50_ms=round(_pct(typing, 0.5), 2),
-                         typing_p95_ms=round(_pct(typing, 0.95), 2), typing_max_ms=round(max(typing), 1),
+    return SessionResult(repo=str(repo), keys=typed, typing_p50_ms=round(pct(typing, 0.5), 2),
+                         typing_p95_ms=round(pct(typing, 0.95), 2), typing_max_ms=round(max(typing), 1),
                          catch_up_s=round(catch_up, 2), samples=samples)
 
 

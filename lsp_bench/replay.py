@@ -2,9 +2,9 @@
 
 The end of a fixture file is typed again key by key (8 characters a second on average; gaps drawn from a
 log-normal, so some exceed Neovim's 200 ms debounce as real typing does), with a pause every ~20 keys in the
-middle of a line, where the user waits for ghost text. The backend is `lsp_server.slow_backend` (1.5 s per
+middle of a line, where the user waits for ghost text. The backend is `lsp_bench.slow_backend` (1.5 s per
 generation, writing what the file really says next) used through `[backend] name = "vllm"`, one RepoCoder round.
-Neovim is configured with the README's snippet (`lsp_server.nvim`). Figures:
+Neovim is configured with the documented snippet (`lsp_bench.nvim`). Figures:
 - generations started, and abandoned before their end (cancelled), per 100 keystrokes;
 - from the last keystroke before a pause to the right ghost text (median, p90, max), and pauses without it.
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lsp_server.nvim import run_plan
-from lsp_server.slow_backend import SlowBackend
+from lsp_bench.nvim import run_plan
+from lsp_bench.slow_backend import SlowBackend
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "content_repo"
 DEFAULT_FILE = "ledger/currency.py"
@@ -140,7 +140,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lsp_server.bench import report
+    from lsp_bench.bench import report
 
     server_path = args.server_path.resolve() if args.server_path else None
     if server_path is not None and not (server_path / "lsp_server").is_dir():
