@@ -33,7 +33,7 @@ from lsp_server.generations import Generations, Served, Site
 from lsp_server.options import Options, apply_options, parse_options
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
-from repocomp.backends import Backend, GenerationRequest
+from repocomp.backends import Backend, load_and_warm
 from repocomp.config import Config, load_config
 from repocomp.errors import BackendError, RepocompError
 
@@ -167,7 +167,7 @@ class RepocompServer(LanguageServer):
         """Load the backend's model now, off the event loop's critical path: not on the first keystroke."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            task = loop.create_task(_load_and_warm(backend))
+            task = loop.create_task(load_and_warm(backend))
             self._loading.add(task)  # `repocomp/stats` says models are still loading (editor tests wait for it)
             task.add_done_callback(self._loading.discard)
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # errors show up on first use
@@ -501,20 +501,6 @@ def _version() -> str:
         return version("repocomp")
     except Exception:  # pragma: no cover - running from a source tree without metadata
         return "0"
-
-
-# A few hundred tokens of ordinary code: the shapes an in-process model meets first.
-_WARM_UP_PROMPT = "".join(f"def step_{i}(state, value):\n    state.total += value * {i}\n    return state\n\n\n"
-                          for i in range(12))
-
-
-async def _load_and_warm(backend: Any) -> None:
-    """Load the model, then run one short generation: an in-process model's first run pays one-time costs (kernel
-    selection, allocator growth) that would otherwise land on the first completion a developer waits for."""
-    await backend.aload()
-    if backend.name == "transformers":
-        await backend.agenerate(GenerationRequest(prompt=_WARM_UP_PROMPT, prefix=_WARM_UP_PROMPT, suffix="",
-                                                  candidates=(), max_new_tokens=4))
 
 
 def _path_of(uri: str) -> Path | None:

@@ -224,9 +224,10 @@ class BackendConfig:
     timeout_s: float = 30.0
     connect_timeout_s: float = 3.0
     retries: int = 2
-    max_new_tokens: int = 128
-    # generation time of one round after its first token, past which the text so far is the answer; 0 = the
-    # model's: no limit, or 2.5 s for the in-process local model on CPU (repocomp.model_defaults)
+    # 0 = the model's: 128, or 48 for the in-process local model on CPU (repocomp.model_defaults)
+    max_new_tokens: int = 0
+    # generation time of one round after its first token, past which the text so far is the answer; 0 = none
+    # (a time limit makes the answer depend on the machine's load: the token cap bounds a generation instead)
     max_time_s: float = 0.0
     temperature: float = 0.0
     fallback: str = "extractive"  # backend used when the configured one fails; "" = none
@@ -241,8 +242,8 @@ class BackendConfig:
         _check(0 < self.timeout_s <= _DAY_S, "timeout_s must be in (0, 86400] seconds")
         _check(0 < self.connect_timeout_s <= _DAY_S, "connect_timeout_s must be in (0, 86400] seconds")
         _check(0 <= self.retries <= 100, "retries must be in 0..100")
-        _check(0 < self.max_new_tokens <= 100_000, "max_new_tokens must be in 1..100000")
-        _check(0.0 <= self.max_time_s <= _DAY_S, "max_time_s must be in [0, 86400] seconds (0 = the model's)")
+        _check(0 <= self.max_new_tokens <= 100_000, "max_new_tokens must be in 0..100000 (0 = the model's)")
+        _check(0.0 <= self.max_time_s <= _DAY_S, "max_time_s must be in [0, 86400] seconds (0 = none)")
         _check(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]")
         _check(len(self.endpoints) > 0, "endpoints must not be empty")
         if not self.fallback:  # with a fallback, the vllm backend skips a malformed endpoint with a warning

@@ -10,10 +10,10 @@
 - `[retrieval] iterations = 0`: RepoCoder's 2 rounds; 1 for the in-process local model on CPU, where each round
   pays the prefill again and the second round moved EM by -0.50 (line) and -1.75 (API) points, both inside the
   noise, on 400 + 400 tasks (README, Evaluation).
-- `[backend] max_time_s = 0`: no limit; 2.5 s for the in-process local model on CPU: generation stops that long
-  after the first token and the text so far is the answer (a run-on completion is cut rather than shown too late).
-  The prefill does not count: on a CPU without native bf16 it takes about 2.5 s per 1k tokens, and a limit that
-  counted it cut 25 of 30 answers to a token or two (README, Local model).
+- `[backend] max_new_tokens = 0`: 128 new tokens; 48 for the in-process local model on CPU, whose tokens cost
+  67-130 ms each on 2 cores. Generation stops earlier where postprocessing would cut (the end of the line or
+  statement), so the cap bounds only a run-on answer. A cap in tokens, not in seconds: a time limit gave different
+  answers on a busy machine than on an idle one (a third of the answers of a replay cut to a few characters).
 - `[definitions]`: the section needs a budget of `min_budget` tokens (2,048): at the local CPU model's 1,024 it
   took tokens from similar code and cost EM on line and API tasks (README, Evaluation), so that model's prompts
   carry similar code only unless `min_budget` is lowered or the budget raised.
@@ -33,7 +33,8 @@ CODE_LLAMA_CONTEXT = 4096
 LOCAL_CPU_BUDGET = 1024
 REPOCODER_ROUNDS = 2
 LOCAL_CPU_ROUNDS = 1
-LOCAL_CPU_MAX_TIME_S = 2.5
+SERVED_MAX_NEW_TOKENS = 128
+LOCAL_CPU_MAX_NEW_TOKENS = 48
 
 
 def _local_cpu(backend_name: str | None, backend: BackendConfig) -> bool:
@@ -44,7 +45,7 @@ def model_budget(backend_name: str | None, backend: BackendConfig) -> int:
     """Default prompt budget for the backend that will read the prompt (`None`: none will)."""
     if _local_cpu(backend_name, backend):
         return LOCAL_CPU_BUDGET
-    return max(256, CODE_LLAMA_CONTEXT - backend.max_new_tokens)
+    return max(256, CODE_LLAMA_CONTEXT - (backend.max_new_tokens or SERVED_MAX_NEW_TOKENS))
 
 
 def resolve_prompt(prompt: PromptConfig, backend_name: str | None, backend: BackendConfig) -> PromptConfig:
@@ -58,11 +59,11 @@ def resolve_for_model(config: Config, backend_name: str | None) -> Config:
     """`config` with every "the model's" 0 made concrete for the backend `backend_name` (`None`: no model)."""
     local_cpu = _local_cpu(backend_name, config.backend)
     rounds = config.retrieval.iterations or (LOCAL_CPU_ROUNDS if local_cpu else REPOCODER_ROUNDS)
-    max_time = config.backend.max_time_s or (LOCAL_CPU_MAX_TIME_S if local_cpu else 0.0)
+    max_new = config.backend.max_new_tokens or (LOCAL_CPU_MAX_NEW_TOKENS if local_cpu else SERVED_MAX_NEW_TOKENS)
     prompt = resolve_prompt(config.prompt, backend_name, config.backend)
     definitions = config.definitions.enabled and prompt.max_tokens >= config.definitions.min_budget
     return dataclasses.replace(
         config, prompt=prompt,
         retrieval=dataclasses.replace(config.retrieval, iterations=rounds),
-        backend=dataclasses.replace(config.backend, max_time_s=max_time),
+        backend=dataclasses.replace(config.backend, max_new_tokens=max_new),
         definitions=dataclasses.replace(config.definitions, enabled=definitions))

@@ -120,7 +120,7 @@ def hole_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert (repo / "ledger" / "refunds.py").read_text().split("\n")[HOLE_LINE - 1] == "    total_cents = "
     # content, not latency, is under test: a busy 2-core CI machine may take longer than the default 30 s, and
     # longer than the CPU generation limit, which would cut the call short
-    (repo / "repocomp.toml").write_text("[backend]\ntimeout_s = 600.0\nmax_time_s = 600.0\n")
+    (repo / "repocomp.toml").write_text("[backend]\ntimeout_s = 600.0\n")
     return repo
 
 

@@ -22,17 +22,18 @@ def test_budget_follows_the_model() -> None:
     assert resolve_prompt(PromptConfig(max_tokens=1000), "transformers", BackendConfig()).max_tokens == 1000
 
 
-def test_rounds_and_time_limit_follow_the_model_and_an_explicit_value_wins() -> None:
-    def used(config: Config, backend: str | None) -> tuple[int, float]:
+def test_rounds_and_token_cap_follow_the_model_and_an_explicit_value_wins() -> None:
+    def used(config: Config, backend: str | None) -> tuple[int, int, float]:
         c = resolve_for_model(config, backend)
-        return c.retrieval.iterations, c.backend.max_time_s
+        return c.retrieval.iterations, c.backend.max_new_tokens, c.backend.max_time_s
 
-    assert used(Config(), None) == (2, 0.0)  # no model (retrieval only): RepoCoder's reference
-    assert used(Config(), "vllm") == (2, 0.0)
-    assert used(Config().replace("backend", device="cuda"), "transformers") == (2, 0.0)
-    assert used(Config(), "transformers") == (1, 2.5)  # the local model on CPU: one round, ghost text in time
-    explicit = Config().replace("retrieval", iterations=3).replace("backend", max_time_s=9.0)
-    assert used(explicit, "transformers") == (3, 9.0) and used(explicit, "vllm") == (3, 9.0)
+    assert used(Config(), None) == (2, 128, 0.0)  # no model (retrieval only): RepoCoder's reference
+    assert used(Config(), "vllm") == (2, 128, 0.0)
+    assert used(Config().replace("backend", device="cuda"), "transformers") == (2, 128, 0.0)
+    # the local model on CPU: one round and 48 tokens; no time limit (answers must not depend on the load)
+    assert used(Config(), "transformers") == (1, 48, 0.0)
+    explicit = Config().replace("retrieval", iterations=3).replace("backend", max_time_s=9.0, max_new_tokens=200)
+    assert used(explicit, "transformers") == (3, 200, 9.0) and used(explicit, "vllm") == (3, 200, 9.0)
 
 
 def test_a_completer_on_the_cpu_model_runs_one_round_unless_told(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "GenerationRequest",
     "StreamingBackend",
     "apply_stops",
+    "load_and_warm",
     "make_backend",
 ]
 
@@ -132,6 +133,21 @@ class FallbackBackend:
             await self.primary.aclose()
         finally:
             await self.fallback.aclose()
+
+
+# A few hundred tokens of ordinary code: the shapes an in-process model meets first.
+_WARM_UP_PROMPT = "".join(f"def step_{i}(state, value):\n    state.total += value * {i}\n    return state\n\n\n"
+                          for i in range(12))
+
+
+async def load_and_warm(backend: Backend) -> None:
+    """Load the model, then run one short generation when it runs in process: a model's first run pays one-time
+    costs (kernel selection, allocator growth) that would otherwise land on the first completion a developer
+    waits for. A served model (vLLM) is warm already; the extractive backend has nothing to warm."""
+    await backend.aload()
+    if backend.name == "transformers":
+        await backend.agenerate(GenerationRequest(prompt=_WARM_UP_PROMPT, prefix=_WARM_UP_PROMPT, suffix="",
+                                                  candidates=(), max_new_tokens=4))
 
 
 def make_backend(config: BackendConfig) -> Backend:

@@ -3,7 +3,10 @@
 Cursor positions are drawn (seeded) as in `bench retrieve`: after the indentation of a code line, the code above
 as context, like a RepoEval line hole. Each position is completed once through `Completer.acomplete`, the entry
 point the CLI and the language server use, in RepoCoder mode at the configured budget: every round's retrieval,
-prompt and generation count. The first request (model load, tokenizer, caches) is timed apart.
+prompt and generation count. Loading the model (and its warm-up generation, as the language server does it) is
+timed apart; the first request after it is reported beside the median. The CPU's flags are printed so that
+figures of different machines are never mixed; `--json` lists every answer, so that two runs (an idle machine and
+a busy one) can be compared answer by answer.
 """
 
 from __future__ import annotations
@@ -33,12 +36,16 @@ class CompleteBenchResult:
     iterations: int
     prompt_budget: int
     max_time_s: float  # generation time limit of a round (0: none)
+    max_new_tokens: int  # the token cap of a round
+    cpu: str  # the CPU's matrix flags that decide its speed (AMX, AVX-512 BF16, AVX2)
     request_ms: dict[str, float] = field(default_factory=dict)  # p50/p95/mean/max over requests
     generate_ms: dict[str, float] = field(default_factory=dict)  # per round
     prompt_tokens: dict[str, float] = field(default_factory=dict)
-    first_request_ms: float = 0.0  # model load (aload) and one warm-up request
+    load_ms: float = 0.0  # model load and its warm-up generation
+    first_request_ms: float = 0.0  # the first request after the load (also counted in request_ms)
     failures: int = 0  # requests answered by the fallback (backend errors)
     at_time_limit: int = 0  # generations stopped by max_time_s (their text so far was the answer)
+    answers: list[str] = field(default_factory=list)  # per position, in order
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,24 +63,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run)
 
 
+def cpu_flags() -> str:
+    """The CPU's flags that decide a model's speed on it, as /proc/cpuinfo names them ("unknown" elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    shown = [name for name, flag in (("AMX", "amx_bf16"), ("AVX-512 BF16", "avx512_bf16"), ("AVX-512", "avx512f"),
+                                     ("AVX2", "avx2")) if flag in flags]
+    return ", ".join(shown) or "none of AMX, AVX-512, AVX2"
+
+
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]]) -> tuple[list, float, Any]:
-    """(results, model load + first request in ms, the configuration the completer used)."""
-    from repocomp.backends import make_backend
+    """(results, model load and warm-up in ms, the configuration the completer used)."""
+    from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer
 
     backend = make_backend(config.backend)
     t = time.perf_counter()
-    await backend.aload()
+    await load_and_warm(backend)
+    load = (time.perf_counter() - t) * 1e3
     completer = Completer(index, config, backend)
     texts = {p: "\n".join(index.file_lines(p) or []) for p, _, _ in positions}
     try:
-        path, line, col = positions[0]
-        await completer.acomplete(path, texts[path], line, col)
-        first = (time.perf_counter() - t) * 1e3
         results = [await completer.acomplete(path, texts[path], line, col) for path, line, col in positions]
     finally:
         await completer.aclose()
-    return results, first, completer.config
+    return results, load, completer.config
 
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
@@ -84,28 +101,32 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
     config = resolve(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    results, first, used = asyncio.run(_bench(index, config, pos))  # used: the model's defaults made concrete
+    results, load, used = asyncio.run(_bench(index, config, pos))  # used: the model's defaults made concrete
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
         iterations=used.retrieval.iterations, prompt_budget=used.prompt.max_tokens,
-        max_time_s=used.backend.max_time_s,
+        max_time_s=used.backend.max_time_s, max_new_tokens=used.backend.max_new_tokens, cpu=cpu_flags(),
         request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
-        prompt_tokens=_stats([r.prompt_tokens for r in results]), first_request_ms=round(first, 1),
+        prompt_tokens=_stats([r.prompt_tokens for r in results]), load_ms=round(load, 1),
+        first_request_ms=round(results[0].timings_ms["total"], 1),
         failures=sum(1 for r in results if r.backend != config.backend.name),
-        at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds))
+        at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds),
+        answers=[r.text for r in results])
 
 
 def format_table(res: CompleteBenchResult) -> str:
-    lines = [f"repocomp bench complete: {res.repo}",
+    lines = [f"repocomp bench complete: {res.repo}", f"CPU: {res.cpu}",
              f"backend {res.backend} ({res.model or 'server default'}); {res.positions} positions; "
              f"{res.iterations} RepoCoder round(s); prompt budget {res.prompt_budget} tokens; "
-             f"generation limit {f'{res.max_time_s:g} s' if res.max_time_s else 'none'}",
+             f"at most {res.max_new_tokens} new tokens; "
+             f"time limit {f'{res.max_time_s:g} s' if res.max_time_s else 'none'}",
              "", f"{'':<28}{'p50':>10}{'p95':>10}{'mean':>10}{'max':>10}"]
     for name, s in (("request (ms)", res.request_ms), ("generation per round (ms)", res.generate_ms),
                     ("prompt tokens", res.prompt_tokens)):
         lines.append(f"{name:<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}{s['max']:>10.1f}")
-    lines.append(f"\nmodel load + first request: {res.first_request_ms:.0f} ms; "
+    lines.append(f"\nmodel load and warm-up: {res.load_ms:.0f} ms; first request {res.first_request_ms:.0f} ms "
+                 f"({res.first_request_ms / max(res.request_ms['p50'], 1e-9):.2f} x the median); "
                  f"fallback answers: {res.failures}; generations stopped at the time limit: {res.at_time_limit}")
     return "\n".join(lines)
 
