@@ -214,6 +214,38 @@ class DefinitionsConfig:
             _check(0.0 <= getattr(self, name) <= 1000.0, f"{name} must be in [0, 1000]")
 
 
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Session memory (repocomp.memory): recent edit hunks, their thoughts and the recall storage, and the
+    controller that decides per request whether (and how much of) the session goes into the prompt."""
+
+    enabled: bool = True
+    share: float = 0.25  # of the prompt budget left after the in-file context
+    max_entries: int = 4  # entries (hunks or thoughts) shown per request
+    max_hunks: int = 200  # recent hunks kept in the queue (older ones move to recall storage)
+    max_bytes: int = 256_000  # text of the recent hunks, all together
+    store_max_bytes: int = 2_000_000  # the recall storage file in the user's cache
+    thoughts: bool = True  # derive thoughts (rename, signature change, repeated line shape) from hunks
+    relations: bool = True  # FragRel over the session: s_rel = s_ind + alpha * s_env through the code graph
+    alpha: float = 0.5  # FragRel Eq. 10 for memory entries (the paper's value)
+    min_score: float = 0.05  # the controller's threshold: no entry above it, the session is not consulted
+    paging: bool = False  # model-directed paging (names the draft uses looked up for the next round)
+    persist: bool = True  # keep the recall storage across restarts
+    half_life_s: float = 600.0  # recency: an entry's weight halves every this many seconds of the session
+    query_lines: int = 12  # lines before the cursor whose tokens are the controller's query
+
+    def validate(self) -> None:
+        _check(0.0 <= self.share <= 1.0, "share must be in [0, 1]")
+        _check(0 <= self.max_entries <= 100, "max_entries must be in 0..100")
+        _check(1 <= self.max_hunks <= 100_000, "max_hunks must be in 1..100000")
+        _check(1_000 <= self.max_bytes <= 1 << 28, "max_bytes must be in 1000..268435456 (256 MiB)")
+        _check(1_000 <= self.store_max_bytes <= 1 << 28, "store_max_bytes must be in 1000..268435456 (256 MiB)")
+        _check(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
+        _check(0.0 <= self.min_score <= 1000.0, "min_score must be in [0, 1000]")
+        _check(1.0 <= self.half_life_s <= _DAY_S * 365, "half_life_s must be in [1, 31536000] seconds")
+        _check(1 <= self.query_lines <= 1000, "query_lines must be in 1..1000")
+
+
 
 @dataclass(frozen=True)
 class BackendConfig:
@@ -296,6 +328,7 @@ class Config:
     prompt: PromptConfig = field(default_factory=PromptConfig)
     definitions: DefinitionsConfig = field(default_factory=DefinitionsConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def replace(self, section: str, **changes: Any) -> "Config":
         """A copy with some keys of one section changed (validated)."""
