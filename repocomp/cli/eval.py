@@ -2,6 +2,7 @@
 
     repocomp eval TASKS.jsonl --repos DIR [--mode M] [--no-fragrel] [--no-definitions] [--backend B] ...
     repocomp eval make-tasks REPO --kind line|api|function [--n N] [--seed S] --out FILE
+    repocomp eval make-tasks REPO.git --kind session [--n N] [--seed S] [--per-commit K] --out FILE
     repocomp eval report RESULTS.jsonl... [--png FILE]
     repocomp eval compare BASELINE.jsonl OTHER.jsonl
 
@@ -45,8 +46,10 @@ def run_parser() -> argparse.ArgumentParser:
                    help="no definitions section (ablation; plain RepoCoder, --no-fragrel, has none either)")
     p.add_argument("--backend", default="none", choices=EVAL_BACKENDS,
                    help="none = retrieval only (prediction empty, EM/ES null)")
-    p.add_argument("--kind", choices=("line", "api", "function"),
+    p.add_argument("--kind", choices=("line", "api", "function", "session"),
                    help="task kind when the file does not say (default: guessed)")
+    p.add_argument("--no-memory", action="store_true",
+                   help="session tasks: no session memory (buffers synced, nothing remembered of the edits)")
     p.add_argument("--out", type=Path, help="results JSONL (appended; a rerun skips tasks already there)")
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the summary here")
     p.add_argument("--workers", type=int, default=1, help="files evaluated concurrently (for vLLM)")
@@ -57,13 +60,18 @@ def run_parser() -> argparse.ArgumentParser:
 
 
 def make_tasks_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="repocomp eval make-tasks",
-                                description="Make RepoEval-style tasks from a Python repository.")
+    p = argparse.ArgumentParser(
+        prog="repocomp eval make-tasks",
+        description="Make RepoEval-style tasks from a Python repository, or (--kind session) editing-session tasks "
+                    "from its git history (REPO: a bare NAME.git, a clone, or NAME.git.tar.gz).")
     p.add_argument("repo", type=Path)
-    p.add_argument("--kind", required=True, choices=("line", "api", "function"))
+    p.add_argument("--kind", required=True, choices=("line", "api", "function", "session"))
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompt-tokens", type=int, default=2000, help="in-file prompt budget (estimated tokens)")
+    p.add_argument("--per-commit", type=int, default=5, metavar="K", help="session: at most K holes per commit")
+    p.add_argument("--min-chars", type=int, default=8, metavar="C",
+                   help="session: a hole line has at least C characters (stripped)")
     p.add_argument("--out", type=Path, required=True)
     return p
 
@@ -108,7 +116,8 @@ def _evaluate(a: argparse.Namespace) -> int:
         tasks = tasks[: a.limit]
     config = load_config(config_file=a.config) if a.config else Config()
     options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
-                          backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None)
+                          backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None,
+                          memory=not a.no_memory)
     summary = run_eval(tasks, a.repos, options, config, out=a.out, summary_json=a.summary_json,
                        progress=not a.no_progress and sys.stderr.isatty())
     print(json.dumps({k: v for k, v in summary.items() if k != "per_repo"}))
@@ -124,6 +133,19 @@ def _make_tasks(a: argparse.Namespace) -> int:
 
     if a.n <= 0:
         raise RepocompError("--n must be > 0")
+    if a.kind == "session":
+        from repocomp.eval.session_tasks import make_session_tasks
+
+        if a.per_commit <= 0 or a.min_chars < 0:
+            raise RepocompError("--per-commit must be > 0 and --min-chars >= 0")
+        stats: dict = {}
+        tasks = make_session_tasks(a.repo, a.n, a.seed, per_commit=a.per_commit, min_chars=a.min_chars,
+                                   prompt_tokens=a.prompt_tokens, stats=stats)
+        n = write_tasks(tasks, a.out)
+        print(encodable(f"{n} session tasks from {stats['used']} commits of {stats['repo']} ({stats['looked']} "
+                        f"looked at, {stats['qualified']} qualified, {stats['commits']} with a parent) written to "
+                        f"{a.out}"))
+        return 0
     n = write_tasks(make_tasks(a.repo, a.kind, a.n, a.seed, prompt_tokens=a.prompt_tokens), a.out)
     print(encodable(f"{n} {a.kind} tasks written to {a.out}"))
     return 0

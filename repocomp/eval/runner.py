@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from repocomp.config import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
-from repocomp.eval.tasks import COMPLETION_KIND, Task, check_paths
+from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
 from repocomp.model_defaults import resolve_for_model
 from repocomp.walk import decode_source, read_regular
 
@@ -40,6 +40,7 @@ class EvalOptions:
     definitions: bool | None = None  # the definitions section; None = on with FragRel, off for plain RepoCoder
     backend: str = "none"
     workers: int = 1
+    memory: bool = True  # session tasks: replay the session into a SessionMemory (False: --no-memory)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -335,11 +336,13 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
             raise RepocompError(f"{flag} {target}: the folder {Path(target).parent} does not exist; create it first")
     existing = read_results(out) if out else []
     for r in existing:
-        ran = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions))
-        if ran != (options.mode, bool(options.alpha), options.backend, options.definitions):
+        ran = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions),
+               r.get("memory_requested", options.memory))
+        if ran != (options.mode, bool(options.alpha), options.backend, options.definitions, options.memory):
             raise RepocompError(
                 f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
-                f"backend={r.get('backend')}, definitions={r.get('definitions')}); give this run its own --out")
+                f"backend={r.get('backend')}, definitions={r.get('definitions')}, "
+                f"memory={r.get('memory_requested', options.memory)}); give this run its own --out")
     kept = [r for r in existing if not r.get("error")]  # failed tasks are run again
     if out and existing:
         _rewrite_clean(Path(out), kept)
@@ -348,6 +351,9 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     wanted = {t.task_id for t in tasks}
     records = [r for r in kept if r["task_id"] in wanted]
 
+    # session tasks replay a commit on its parent's tree, read from --repos' histories (session_tasks)
+    sessions = [t for t in todo if t.kind == SESSION_KIND]
+    todo = [t for t in todo if t.kind != SESSION_KIND]
     by_repo: dict[str, list[Task]] = defaultdict(list)
     for t in todo:
         by_repo[t.repo].append(t)
@@ -377,6 +383,11 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
                     close = getattr(index, "close", None)
                     if callable(close):
                         close()
+            if sessions:
+                from repocomp.eval.session_tasks import run_session_tasks
+
+                run_session_tasks(sessions, repos_dir, options, config, on_record,
+                                  engine_factory=None if engine_factory is open_engine else engine_factory)
     finally:
         if out_fh is not None:
             out_fh.close()

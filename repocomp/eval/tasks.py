@@ -25,8 +25,10 @@ from repocomp.errors import RepocompError
 from repocomp.walk import FileRule, addressable, read_regular, walk_repository
 
 KINDS = ("line", "api", "function")
+# tasks made from a repository's history (repocomp.eval.session_tasks): a line typed in a replayed commit
+SESSION_KIND = "session"
 # the completion kind the engine post-processes a task's output for
-COMPLETION_KIND = {"line": "line", "api": "statement", "function": "function"}
+COMPLETION_KIND = {"line": "line", "api": "statement", "function": "function", SESSION_KIND: "line"}
 
 _SKIP_DIRS = {".git", ".hg", ".svn", ".repocomp", "__pycache__", "node_modules", ".venv", "venv", ".tox",
               "build", "dist", ".eggs", "site-packages"}
@@ -72,7 +74,7 @@ def estimate_tokens(text: str) -> int:
 
 def _guess_kind(md: dict[str, Any], source: str) -> str:
     kind = md.get("kind")
-    if kind in KINDS:
+    if kind in KINDS or kind == SESSION_KIND:
         return kind
     if "lineno" in md and "line_no" not in md:
         return "function"
