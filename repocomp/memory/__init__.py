@@ -1,0 +1,14 @@
+"""Memory of the editing session (MemGPT's tiers, SCM's controller, TiM's thoughts, FragRel's relations).
+
+Plain events in (`TextEdit`, opened/closed files, shown and accepted completions), per-request decisions out
+(`SessionMemory.select` -> `MemoryDecision`). Nothing here knows LSP.
+"""
+
+from repocomp.memory.events import TextEdit
+from repocomp.memory.hunks import Hunk, HunkTracker
+from repocomp.memory.session import MemoryDecision, MemoryEntry, SessionMemory
+from repocomp.memory.store import RecallStore
+from repocomp.memory.thoughts import Thought, think
+
+__all__ = ["TextEdit", "Hunk", "HunkTracker", "Thought", "think", "RecallStore", "MemoryEntry", "MemoryDecision",
+           "SessionMemory"]
