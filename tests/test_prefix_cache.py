@@ -212,7 +212,9 @@ def test_sampling_reuses_the_prefix_too(backend: TransformersBackend) -> None:
 
 @pytest.fixture(scope="module")
 def local_backend(local_model: lm.LocalModel) -> TransformersBackend:
-    b = TransformersBackend(model=str(local_model.path))
+    # float32, as an AVX2-only CPU runs it (auto): in bf16 a prefill's rounding depends on how it is chunked
+    # (with or without reuse, and already with prompt lookup's verification passes against one token at a time)
+    b = TransformersBackend(model=str(local_model.path), dtype="float32")
     b._load_once()
     return b
 
@@ -240,13 +242,13 @@ def test_local_model_a_cut_cache_gives_the_logits_of_a_fresh_prefill(local_backe
 def test_local_model_answers_the_same_with_reuse(local_backend: TransformersBackend) -> None:
     prompt = local_prompt(local_backend, 1000)
     before = local_backend.cache_stats()
-    for p in typing(prompt)[:4]:
-        assert text(local_backend, p, "folder\0doc", n=16) == text(local_backend, p, None, n=16)
+    for p in typing(prompt)[:3]:
+        assert text(local_backend, p, "folder\0doc", n=12) == text(local_backend, p, None, n=12)
     with torch.inference_mode():  # and the same tokens as transformers' generate with prompt lookup
         ids = local_backend.encode(prompt + "x")["input_ids"]
-        want = local_backend._loaded.model.generate(ids, max_new_tokens=16, do_sample=False,
+        want = local_backend._loaded.model.generate(ids, max_new_tokens=12, do_sample=False,
                                                     prompt_lookup_num_tokens=10)
     got = local_backend._loaded.tokenizer.decode(want[0, ids.shape[1]:], skip_special_tokens=True)
-    assert text(local_backend, prompt + "x", "folder\0doc", n=16) == got
+    assert text(local_backend, prompt + "x", "folder\0doc", n=12) == got
     stats = local_backend.cache_stats()
-    assert stats["hits"] - before["hits"] == 4 and stats["reused_tokens"] - before["reused_tokens"] > 3000
+    assert stats["hits"] - before["hits"] == 3 and stats["reused_tokens"] - before["reused_tokens"] > 2900
