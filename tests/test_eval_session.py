@@ -343,6 +343,8 @@ def test_eval_end_to_end_extractive(history, tmp_path, monkeypatch):
             # memory off, or repocomp.memory not there yet: nothing replayed
             replayed = memory and memory_factory(Config()) is not None
             assert r["memory"] is replayed and (r["memory_events"] > 0) is replayed
+            if not replayed:
+                assert r["memory_consulted"] is False and r["memory_entries"] == 0
         with pytest.raises(Exception, match="another run"):
             run_eval(loaded, repos, EvalOptions(backend="extractive", memory=not memory), Config(), out=out,
                      progress=False)

@@ -609,7 +609,10 @@ class SessionEvaluator:
                 t2 = time.perf_counter()
                 record = make_record(task, result, self.options, {"no_leak_update": round((t1 - t0) * 1e3, 3),
                                                                   "task_total": round((t2 - t0) * 1e3, 3)})
-                on_record({**record, **self._fields(task, memory is not None, n_events)})
+                decision = getattr(result, "memory", None)  # the memory controller's choice, when the engine says
+                on_record({**record, **self._fields(task, memory is not None, n_events),
+                           "memory_consulted": bool(getattr(decision, "consulted", False)),
+                           "memory_entries": len(getattr(decision, "entries", ()) or ())})
         finally:
             self.completer.memory = None
             self._set_state({}, set())
