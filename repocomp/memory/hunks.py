@@ -265,11 +265,13 @@ class HunkTracker:
 
 
 def _trim(start: int, before: list[str], after: list[str]) -> tuple[int, list[str], list[str]]:
-    """Drop the lines `before` and `after` share at both ends: (new start, removed, inserted)."""
-    k = 0
-    while k < len(before) and k < len(after) and before[k] == after[k]:
-        k += 1
+    """Drop the lines `before` and `after` share at both ends: (new start, removed, inserted). The shared tail
+    goes first, so that lines added above a run of equal lines (blank lines at the end of a file) leave the run
+    out of the hunk: the next block appended below is then a hunk of its own."""
     s = 0
-    while s < len(before) - k and s < len(after) - k and before[-1 - s] == after[-1 - s]:
+    while s < len(before) and s < len(after) and before[-1 - s] == after[-1 - s]:
         s += 1
+    k = 0
+    while k < len(before) - s and k < len(after) - s and before[k] == after[k]:
+        k += 1
     return start + k, before[k:len(before) - s], after[k:len(after) - s]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import re
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,9 +117,14 @@ def render_hunk(hunk: Hunk) -> list[str]:
         out.append(f"{word}: {_clean(line).strip()}")
     if len(hunk.removed) > MAX_SHOWN_REMOVED:
         out.append(f"{word}: ... ({len(hunk.removed) - MAX_SHOWN_REMOVED} more lines)")
-    out.extend(_clean(line) for line in hunk.inserted[:MAX_SHOWN_LINES])
-    if len(hunk.inserted) > MAX_SHOWN_LINES:
-        out.append(f"... ({len(hunk.inserted) - MAX_SHOWN_LINES} more lines)")
+    inserted = [_clean(line) for line in hunk.inserted]
+    while inserted and not inserted[0]:
+        inserted.pop(0)
+    while inserted and not inserted[-1]:
+        inserted.pop()
+    out.extend(inserted[:MAX_SHOWN_LINES])
+    if len(inserted) > MAX_SHOWN_LINES:
+        out.append(f"... ({len(inserted) - MAX_SHOWN_LINES} more lines)")
     return out
 
 
@@ -442,7 +448,8 @@ class SessionMemory:
         chosen: list[tuple[_Cand, MemoryEntry, int]] = []  # (candidate, entry, tokens)
         thought_keys: set[str] = set()
         full_hunks: set[int] = set()
-        by_hunk = {}
+        blocks: set[frozenset[int]] = set()  # hunk sets of the repeated-shape thoughts shown
+        by_hunk: dict[int, Thought] = {}
         for t in self._thoughts:
             if visible(t):
                 for hid in t.hunk_ids:
@@ -455,8 +462,11 @@ class SessionMemory:
             if c.kind == "thought":
                 t = c.obj
                 assert isinstance(t, Thought)
-                if t.key in thought_keys or (t.count == 1 and set(t.hunk_ids) <= full_hunks):
-                    continue
+                if t.key in thought_keys or (t.count == 1 and set(t.hunk_ids) <= full_hunks) \
+                        or (t.kind == "repeated" and frozenset(t.hunk_ids) in blocks):
+                    continue  # shown already: by its one hunk, or as another line of the same repeated block
+                if t.kind == "repeated":
+                    blocks.add(frozenset(t.hunk_ids))
                 entry = _thought_entry(t.paths[-1], t.text, c.score, reasons)
                 thought_keys.add(t.key)
             else:
@@ -562,8 +572,10 @@ def _path_of(c: _Cand) -> str:
 
 
 def _thought_words(t: Thought) -> str:
-    """The text a thought's vector is made of: its statement (names in backquotes) and its key."""
-    return t.text.rsplit(" (", 1)[0] + " " + t.key.split(":", 1)[1].replace("->", " ")
+    """The text a thought's vector is made of: the code it names (in backquotes) and its key, not its English."""
+    code = re.findall(r"`([^`]*)`", t.text)
+    key = t.key.split(":", 1)[1] if t.kind != "repeated" else ""
+    return " ".join(code) + " " + key.replace("->", " ")
 
 
 def _hunk_entry(h: Hunk, score: float, reasons: tuple[str, ...]) -> MemoryEntry:
