@@ -162,12 +162,15 @@ def fit_completion(completion: str, before_cursor: str) -> str:
     return completion
 
 
-def to_inline_completion_list(completion: str, position: types.Position) -> types.InlineCompletionList:
-    """The engine's completion (text to insert at the cursor) as an inline completion list (empty when none)."""
+def to_inline_completion_list(completion: str, position: types.Position,
+                              command: types.Command | None = None) -> types.InlineCompletionList:
+    """The engine's completion (text to insert at the cursor) as an inline completion list (empty when none);
+    `command` is what the editor runs when the item is accepted."""
     if not completion.strip():
         return types.InlineCompletionList(items=[])
     rng = types.Range(start=position, end=position)
-    return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=completion, range=rng)])
+    item = types.InlineCompletionItem(insert_text=completion, range=rng, command=command)
+    return types.InlineCompletionList(items=[item])
 
 
 def to_completion_list(

@@ -170,6 +170,7 @@ class RepocompProtocol(LanguageServerProtocol):
         limit = self._document_limit()
         for change in params.content_changes:
             # checked after each change: a document is at most the limit plus one message (framing's bound)
+            self._server.document_changing(uri, document.source, change)  # the session memory's edit
             self.workspace.update_text_document(params.text_document, change)
             if utf8_size_over(document.source, limit):
                 yield from self._drop_oversized(uri)

@@ -32,6 +32,7 @@ from lsp_server import convert, transport
 from lsp_server.generations import Generations, Served, Site
 from lsp_server.options import Options, apply_options, parse_options
 from lsp_server.protocol import RepocompProtocol
+from lsp_server.sessions import ACCEPT_COMMAND, Sessions, text_edit
 from lsp_server.workspace_index import FolderIndex, WorkspaceIndexes
 from repocomp.backends import Backend, load_and_warm
 from repocomp.config import Config, load_config
@@ -39,6 +40,7 @@ from repocomp.errors import BackendError, RepocompError
 
 if TYPE_CHECKING:
     from repocomp.index import Index
+    from repocomp.memory.session import SessionMemory
     from repocomp.pipeline import CompletionResult, Completer
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,8 @@ class RequestStats:
     cancelled: int = 0
     failed: int = 0
     cut_by_time: int = 0  # answers the generation time limit shortened or the deadline emptied
+    memory_consulted: int = 0  # requests whose prompt the session memory's controller gave recent edits
+    memory_skipped: int = 0  # requests it judged the session unrelated to (or had nothing)
 
 
 class RepocompServer(LanguageServer):
@@ -74,6 +78,7 @@ class RepocompServer(LanguageServer):
         self.watch_override = watch_files
         self.indexes: WorkspaceIndexes | None = None
         self.generations = Generations()
+        self.sessions = Sessions()
         self.stats = RequestStats()
         self._base_configs: dict[Path, Config] = {}
         self._configs: dict[Path | None, Config] = {}
@@ -180,7 +185,9 @@ class RepocompServer(LanguageServer):
             from repocomp.pipeline import Completer
 
             config = self.config_for(key[0])
-            completer = Completer(index, config, self.backend_for(config), sync_buffers=False)  # see did_change
+            memory = self.sessions.memory(folder.root, config) if folder is not None else None
+            completer = Completer(index, config, self.backend_for(config), sync_buffers=False,  # see did_change
+                                  memory=memory)
             self._completers[key] = completer
             self._warm(completer)
         return completer
@@ -248,7 +255,11 @@ class RepocompServer(LanguageServer):
             self.stats.superseded += 1
             return "", line_text
         self._report_answer(served, config, time.perf_counter() - started)
-        return convert.fit_completion(served.text, line_text[: cursor.col]), line_text
+        text = convert.fit_completion(served.text, line_text[: cursor.col])
+        session = self.session_of(uri) if text.strip() else None
+        if session is not None:
+            self.sessions.shown(session[0], convert.document_key(uri), session[1], cursor.line, text)
+        return text, line_text
 
     def _cursor(self, uri: str, position: types.Position) -> tuple[TextDocument, convert.Cursor] | None:
         """The open document and the engine's cursor in it; None (said once per kind) when there is none."""
@@ -297,6 +308,11 @@ class RepocompServer(LanguageServer):
         configured = self.backend_for(config).name
         if result.backend not in (configured, "") and configured != "extractive":
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
+        if result.memory is not None:
+            if result.memory.consulted:
+                self.stats.memory_consulted += 1
+            else:
+                self.stats.memory_skipped += 1
         emptied = not served.text.strip() and elapsed_s >= backend_config.timeout_s
         if result.cut_by_time or emptied:
             self.stats.cut_by_time += 1
@@ -336,6 +352,29 @@ class RepocompServer(LanguageServer):
         """The open document of `uri` however the editor encoded it: pygls keys documents by the decoded URI
         (a folder with a space arrives as `my%20repo`)."""
         return self.workspace.text_documents.get(convert.document_key(uri))
+
+    def session_of(self, uri: str) -> tuple[SessionMemory, str] | None:
+        """The session memory of the folder holding `uri`, and the document's path in it (None: no folder, or
+        memory off)."""
+        path = _path_of(uri)
+        folder = self.indexes.folder_for(path) if self.indexes is not None and path is not None else None
+        if folder is None:
+            return None
+        rel = folder.relative(path)
+        memory = self.sessions.memory(folder.root, self.config_for(folder.root)) if rel is not None else None
+        return (memory, rel) if memory is not None and rel is not None else None
+
+    def document_changing(self, uri: str, old: str, change: types.TextDocumentContentChangeEvent) -> None:
+        """Before the protocol applies `change` to the text `old`: the edit joins the folder's session."""
+        session = self.session_of(uri)
+        if session is None:
+            return
+        try:
+            edit = text_edit(session[1], old, change, self.position_encoding(), time.time())
+            if edit is not None:
+                self.sessions.changed(session[0], convert.document_key(uri), edit)
+        except Exception:  # noqa: BLE001 - the session misses one edit; the document is still updated
+            logger.warning("session memory: an edit of %s was not recorded", uri, exc_info=True)
 
     def _version(self, uri: str) -> int | None:
         document = self.document(uri)
@@ -459,7 +498,8 @@ class RepocompServer(LanguageServer):
                         "ids": f.id_counts()} for f in self.indexes.folders.values()]
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed,
-                "cut_by_time": self.stats.cut_by_time, "rss_bytes": rss_bytes(),
+                "cut_by_time": self.stats.cut_by_time, "rss_bytes": rss_bytes(), "memory": self.sessions.stats()
+                | {"consulted": self.stats.memory_consulted, "skipped": self.stats.memory_skipped},
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
                 "backends_loading": len(self._loading),
                 "handlers_running": len(self.protocol._request_futures),  # flat over a session (no leaked futures)
@@ -468,6 +508,7 @@ class RepocompServer(LanguageServer):
 
     async def shutdown_all(self) -> None:
         await self.close_engines()
+        await asyncio.get_running_loop().run_in_executor(None, self.sessions.save_all)
         if self.indexes is not None:
             indexes, self.indexes = self.indexes, None
             await asyncio.get_running_loop().run_in_executor(None, indexes.close)
@@ -526,8 +567,18 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: RepocompServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
-        text, _ = await ls.complete(params.text_document.uri, params.position)
-        return convert.to_inline_completion_list(text, params.position)
+        uri = params.text_document.uri
+        text, _ = await ls.complete(uri, params.position)
+        accept = types.Command(title="repocomp: completion accepted", command=ACCEPT_COMMAND,
+                               arguments=[uri, params.position.line, text])
+        return convert.to_inline_completion_list(text, params.position, accept)
+
+    @server.command(ACCEPT_COMMAND)
+    def accepted(ls: RepocompServer, uri: str, line: int, text: str) -> None:
+        """The editor ran the accepted inline item's command: the session records the completion as taken."""
+        session = ls.session_of(uri)
+        if session is not None:
+            ls.sessions.accept(session[0], convert.document_key(uri), session[1], line, text)
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " ", "\n"]))
     async def completion(ls: RepocompServer, params: types.CompletionParams) -> types.CompletionList:
@@ -546,6 +597,9 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: RepocompServer, params: types.DidOpenTextDocumentParams) -> None:
         ls.schedule_buffer_sync(params.text_document.uri, 0.0)  # unsaved edits of an editor restored at start
+        session = ls.session_of(params.text_document.uri)
+        if session is not None:
+            ls.sessions.opened(session[0], session[1], params.text_document.text)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: RepocompServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -556,6 +610,10 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: RepocompServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.generations.cancel(convert.document_key(params.text_document.uri))
+        ls.sessions.closed(convert.document_key(params.text_document.uri))
+        session = ls.session_of(params.text_document.uri)
+        if session is not None:
+            session[0].closed(session[1])
         ls.drop_buffer(params.text_document.uri)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)

@@ -34,7 +34,8 @@ from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.model_defaults import resolve_for_model
 from repocomp.postprocess import drop_cut_word, is_finished, postprocess
-from repocomp.prompt import BlockSource, DefinitionSource, Prompt, TokenCounter, build_prompt, make_token_counter
+from repocomp.prompt import (BlockSource, DefinitionSource, Prompt, RecentSource, TokenCounter, build_prompt,
+                             make_token_counter)
 from repocomp.retrieval import Hit, Retriever
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from repocomp.backends import Backend
     from repocomp.definitions import DefinitionFinder, RankedDefinition
     from repocomp.index import Index
+    from repocomp.memory.session import MemoryDecision, SessionMemory
 
 __all__ = ["CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "RoundTrace", "MODES"]
 
@@ -108,6 +110,7 @@ class CompletionResult:
     definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
     # the time limit ended the answer early, or the deadline left it empty
     cut_by_time: bool = False
+    memory: "MemoryDecision | None" = None  # the session memory's controller: consulted or not, and what it chose
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class _Run:
     error: str = ""
     emptied_by_deadline: bool = False
     rounds: list[RoundTrace] = field(default_factory=list)
+    memory: "MemoryDecision | None" = None
 
     def note(self, message: str) -> None:
         self.error = _join(self.error, message)
@@ -238,6 +242,7 @@ def _drop_space(text: str, space: str) -> str:
     return text.lstrip(" \t") if space else text
 
 
+_IN_VIEW_LINES = 100  # the memory skips hunks already in view: at most the in-file context's lines
 _MEMO_CHARS = 400  # token counts of texts up to this long are memoized (a line; not a whole context)
 
 
@@ -245,14 +250,16 @@ class Completer:
     """Completes code at a cursor with an index (or none) and a backend (or none: retrieval only, text "")."""
 
     def __init__(self, index: "Index | None", config: Config, backend: "Backend | None" = None, *,
-                 sync_buffers: bool = True) -> None:
+                 sync_buffers: bool = True, memory: "SessionMemory | None" = None) -> None:
         """`sync_buffers`: put the live buffer into the index before each completion (exact: what the CLI and the
         evaluation need); False when the caller keeps the index current itself (the language server does it
-        when typing pauses, so a request never waits for a re-index)."""
+        when typing pauses, so a request never waits for a re-index). `memory`: the editing session of the
+        folder (recent edits, thoughts), consulted when `[memory] enabled` and its controller finds it related."""
         from repocomp.local_model import resolve
 
         self.index = index
         self.sync_buffers = sync_buffers
+        self.memory = memory
         # "auto" made concrete, the prompt budget counted with the model's tokenizer; the budget, rounds and time
         # limit of the model that reads the prompt (none or extractive: the reference's)
         self.config = resolve_for_model(resolve(config), getattr(backend, "name", None))
@@ -354,14 +361,16 @@ class Completer:
         req = self._request(path, text, line, col, mode, oracle_text, kind, context_start_line, explain,
                             definitions)
         timings = _Timings()
+        run = _Run()
         with timings("sync"):
             if self.index is not None and mode != "infile" and self.sync_buffers:
                 self._sync_buffer(req.hole.path, text)
         state = self._scan_definitions(req, timings)
+        with timings("memory"):
+            run.memory = self._recall(req)
         anchor = None
         if explain and self.retriever is not None:
             anchor = self.retriever.covering(req.hole.path, max(0, line - 1) if col == 0 else line)
-        run = _Run()
         for r in range(1, req.rounds + 1):
             if r > 1 and time.monotonic() >= req.deadline:
                 run.note(f"stopped after round {r - 1} of {req.rounds}: the completion's {req.timeout_s:g}s "
@@ -372,7 +381,7 @@ class Completer:
                 with timings(f"definitions_{r}"):
                     state, run.ranked, run.def_sources = self._rank_definitions(req, state, blocks)
             with timings(f"prompt_{r}"):
-                round_prompt = self._prompt(req, blocks, run.def_sources)
+                round_prompt = self._prompt(req, blocks, run.def_sources, run.memory)
             if explain:
                 self._explain(blocks, anchor)
             with timings(f"generate_{r}"):
@@ -448,12 +457,45 @@ class Completer:
         ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
         return state, ranked, self._definition_sources(ranked, hole.path, hole.line)
 
-    def _prompt(self, req: "_Request", blocks: list[ContextBlock], def_sources: list[DefinitionSource]) -> Prompt:
+    def _prompt(self, req: "_Request", blocks: list[ContextBlock], def_sources: list[DefinitionSource],
+                memory: "MemoryDecision | None") -> Prompt:
         sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
         dc, hole = self.config.definitions, req.hole
+        recent = [RecentSource(e.kind, e.path, e.start_line, tuple(e.lines)) for e in memory.entries] \
+            if memory is not None and memory.consulted else []
         return build_prompt(sources, hole.prefix, hole.suffix, self.config.prompt, self.count_tokens,
                             definitions=def_sources, definitions_share=dc.share, max_definitions=dc.max_definitions,
-                            definitions_first=dc.position == "first", hole=(hole.path, hole.line))
+                            definitions_first=dc.position == "first", hole=(hole.path, hole.line),
+                            recent=recent, recent_tokens=memory.budget_tokens if recent else 0)
+
+    def _recall(self, req: "_Request") -> "MemoryDecision | None":
+        """The session memory's controller (SCM) for this cursor: whether the session is consulted, what it shows
+        and within how many tokens; None without a memory or with `[memory] enabled = false`."""
+        if self.memory is None or not self.config.memory.enabled or req.mode == "infile":
+            return None
+        mc = self.config.memory
+        hole, pc = req.hole, self.config.prompt
+        budget = int(mc.share * max(0, pc.max_tokens - pc.context_tokens))
+        in_view = hole.query_lines[-_IN_VIEW_LINES:]
+        relation = self._relation_to(hole) if mc.relations and self.index is not None else None
+        return self.memory.select(hole.path, hole.line, in_view, budget, self.count_tokens, relation)
+
+    def _relation_to(self, hole: Hole) -> "Callable[[str, int, str, int], float]":
+        """FragRel over the session: how strongly a memory entry's place relates to the cursor's region through the
+        code graph (the strongest max-product path from the cursor's window to the entry's fragment), computed
+        once per request and only if asked."""
+        assert self.index is not None and self.retriever is not None
+        index, retriever, window = self.index, self.retriever, self.config.fragments.window
+        strengths: list[Any] = []
+
+        def relation(path: str, line: int, _cursor_path: str, _cursor_line: int) -> float:
+            if not strengths:
+                strengths.append(index.region_strength(hole.path, max(0, hole.line - window), hole.line + 1))
+            fid = retriever.covering(path, line)
+            row = strengths[0]
+            return float(row[fid]) if fid is not None and fid < len(row) else 0.0
+
+        return relation
 
     async def _generate_round(self, req: "_Request", r: int, prompt: Prompt, blocks: list[ContextBlock],
                               generating: Callable[[], AbstractAsyncContextManager[None]] | None,
@@ -485,7 +527,7 @@ class Completer:
         return CompletionResult(text=final, backend=run.backend_name, context=context, prompt=prompt.text,
                                 prompt_tokens=prompt.tokens, rounds=run.rounds, timings_ms=dict(timings),
                                 error=run.error, definitions=traces,
-                                cut_by_time=last.at_time_limit or run.emptied_by_deadline)
+                                cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory)
 
     # -- definitions ----------------------------------------------------------------------------------------
 
@@ -572,8 +614,11 @@ class Completer:
         text, space = _split_trailing_space(prompt.text) if self.config.prompt.fim == "none" else (prompt.text, "")
         # Every round stops where postprocessing would cut: a later round's query uses the draft's first lines,
         # and tokens past the cut cost a model on 2 cores about 40 ms each for nothing the user sees.
+        # The model-free backend copies from candidates: the session's edits shown in the prompt come first (what
+        # the developer just wrote, judged related by the memory's controller), then similar code.
+        recent = tuple("\n".join(r.lines) for r in reversed(prompt.recent) if r.kind == "hunk")
         request = GenerationRequest(prompt=text, prefix=prefix, suffix=suffix,
-                                    candidates=tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
+                                    candidates=recent + tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
                                     temperature=bc.temperature,
                                     finished=lambda t: is_finished(_drop_space(t, space), kind, prefix),
                                     deadline=deadline, max_time_s=bc.max_time_s or None)

@@ -10,6 +10,12 @@ Layout (RepoCoder's `build_prompt.py`):
     # <fragment line>             (each line comment-prefixed)
     # --------------------------------------------------
     ... more blocks, least similar first: each block is inserted at the front, so the best is nearest the code
+    # Recent edits in this session:          (the session memory's entries, when the controller chose some)
+    # --------------------------------------------------
+    # <path> (line N):
+    # <edited line>
+    # - <thought: one compact line>
+    # --------------------------------------------------
     <blank line>
     <in-file context>
 
@@ -36,6 +42,7 @@ __all__ = [
     "DefinitionBlock",
     "DefinitionSource",
     "Prompt",
+    "RecentSource",
     "PromptBlock",
     "ShownRun",
     "TokenCounter",
@@ -56,6 +63,7 @@ SEPARATOR = "# " + "-" * 50
 HEADER = "# Here are some relevant code fragments from other files of the repo:\n" + SEPARATOR + "\n"
 _FOUND_IN = "# the below code fragment can be found in:"
 DEFINITIONS_HEADER = "# Here are definitions from the repo that the code below uses:\n" + SEPARATOR + "\n"
+RECENT_HEADER = "# Recent edits in this session:\n" + SEPARATOR + "\n"
 
 TokenCounter = Callable[[str], int]
 
@@ -113,6 +121,21 @@ class DefinitionSource:
 
 
 @dataclass(frozen=True)
+class RecentSource:
+    """A session memory entry as it may be shown: an edited run of lines (a hunk) or a thought (one line)."""
+
+    kind: str  # "hunk" or "thought"
+    path: str
+    start_line: int  # 0-based, of the hunk's lines in the file as it is now; -1 for a thought
+    lines: tuple[str, ...]  # a hunk's lines; a thought's one line
+
+    def render(self) -> str:
+        if self.kind == "thought":
+            return "".join(f"# - {line}\n" for line in self.lines)
+        return f"# {self.path} (line {self.start_line + 1}):\n" + "".join(f"# {line}\n" for line in self.lines)
+
+
+@dataclass(frozen=True)
 class PromptBlock:
     source: BlockSource  # a merged span when several hits of one place were joined
     rendered: str
@@ -159,6 +182,7 @@ class Prompt:
     tokens: int
     definitions: tuple[DefinitionBlock, ...] = ()  # in prompt order (best last)
     shown: tuple[ShownRun, ...] = ()  # every run of repository lines shown, definitions then similar code
+    recent: tuple[RecentSource, ...] = ()  # the session memory's entries shown, in prompt order
 
 
 def render_block(src: BlockSource) -> str:
@@ -426,7 +450,8 @@ def _runs(lines: Sequence[tuple[int, str]]) -> list[tuple[int, int, str]]:
 def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, config: PromptConfig,
                  count: TokenCounter = estimate_tokens, *, definitions: Sequence[DefinitionSource] = (),
                  definitions_share: float = 0.0, max_definitions: int = 8, definitions_first: bool = True,
-                 hole: tuple[str, int] | None = None) -> Prompt:
+                 hole: tuple[str, int] | None = None, recent: Sequence[RecentSource] = (),
+                 recent_tokens: int = 0) -> Prompt:
     """Lay `sources` (best-first), `definitions` (best-first) and the in-file context into one prompt within
     `config.max_tokens` (0 = the reference budget, see repocomp.model_defaults).
 
@@ -434,6 +459,9 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     similar code the rest (first up to its own share, then whatever the definitions left). `hole` = (path, cursor
     line) lets nothing be shown twice: lines of the in-file context, of a chosen block or of a definition.
     With FIM the suffix shares the in-file budget (at most a quarter of it, whole lines from the cursor on).
+    `recent` (best-first) is the session memory's choice, laid first: its entries' lines within `recent_tokens`
+    (what its controller granted), the whole section within the budget the in-file context left; its lines count
+    as shown, so similar code does not repeat them.
     """
     if config.max_tokens == 0 or config.context_tokens == 0:
         from repocomp.model_defaults import resolve_prompt
@@ -452,6 +480,8 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
         path, cursor_line = hole
         shown.add(path, cursor_line - context.count("\n"), cursor_line + 1)
     blank = count("\n")
+    recent_shown, recent_used = _pick_recent(recent, shown, recent_tokens, budget, count)
+    budget -= recent_used
     similar_fixed = count(HEADER) + blank
     defs_fixed = count(DEFINITIONS_HEADER) + blank  # the blank line, in case no similar block is shown
     share = int(budget * definitions_share) if definitions and max_definitions > 0 else 0
@@ -470,10 +500,12 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     similar_text = HEADER + "".join(b.rendered for b in blocks) if blocks else ""
     defs_text = DEFINITIONS_HEADER + "".join(d.rendered for d in defs) if defs else ""
     head = defs_text + similar_text if definitions_first else similar_text + defs_text
+    if recent_shown:  # nearest the code: what the developer just did
+        head += RECENT_HEADER + "".join(r.render() for r in reversed(recent_shown)) + SEPARATOR + "\n"
     head = head + "\n" if head else ""
     text = format_fim(config.fim, head + context, suffix_kept)
-    tokens = context_tokens + (packer.tokens + similar_fixed if blocks else 0) + defs_tokens
-    if defs and not blocks:
+    tokens = context_tokens + (packer.tokens + similar_fixed if blocks else 0) + defs_tokens + recent_used
+    if (defs or recent_shown) and not blocks:
         tokens += blank
 
     runs = [ShownRun("definition", d.path, s, e, t, i, d.owner(s).name) for i, d in enumerate(defs)
@@ -481,4 +513,28 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     runs += [ShownRun("similar", b.source.paths[0], b.source.start_line, b.source.end_line, b.source.text, i)
              for i, b in enumerate(blocks)]
     return Prompt(text=text, blocks=blocks, context=context, suffix=suffix_kept, tokens=tokens, definitions=defs,
-                  shown=tuple(runs))
+                  shown=tuple(runs), recent=tuple(reversed(recent_shown)))
+
+
+def _pick_recent(recent: Sequence[RecentSource], shown: _Shown, content_budget: int, budget: int,
+                 count: TokenCounter) -> tuple[list[RecentSource], int]:
+    """The memory entries whose lines fit `content_budget` (what the memory's controller granted) and whose whole
+    section (header, path lines, separators) fits `budget`, best-first, skipping a hunk whose lines are all in view
+    already; their lines count as shown."""
+    if not recent or content_budget <= 0 or budget <= 0:
+        return [], 0
+    fixed = count(RECENT_HEADER) + count(SEPARATOR + "\n")
+    picked: list[RecentSource] = []
+    used, content = fixed, 0
+    for entry in recent:
+        end = entry.start_line + len(entry.lines)
+        if entry.kind == "hunk" and not shown.uncovered(entry.path, entry.start_line, end):
+            continue
+        cost, lines = count(entry.render()), count("\n".join(entry.lines))
+        if used + cost > budget or content + lines > content_budget:
+            continue
+        picked.append(entry)
+        used, content = used + cost, content + lines
+        if entry.kind == "hunk":
+            shown.add(entry.path, entry.start_line, end)
+    return (picked, used) if picked else ([], 0)

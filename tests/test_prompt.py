@@ -114,3 +114,32 @@ def test_uncovered_runs_are_the_lines_no_shown_span_covers(spans: list[tuple[int
     assert {n for s, e in runs for n in range(s, e)} == free
     assert all(s < e for s, e in runs) and all(a[1] < b[0] for a, b in zip(runs, runs[1:]))  # maximal, in order
     assert shown.overlaps("a.py", start, end) == (len(free) < length)
+
+
+def test_recent_edits_sit_nearest_the_code_within_their_tokens_and_are_not_repeated() -> None:
+    from repocomp.prompt import RecentSource
+
+    hunk = RecentSource("hunk", "pkg/util.py", 10, ("def add(a, b):", "    return a + b"))
+    thought = RecentSource("thought", "pkg/util.py", -1, ("renamed `plus` to `add` (pkg/util.py)",))
+    cfg = PromptConfig(max_tokens=400, context_tokens=100)
+    prompt = build_prompt([BEST, SECOND], PREFIX, "", cfg, recent=[thought, hunk], recent_tokens=200)
+    recent = (
+        "# Recent edits in this session:\n"
+        "# --------------------------------------------------\n"
+        "# pkg/util.py (line 11):\n"
+        "# def add(a, b):\n"
+        "#     return a + b\n"
+        "# - renamed `plus` to `add` (pkg/util.py)\n"  # the best entry last, nearest the code
+        "# --------------------------------------------------\n"
+        "\n"
+    )
+    assert prompt.text.endswith(recent + PREFIX), prompt.text
+    # the hunk's lines are shown: the similar block of the same lines is not repeated
+    assert [b.source.fragment_id for b in prompt.blocks] == [3]
+    assert prompt.recent == (hunk, thought) and prompt.tokens == estimate_tokens(prompt.text)
+    # within the tokens the controller granted: only what fits
+    small = build_prompt([], PREFIX, "", cfg, recent=[thought, hunk], recent_tokens=estimate_tokens(thought.lines[0]))
+    assert small.recent == (thought,)
+    # a hunk in the cursor's own file, inside the in-file context, is in view already
+    here = RecentSource("hunk", "main.py", 0, ("from pkg.util import add",))
+    assert build_prompt([], PREFIX, "", cfg, hole=("main.py", 2), recent=[here], recent_tokens=200).recent == ()

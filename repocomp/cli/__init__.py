@@ -11,7 +11,7 @@ from repocomp.errors import RepocompError
 from repocomp.text import encodable
 
 # each module registers one subcommand via `register(subparsers)`
-_SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench", "model")
+_SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench", "model", "memory")
 
 
 def build_parser() -> argparse.ArgumentParser:

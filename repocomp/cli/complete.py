@@ -125,13 +125,40 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     index = Index.open(root, config, build=True, progress=progress)
     backend = make_backend(config.backend)
     await backend.aload()  # loading a local model is not part of the completion's deadline
-    completer = Completer(index, config, backend)
+    completer = Completer(index, config, backend, memory=session_memory(root, config))
     try:
         return await completer.acomplete(path, text, line, col, mode=args.mode,
                                           explain=args.explain,
                                           definitions=False if args.no_definitions else None)
     finally:
         await completer.aclose()
+
+
+def session_memory(root: Path, config: Any) -> Any:
+    """The folder's editing session as the language server left it in the user's cache (read, never written
+    here); None when `[memory]` is off or nothing was recorded."""
+    if not config.memory.enabled or not config.memory.persist:
+        return None
+    from repocomp.memory.session import SessionMemory
+    from repocomp.memory.store import RecallStore
+
+    store = RecallStore(root, config.memory.store_max_bytes)
+    return SessionMemory(root, config.memory, store) if store.path.exists() else None
+
+
+def memory_text(result: Any) -> list[str]:
+    """The session memory's controller for this request: consulted or not, why, and the entries it chose."""
+    decision = getattr(result, "memory", None)
+    if decision is None:
+        return ["session memory: none (no session recorded, or [memory] off)"]
+    if not decision.consulted:
+        return [f"session memory: not consulted ({encodable(decision.reason)})"]
+    out = [f"session memory: consulted ({encodable(decision.reason)}; up to {decision.budget_tokens} tokens)"]
+    for e in decision.entries:
+        where = f"{e.path}:{e.start_line + 1}" if e.start_line >= 0 else e.path
+        first = e.lines[0] if e.lines else ""
+        out.append(f"  {e.kind:<8}{encodable(where):<32}{e.score:8.3f}  {'; '.join(e.reasons)}  | {encodable(first)}")
+    return out
 
 
 def explain_text(result: Any) -> str:
@@ -155,6 +182,7 @@ def explain_text(result: Any) -> str:
         out.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
         out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
     out += definitions_text(result)
+    out += memory_text(result)
     out.append(f"backend: {result.backend}" + (f" (fallback; {result.error})" if result.error else ""))
     out.append(f"prompt tokens: {result.prompt_tokens}")
     out.append("-- completion --")
