@@ -265,3 +265,13 @@ def test_memory_bench_reports_percentiles():
     r = memory_bench(n_hunks=120, requests=20, max_hunks=50)
     assert r["queue_hunks"] == 50 and r["recall_hunks"] + r["queue_hunks"] == 120
     assert 0 < r["p50_ms"] <= r["p95_ms"] <= r["max_ms"] and r["cpu_p50_ms"] > 0
+
+
+def test_clear_forgets_everything():
+    mem = _session()
+    _add_tax(mem)
+    mem.clear()
+    assert mem.hunks() == [] and mem.thoughts() == [] and mem.stats()["recall_hunks"] == 0
+    assert not mem.select("shop/orders.py", 4, ["amount = total(cart.items, tax_rate="], 300, count).consulted
+    mem.edited(TextEdit("shop/cart.py", 0, 0, 0, 0, "", "import math\n", 3000.0))  # the open files go on
+    assert len(mem.hunks()) == 1

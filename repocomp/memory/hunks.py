@@ -142,6 +142,12 @@ class HunkTracker:
         """New hunks get ids from `next_id` on (after a restart, past the stored ones)."""
         self._next_id = max(self._next_id, int(next_id))
 
+    def clear(self) -> None:
+        """Forget every hunk (the open files' texts stay)."""
+        for hunk_id in list(self._hunks):
+            self._unlink(hunk_id)
+        self._evicted = []
+
     def mark(self, hunk_id: int, source: str) -> None:
         hunk = self._hunks.get(hunk_id)
         if hunk is not None:

@@ -538,9 +538,7 @@ class SessionMemory:
 
     def clear(self) -> None:
         """Forget the session: the queue, recall storage (and its file) and the thoughts (open files stay)."""
-        for h in self.tracker.hunks():
-            self.tracker._unlink(h.id)
-        self.tracker.take_evicted()
+        self.tracker.clear()
         self._thoughts = []
         self._reindex_thoughts()
         for hid in list(self._recall):
