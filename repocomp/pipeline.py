@@ -242,6 +242,7 @@ def _drop_space(text: str, space: str) -> str:
     return text.lstrip(" \t") if space else text
 
 
+_CAP_SLACK = 4  # tokens: a draft this close to max_new_tokens was stopped by the cap
 _IN_VIEW_LINES = 100  # the memory skips hunks already in view: at most the in-file context's lines
 _MEMO_CHARS = 400  # token counts of texts up to this long are memoized (a line; not a whole context)
 
@@ -519,7 +520,7 @@ class Completer:
         final, last = run.draft, run.rounds[-1]
         if self.backend is not None and final:
             final = postprocess(final, req.kind, hole.prefix, hole.suffix)
-            if last.at_time_limit and not is_finished(run.draft, req.kind, hole.prefix):
+            if self._at_a_limit(run, last) and not is_finished(run.draft, req.kind, hole.prefix):
                 final = drop_cut_word(final)  # the limit may have cut an identifier in half
         context = self._shown_context(prompt, last.blocks)
         traces = self._definition_traces(run.ranked, run.def_sources, prompt)
@@ -528,6 +529,15 @@ class Completer:
                                 prompt_tokens=prompt.tokens, rounds=run.rounds, timings_ms=dict(timings),
                                 error=run.error, definitions=traces,
                                 cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory)
+
+    def _at_a_limit(self, run: "_Run", last: RoundTrace) -> bool:
+        """Whether the last draft was stopped by the time limit or the token cap (a model's tokens, counted again
+        with its tokenizer: a few tokens of slack for merges when the text is tokenized anew); the extractive
+        backend cuts at whole tokens itself."""
+        if last.at_time_limit:
+            return True
+        cap = self.config.backend.max_new_tokens
+        return run.backend_name not in ("extractive", "none") and self.count_tokens(run.draft) >= cap - _CAP_SLACK
 
     # -- definitions ----------------------------------------------------------------------------------------
 

@@ -107,6 +107,10 @@ def test_a_line_cut_by_the_time_limit_never_ends_inside_an_identifier() -> None:
     _, comp, backend = make(["parse_config(data).get_val"], iterations=1, alpha=0.0)
     res = comp.complete("hole.py", HOLE, 5, len("    cfg = "))
     assert res.text == "parse_config(data).get_val" and not res.cut_by_time
+    # the token cap stops a run-on line the same way (the scripted backend is a model: its drafts are counted)
+    _, comp, backend = make(["parse_config(data).get_value_of_the_key_named"], iterations=1, alpha=0.0)
+    comp.config = comp.config.replace("backend", max_new_tokens=8)  # the draft: 6 tokens by the estimate
+    assert comp.complete("hole.py", HOLE, 5, len("    cfg = ")).text == "parse_config(data)."
     # a cut after the line was finished changed nothing: kept whole
     _, comp, backend = make(["parse_config(data)\n    pri"], iterations=1, alpha=0.0)
     backend.cut = frozenset({1})
