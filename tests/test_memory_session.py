@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_memory_hunks import CART
 
 from repocomp.config import MemoryConfig, PromptConfig
 from repocomp.local_model import default_model_dir
@@ -13,7 +14,6 @@ from repocomp.memory.bench import memory_bench
 from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory, prompt_form
 from repocomp.tokenize import code_tokens
-from test_memory_hunks import CART
 
 ORDERS = '''\
 from shop.cart import total
@@ -215,7 +215,7 @@ def test_accepted_completion_marks_its_hunk():
 
 def test_ten_thousand_edits_keep_the_session_under_its_caps():
     rng = random.Random(3)
-    cfg = dict(max_hunks=40, max_bytes=8_000, store_max_bytes=30_000)
+    cfg = {"max_hunks": 40, "max_bytes": 8_000, "store_max_bytes": 30_000}
     mem = _session(**cfg)
     texts = {p: mem.tracker.text(p) for p in ("shop/cart.py", "shop/orders.py", "util/strings.py")}
     t = 2000.0

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from test_memory_hunks import CART
 
 from repocomp.config import MemoryConfig
 from repocomp.memory.events import TextEdit
@@ -14,7 +15,6 @@ from repocomp.memory.hunks import Hunk
 from repocomp.memory.session import SessionMemory
 from repocomp.memory.store import RecallStore
 from repocomp.memory.thoughts import Thought
-from test_memory_hunks import CART
 
 
 @pytest.fixture

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from test_memory_hunks import CART, Editor
+
 from repocomp.memory.hunks import Hunk, HunkTracker
 from repocomp.memory.thoughts import line_shape, think, visible
-from test_memory_hunks import CART, Editor
 
 ORDERS = '''\
 from shop.cart import total

@@ -10,5 +10,14 @@ from repocomp.memory.session import MemoryDecision, MemoryEntry, SessionMemory
 from repocomp.memory.store import RecallStore
 from repocomp.memory.thoughts import Thought, think
 
-__all__ = ["TextEdit", "Hunk", "HunkTracker", "Thought", "think", "RecallStore", "MemoryEntry", "MemoryDecision",
-           "SessionMemory"]
+__all__ = [
+           "Hunk",
+           "HunkTracker",
+           "MemoryDecision",
+           "MemoryEntry",
+           "RecallStore",
+           "SessionMemory",
+           "TextEdit",
+           "Thought",
+           "think",
+]

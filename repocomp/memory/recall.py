@@ -16,13 +16,10 @@ import numpy as np
 
 from repocomp.tokenize import code_tokens
 
-__all__ = ["KEYWORDS", "memory_tokens", "jaccard", "MinHashIndex"]
+__all__ = ["KEYWORDS", "MinHashIndex", "jaccard", "memory_tokens"]
 
 KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(
-    "function func return var let const new this class interface type struct fn pub impl mut void int long "
-    "float double char bool boolean string public private protected static final package import export from "
-    "extends implements throws throw try catch finally if else elif for while do switch case default break "
-    "continue goto go defer chan map range select true false null nil none True False None self cls".split())
+    ["function", "func", "return", "var", "let", "const", "new", "this", "class", "interface", "type", "struct", "fn", "pub", "impl", "mut", "void", "int", "long", "float", "double", "char", "bool", "boolean", "string", "public", "private", "protected", "static", "final", "package", "import", "export", "from", "extends", "implements", "throws", "throw", "try", "catch", "finally", "if", "else", "elif", "for", "while", "do", "switch", "case", "default", "break", "continue", "goto", "go", "defer", "chan", "map", "range", "select", "true", "false", "null", "nil", "none", "True", "False", "None", "self", "cls"])
 
 _PRIME = (1 << 31) - 1
 _MAX_TOKENS = 512  # tokens of one entry that are hashed (a large paste is sampled by its first ones)

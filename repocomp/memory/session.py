@@ -44,7 +44,7 @@ from repocomp.memory.thoughts import Thought, think, visible
 if TYPE_CHECKING:
     from repocomp.config import MemoryConfig
 
-__all__ = ["MemoryEntry", "MemoryDecision", "SessionMemory"]
+__all__ = ["MemoryDecision", "MemoryEntry", "SessionMemory"]
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def prompt_form(entry: MemoryEntry) -> str:
 class SessionMemory:
     """The editing session of one folder: events in, per-request decisions out (see the module docstring)."""
 
-    def __init__(self, root: Path | None, config: "MemoryConfig", store: RecallStore | None = None) -> None:
+    def __init__(self, root: Path | None, config: MemoryConfig, store: RecallStore | None = None) -> None:
         self.root = root
         self.config = config
         if store is None and root is not None and config.persist and config.enabled:
@@ -162,7 +162,7 @@ class SessionMemory:
         self._recall: OrderedDict[int, Hunk] = OrderedDict()  # older hunks, least recent first
         self._recall_tokens: dict[int, frozenset[str]] = {}
         self._recall_bytes = 0
-        self._index = MinHashIndex()  # recall hunks ("h", id) and thoughts ("t", key)
+        self._index = MinHashIndex()  # recall hunks ("h", id) and thoughts ("t", key): keys are pairs
         self._thought_tokens: dict[str, tuple[str, frozenset[str]]] = {}  # key -> (text, tokens)
         self._by_name: dict[str, set[str]] = {}  # identifier -> thought keys naming it
         # queue hunks' vectors and non-blank inserted lines, recomputed when they change
@@ -356,7 +356,7 @@ class SessionMemory:
 
         # recall storage, first stage: the hash buckets (and the cursor's file); second: exact similarity
         keys = self._index.candidates(query, limit=RECALL_CANDIDATES) if query else set()
-        recall_ids = [k[1] for k in keys if k[0] == "h"]
+        recall_ids = [k[1] for k in keys if k[0] == "h"]  # type: ignore[index]
         if len(self._recall) <= 4 * SAME_FILE_RECALL:
             same_file = [h.id for h in reversed(self._recall.values()) if h.path == path][:SAME_FILE_RECALL]
         else:
@@ -379,7 +379,7 @@ class SessionMemory:
             cands.append(c)
             hunk_cands.add(h.id)
 
-        thought_keys = {k[1] for k in keys if k[0] == "t"}
+        thought_keys = {k[1] for k in keys if k[0] == "t"}  # type: ignore[index]
         for name in query:
             thought_keys |= self._by_name.get(name, set())
         for t in thoughts:
@@ -409,7 +409,7 @@ class SessionMemory:
                 if k not in cache:
                     try:
                         w = float(relation(a[0], a[1], b[0], b[1]))
-                    except Exception:  # noqa: BLE001 - a failing graph must not fail the completion
+                    except Exception:
                         log.debug("memory: relation callback failed", exc_info=True)
                         w = 0.0
                     cache[k] = w if math.isfinite(w) and w > 0 else 0.0
@@ -459,9 +459,8 @@ class SessionMemory:
                 break
             c = cands[i]
             reasons = self._reasons(c, path, now, rel_reason.get(i))
-            if c.kind == "thought":
+            if isinstance(c.obj, Thought):
                 t = c.obj
-                assert isinstance(t, Thought)
                 if t.key in thought_keys or (t.count == 1 and set(t.hunk_ids) <= full_hunks) \
                         or (t.kind == "repeated" and frozenset(t.hunk_ids) in blocks):
                     continue  # shown already: by its one hunk, or as another line of the same repeated block
@@ -474,10 +473,10 @@ class SessionMemory:
                 assert isinstance(h, Hunk)
                 entry = _hunk_entry(h, c.score, reasons)
                 if count_tokens(prompt_form(entry)) > budget * FULL_SHARE:  # SCM: the summary is enough
-                    t = by_hunk.get(h.id)
-                    if t is not None and t.key not in thought_keys:
-                        entry = _thought_entry(h.path, t.text, c.score, reasons + ("thought of a long hunk",))
-                        thought_keys.add(t.key)
+                    own = by_hunk.get(h.id)
+                    if own is not None and own.key not in thought_keys:
+                        entry = _thought_entry(h.path, own.text, c.score, reasons + ("thought of a long hunk",))
+                        thought_keys.add(own.key)
                     else:
                         entry = _thought_entry(h.path, summarize_hunk(h), c.score, reasons + ("summary",))
                 else:
@@ -492,7 +491,7 @@ class SessionMemory:
             full = [k for k, (c, e, _) in enumerate(chosen) if e.kind == "hunk"]
             if full:
                 k = min(full, key=lambda k: chosen[k][0].time)
-                c, e, n = chosen[k]
+                c, e, _ = chosen[k]
                 assert isinstance(c.obj, Hunk)
                 summary = _thought_entry(e.path, summarize_hunk(c.obj), e.score, e.reasons + ("summary",))
                 chosen[k] = (c, summary, count_tokens(prompt_form(summary)))
@@ -509,7 +508,7 @@ class SessionMemory:
 
     def _reasons(self, c: _Cand, path: str, now: float, related: str | None) -> tuple[str, ...]:
         out = []
-        if c.proximity > 0 and (c.kind == "hunk" and c.obj.path == path or c.kind == "thought"):
+        if c.proximity > 0 and (isinstance(c.obj, Thought) or c.obj.path == path):
             out.append("same file")
         if c.overlap > 0:
             out.append(f"overlap {c.overlap:.2f}")

@@ -24,7 +24,7 @@ from typing import Any
 from repocomp.memory.hunks import Hunk
 from repocomp.memory.thoughts import MAX_IDS, MAX_PATHS, MAX_THOUGHTS, Thought
 
-__all__ = ["RecallStore", "default_cache_dir", "FORMAT_VERSION"]
+__all__ = ["FORMAT_VERSION", "RecallStore", "default_cache_dir"]
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from repocomp.memory.hunks import Hunk
 from repocomp.memory.recall import KEYWORDS as _KEYWORDS
 from repocomp.tokenize import code_tokens
 
-__all__ = ["Thought", "think", "line_shape", "visible"]
+__all__ = ["Thought", "line_shape", "think", "visible"]
 
 MAX_THOUGHTS = 256  # kept per session, latent ones included (the least recent leave first)
 MAX_IDS = 32  # hunk ids remembered per thought (count goes on past it)
@@ -69,7 +69,7 @@ class _Derived:
 
 def line_shape(line: str) -> tuple[str, ...]:
     """A line's shape: its tokens, identifiers as `_` (keywords kept), numbers as `0`, strings as `""`."""
-    text = re.sub(r"(?:[rbuf]|rb|br|fr|rf)?(\"\"\"|'''|\"|')(?:\\.|(?!\1).)*\1", ' "" ', line.strip(), flags=re.I)
+    text = re.sub(r"(?:[rbuf]|rb|br|fr|rf)?(\"\"\"|'''|\"|')(?:\\.|(?!\1).)*\1", ' "" ', line.strip(), flags=re.IGNORECASE)
     shape = []
     for tok in code_tokens(text):
         if tok in _KEYWORDS and not tok[0].isupper() or tok in ("True", "False", "None"):
@@ -129,7 +129,9 @@ def _params(lines: list[str], i: int, start: int) -> list[str] | None:
         row += 1
         buf.append(" ")
         text = lines[row]
-    parts, level, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    level = 0
     for ch in "".join(buf):
         if ch in "([{<":
             level += 1
@@ -261,13 +263,13 @@ def think(hunk: Hunk, previous: list[Thought]) -> list[Thought]:
         out.append(t)
         by_key[t.key] = t
     for key, d in derived.items():
-        t = by_key.get(key)
-        if t is None:
+        found = by_key.get(key)
+        if found is None:
             t = Thought(d.kind, key, "", (hunk.path,), (hunk.id,), hunk.last_time, 1)
             out.append(t)
             fresh = True
         else:
-            fresh = False
+            t, fresh = found, False
             if hunk.id not in t.hunk_ids:
                 t.hunk_ids = (t.hunk_ids + (hunk.id,))[-MAX_IDS:]
                 t.count += 1
