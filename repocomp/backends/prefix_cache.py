@@ -18,7 +18,7 @@ token prefix with one of them: only the tokens after it are prefilled.
   the window. transformers' default cache drops a sliding layer's positions older than the window, which could not
   be cut back to an earlier prefix; a full-length one is cut by slicing, and is the same cache a fresh prefill of
   the prefix builds. The block-skipping attention (hf_attention.py) never computes the products of the keys that
-  the window hides, so the longer cache costs memory, not time.
+  the window hides, so the longer cache costs memory (and a longer copy per forward pass), not attention time.
 
 `generate_greedy` is the decoding loop: greedy with prompt lookup decoding (drafts from transformers'
 `PromptLookupCandidateGenerator`, verified in one forward pass, as `generate(prompt_lookup_num_tokens=...)` does),
