@@ -10,7 +10,7 @@ from test_memory_hunks import CART
 
 from repocomp.config import MemoryConfig, PromptConfig
 from repocomp.local_model import default_model_dir
-from repocomp.memory.bench import memory_bench
+from repocomp.bench.memory import memory_bench
 from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory, prompt_form
 from repocomp.tokenize import code_tokens

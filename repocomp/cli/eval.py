@@ -50,6 +50,12 @@ def run_parser() -> argparse.ArgumentParser:
                    help="task kind when the file does not say (default: guessed)")
     p.add_argument("--no-memory", action="store_true",
                    help="session tasks: no session memory (buffers synced, nothing remembered of the edits)")
+    # ablations of the session memory's parts (session tasks)
+    p.add_argument("--no-controller", action="store_true",
+                   help="memory ablation: consult the session at every request (no relevance threshold)")
+    p.add_argument("--no-thoughts", action="store_true", help="memory ablation: raw hunks only, no thoughts")
+    p.add_argument("--no-memory-relations", action="store_true",
+                   help="memory ablation: rank entries without the code graph's relations (FragRel over the session)")
     p.add_argument("--out", type=Path, help="results JSONL (appended; a rerun skips tasks already there)")
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the summary here")
     p.add_argument("--workers", type=int, default=1, help="files evaluated concurrently (for vLLM)")
@@ -115,6 +121,11 @@ def _evaluate(a: argparse.Namespace) -> int:
     if a.limit is not None:
         tasks = tasks[: a.limit]
     config = load_config(config_file=a.config) if a.config else Config()
+    ablated = {k: v for k, v in (("min_score", 0.0 if a.no_controller else None),
+                                 ("thoughts", False if a.no_thoughts else None),
+                                 ("relations", False if a.no_memory_relations else None)) if v is not None}
+    if ablated:
+        config = config.replace("memory", **ablated)
     options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
                           backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None,
                           memory=not a.no_memory)

@@ -1,7 +1,10 @@
-"""The controller's cost: `SessionMemory.select` timed over a session of many hunks (`repocomp bench memory`)."""
+"""`repocomp bench memory`: the session memory controller's cost, `SessionMemory.select` timed over a session of
+many hunks (1,000 by default: 200 in the queue, the rest in recall storage), at random places of 20 open files."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
 import statistics
 import time
@@ -11,7 +14,7 @@ from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory
 from repocomp.tokenize import code_tokens
 
-__all__ = ["memory_bench", "synthetic_file"]
+__all__ = ["memory_bench", "register", "synthetic_file"]
 
 _NAMES = ("total", "amount", "price", "items", "cart", "order", "user", "account", "balance", "discount", "tax",
           "shipping", "invoice", "customer", "product", "quantity", "coupon", "payment", "refund", "ledger")
@@ -88,7 +91,29 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
             "edit_us": edit_s / max(1, st["edits"]) * 1e6}
 
 
-if __name__ == "__main__":  # python -m repocomp.memory.bench
-    for queue in (None, 1000):
-        r = memory_bench(max_hunks=queue)
-        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("memory", help="session memory: the controller's time per request over many hunks",
+                       description=__doc__)
+    p.add_argument("--hunks", type=int, default=1000, help="hunks in the session (default 1000)")
+    p.add_argument("--requests", type=int, default=300, help="requests to time (default 300)")
+    p.add_argument("--queue", type=int, help="hunks kept in the queue (default: the config's 200)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from repocomp.errors import RepocompError
+
+    if not 1 <= args.hunks <= 100_000 or not 1 <= args.requests <= 100_000:
+        raise RepocompError("--hunks and --requests must be in 1..100000")
+    r = memory_bench(n_hunks=args.hunks, requests=args.requests, max_hunks=args.queue)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"repocomp bench memory: {r['n_hunks']:.0f} hunks ({r['queue_hunks']:.0f} in the queue, "
+          f"{r['recall_hunks']:.0f} in recall storage), {r['thoughts']:.0f} thoughts; {r['requests']:.0f} requests, "
+          f"{r['consulted']:.0%} consulted")
+    print(f"select (ms)   wall p50 {r['p50_ms']:.2f}  p95 {r['p95_ms']:.2f}  max {r['max_ms']:.2f}   "
+          f"CPU p50 {r['cpu_p50_ms']:.2f}  p95 {r['cpu_p95_ms']:.2f}")
+    print(f"per edit: {r['edit_us']:.0f} us")
+    return 0
