@@ -23,7 +23,10 @@ from repocomp.backends.hf import TransformersBackend
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 32
-SOURCE = (REPO_ROOT / "repocomp" / "backends" / "__init__.py").read_text()
+# code that no one edits (the prompts' token counts decide which entries typing replaces)
+SOURCE = "".join(f"def handler_{i}(request, limit={i}):\n    value = compute_{i % 7}(request.body, limit)\n"
+                 f"    if value > {i * 3}:\n        return respond(value, status={200 + i % 5})\n    return None\n\n\n"
+                 for i in range(60))
 
 
 def tiny_gemma3(vocab: int, window: int = WINDOW) -> transformers.Gemma3ForCausalLM:
@@ -147,7 +150,7 @@ PROMPTS = [SOURCE[:n] for n in (900, 1500, 2100)] + [SOURCE[3000:4200]]
 
 def typing(prompt: str) -> list[str]:
     """A few keystrokes at the end of `prompt`, a deletion, and a small edit a little before the end."""
-    cut = len(prompt) - 30
+    cut = len(prompt) - 12
     return [prompt, prompt + "x", prompt + "xy", prompt + "x", prompt + "x = f(", prompt[:cut] + "#" + prompt[cut:]]
 
 
