@@ -207,7 +207,7 @@ def test_sampling_reuses_the_prefix_too(backend: TransformersBackend) -> None:
     sample = dataclasses.replace(req(prompt, "sampled", n=6), temperature=0.8)
     backend._generate(sample, threading.Event())
     hits = backend.cache_stats()["hits"]
-    t, n, _ = backend._generate(dataclasses.replace(sample, prompt=prompt + "q"), threading.Event())
+    _, n, _ = backend._generate(dataclasses.replace(sample, prompt=prompt + "q"), threading.Event())
     assert n > 0 and backend.cache_stats()["hits"] == hits + 1
 
 

@@ -187,7 +187,9 @@ def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     of its first `reused` tokens (0 <= reused < n). Returns the sequence (1, n + generated); `cache` then holds
     every position but the last. Stops at EOS, after `max_new_tokens`, or when `stop(sequence, None)` says so
     (called once per forward pass, after the accepted tokens are added, as `generate` calls stopping criteria)."""
-    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+    from transformers.generation.candidate_generator import (
+        PromptLookupCandidateGenerator,
+    )
 
     n = input_ids.shape[1]
     if not 0 <= reused < n:
