@@ -201,7 +201,7 @@ def _plain(value: Any) -> Any:
 def python_files(repo: Path, limit_bytes: int = 200_000) -> list[Path]:
     """The Python files the index indexes (the build's own walk), small enough to type into."""
     from repocomp.config import Config
-    from repocomp.walk import walk_repository
+    from repocomp.index.walk import walk_repository
 
     walked = walk_repository(repo, Config())
     return sorted(repo / f.path for f in walked.files

@@ -104,7 +104,7 @@ def _up_to_date(index: Any, progress: Callable[[int, int, str], None]) -> Any:
 def _stale_files(index: Any) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(path, text or None = removed) for each file whose disk content differs from the index's copy, and the
     walk's warnings (limits reached)."""
-    from repocomp.walk import walk_repository
+    from repocomp.index.walk import walk_repository
 
     walked = walk_repository(index.root, index.config, index.index_dir)
     known = getattr(index, "files", {})

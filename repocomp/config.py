@@ -70,7 +70,7 @@ class IndexConfig:
     languages: tuple[str, ...] = ("python", "java", "javascript", "typescript", "tsx", "go", "rust", "c", "cpp")
     # per indexed folder (far above a big real repository): past either, the rest of the folder is left out, said
     # in the summary (a folder such as `/` is indexed partially, never without bound); the walk also stops after
-    # looking at 20 entries per allowed file (repocomp.walk)
+    # looking at 20 entries per allowed file (repocomp.index.walk)
     max_files: int = 100_000
     max_total_bytes: int = 1 << 30  # source text indexed, all files together
 

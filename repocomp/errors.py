@@ -1,7 +1,7 @@
 """The exception types users can cause (bad path, bad position, unusable stored index, backend down).
 
 Errors of dependencies met while reading a stored index (OSError, numpy/scipy, JSON, the index codec, the term
-index) are translated into the `IndexUnusableError` kinds where they enter (`repocomp.store.read_state`,
+index) are translated into the `IndexUnusableError` kinds where they enter (`repocomp.index.store.read_state`,
 `Index._restore`), each with a one-line message naming the file; nothing raw leaves `Index.load`.
 """
 

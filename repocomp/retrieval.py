@@ -25,9 +25,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from repocomp.config import Config
-from repocomp.fragments import Fragment, Location
+from repocomp.index.fragments import Fragment, Location
 from repocomp.scoring import fragrel_scores
-from repocomp.term_index import TermIndex
+from repocomp.index.term_index import TermIndex
 
 __all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex"]
 

@@ -123,7 +123,7 @@ def test_incremental_updates_then_refresh_equal_a_fresh_build(ops: list[tuple[st
 
 
 def test_ids_stay_bounded_over_many_edits_and_compaction_keeps_the_index(tmp_path: Path, monkeypatch) -> None:
-    import repocomp.index as index_module
+    import repocomp.index.index as index_module
 
     monkeypatch.setattr(index_module, "_MIN_DEAD_IDS", 64)  # compact early, as a large repository would
     root = tmp_path / "repo"

@@ -14,7 +14,7 @@ from repocomp.cli import main
 from repocomp.config import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
 from repocomp.index import Index
-from repocomp.store import INDEX_FILE
+from repocomp.index.store import INDEX_FILE
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "index_repo"
 # no truncation and context relations on, so the comparison covers Eq. 7 as well

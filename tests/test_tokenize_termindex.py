@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from repocomp.term_index import TermIndex
+from repocomp.index.term_index import TermIndex
 from repocomp.tokenize import code_tokens
 
 DOCS = [

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace("retrieval", iterations=args.iterations)
     if args.no_fragrel:
         config = config.plain_repocoder()
-    from repocomp.walk import read_text_file
+    from repocomp.index.walk import read_text_file
 
     text = read_text_file(file, config.index.max_file_bytes)  # as the indexer reads it (FIFOs never)
     lines = text.split("\n")

@@ -25,7 +25,7 @@ from repocomp.errors import RepocompError
 from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
 from repocomp.model_defaults import resolve_for_model
-from repocomp.walk import decode_source, read_regular
+from repocomp.index.walk import decode_source, read_regular
 
 log = logging.getLogger(__name__)
 

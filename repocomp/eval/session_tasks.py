@@ -568,7 +568,7 @@ class SessionEvaluator:
         self._removed: set[str] = set()
 
     def parent_text(self, rel: str) -> str | None:
-        from repocomp.walk import decode_source, read_regular
+        from repocomp.index.walk import decode_source, read_regular
 
         path = self.root / rel
         if not path.resolve().is_relative_to(self.root.resolve()):

@@ -22,7 +22,7 @@ from graph.parsing import parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.walk import FileRule, addressable, read_regular, walk_repository
+from repocomp.index.walk import FileRule, addressable, read_regular, walk_repository
 
 KINDS = ("line", "api", "function")
 # tasks made from a repository's history (repocomp.eval.session_tasks): a line typed in a replayed commit

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from repocomp.store import MAGIC
+from repocomp.index.store import MAGIC
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = float(os.environ.get("REPOCOMP_TEST_TIMEOUT_S", "60"))  # generous for busy cores; a hang still fails

@@ -2,7 +2,7 @@
 
 - `.gitignore` / `[index] exclude` patterns: no exponential backtracking (`*a*a*...*b` next to a long name froze
   the indexer while holding the interpreter lock), a bounded number of them (350,000 excludes made indexing
-  quadratic), git's semantics kept (`repocomp.ignore`, checked against pathspec on random patterns).
+  quadratic), git's semantics kept (`repocomp.index.ignore`, checked against pathspec on random patterns).
 - Syntax: 150,000 nested calls `f(f(...))` made the call query run for minutes; now the graph is flattened below
   `graph.parsing.MAX_DEPTH` levels and the summary names the file.
 - Folders: `[index] max_files` / `max_total_bytes` and an entry budget index a folder partially, with a warning;
@@ -30,7 +30,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from cli_run import python, repocomp
 from lsp_helpers import SERVER_CMD, capabilities, end_of, inline, make_client, open_doc, shut_down, stats, warnings
-from repocomp.ignore import MAX_PATTERNS_PER_SOURCE, PatternSet, parse_line
+from repocomp.index.ignore import MAX_PATTERNS_PER_SOURCE, PatternSet, parse_line
 
 INDEX_BOUND_S = 10.0  # the target for the `.gitignore` case, used for every CLI case here (CPU seconds)
 WALL_BOUND_S = 60.0  # the same run in wall time: loose, for 2 cores shared with other work (a hang still fails)
@@ -176,7 +176,7 @@ def test_350k_exclude_patterns_keep_the_first_ones_with_one_warning(tmp_path: Pa
         (root / f"m{i}.py").write_text(f"def f{i}():\n    return {i}\n")
     code = (
         "import json, time\nfrom pathlib import Path\n"
-        "from repocomp.config import config_from_dict\nfrom repocomp.walk import walk_repository\n"
+        "from repocomp.config import config_from_dict\nfrom repocomp.index.walk import walk_repository\n"
         "excludes = ['m0.py'] + [f'*a*a*a*a*a*a*a*a*b{i}/' for i in range(350_000)] + ['m1.py']\n"
         "config = config_from_dict({'index': {'exclude': excludes}})\n"
         f"started = time.process_time()\nwalked = walk_repository(Path({str(root)!r}), config)\n"
@@ -247,7 +247,7 @@ def test_a_folder_of_many_entries_stops_the_walk_at_its_entry_budget(tmp_path: P
 
 def _walk_root(home: Path, config: dict) -> dict:
     code = ("import json, time\nfrom pathlib import Path\nfrom repocomp.config import config_from_dict\n"
-            "from repocomp.walk import walk_repository\nstarted = time.process_time()\n"
+            "from repocomp.index.walk import walk_repository\nstarted = time.process_time()\n"
             f"walked = walk_repository(Path('/'), config_from_dict({config!r}))\n"
             "print(json.dumps({'s': time.process_time() - started, 'files': [f.path for f in walked.files],"
             " 'skipped': walked.skipped, 'warnings': walked.warnings}))\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import assert_one_line, cli, pickled_index, python, repocomp
-from repocomp.store import INDEX_FILE, MAGIC, read_state
+from repocomp.index.store import INDEX_FILE, MAGIC, read_state
 
 
 @pytest.mark.parametrize("version", [b"1", b"2"])

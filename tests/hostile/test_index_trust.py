@@ -26,10 +26,10 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from cli_run import TIMEOUT_S, repocomp, user_env
 from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, wait_ready
-from repocomp import index_codec
+from repocomp.index import codec as index_codec
 from repocomp.errors import IndexUntrustedError
 from repocomp.index import Index
-from repocomp.store import INDEX_FILE, REJECTED_SUFFIX, write_state
+from repocomp.index.store import INDEX_FILE, REJECTED_SUFFIX, write_state
 
 MAIN = "from shapes import area\n\n\ntotal = "
 # The other project's code: what a completion must never hold once its index is planted here.

@@ -20,7 +20,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from cli_run import minified_line, pickled_index
 from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, stats, wait_ready
-from repocomp.store import INDEX_FILE
+from repocomp.index.store import INDEX_FILE
 
 EXTRACTIVE = {"backend": {"name": "extractive"}}
 READY_BOUND_S = 30.0  # opening the folder until its index is ready

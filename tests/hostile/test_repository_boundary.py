@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from cli_run import TcpSink, assert_one_line_error, python, repocomp
-from repocomp.store import INDEX_FILE
+from repocomp.index.store import INDEX_FILE
 
 
 

@@ -21,7 +21,7 @@ from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config import Config, config_from_dict
 from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError
 from repocomp.index import Index
-from repocomp.store import INDEX_FILE, MAGIC
+from repocomp.index.store import INDEX_FILE, MAGIC
 
 
 @pytest.fixture(autouse=True)

@@ -23,12 +23,13 @@ import scipy.sparse as sp
 from graph.code_graph import CodeGraph, FileNodes
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
-from repocomp.fragment_store import FragmentStore
-from repocomp.fragments import Fragment, Location, window_text
-from repocomp.term_index import StateVersionError, TermIndex
+from repocomp.index.fragment_store import FragmentStore
+from repocomp.index.fragments import Fragment, Location, window_text
+from repocomp.index.records import FileEntry, IndexSummary
+from repocomp.index.term_index import StateVersionError, TermIndex
 
 if TYPE_CHECKING:
-    from repocomp.index import Index
+    from repocomp.index.index import Index
 
 SCHEMA = 1  # bump with any change below (the store's FORMAT_VERSION covers the container)
 
@@ -156,7 +157,6 @@ def encode(index: "Index") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 def decode(index: "Index", meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Fill the empty `index` from `meta` and `arrays`; `ValueError`/`KeyError`/`TypeError` when inconsistent."""
-    from repocomp.index import FileEntry, IndexSummary
 
     if meta.get("schema") != SCHEMA:
         raise OtherVersionError(f"schema {meta.get('schema')!r}, expected {SCHEMA}")

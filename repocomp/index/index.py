@@ -12,7 +12,6 @@ import errno
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +19,19 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
-from graph.parsing import MAX_DEPTH, ParsedFile, parse_source
+from graph.parsing import MAX_DEPTH, parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config, load_config
 from repocomp.errors import (IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError,
                              IndexUntrustedError, RepocompError)
-from repocomp.fragment_store import FragmentStore
-from repocomp.fragments import Location, window_spans, window_text
-from repocomp import index_codec, index_trust
-from repocomp.relation_upkeep import Progress, RelationUpkeep
-from repocomp.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
-from repocomp.term_index import TermIndex
-from repocomp.walk import FileRule, WalkResult, addressable, walk_repository
+from repocomp.index.fragment_store import FragmentStore
+from repocomp.index.fragments import Location, window_spans, window_text
+from repocomp.index import codec as index_codec, trust as index_trust
+from repocomp.index.relation_upkeep import Progress, RelationUpkeep
+from repocomp.index.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
+from repocomp.index.records import FileEntry, IndexSummary
+from repocomp.index.term_index import TermIndex
+from repocomp.index.walk import FileRule, WalkResult, addressable, walk_repository
 
 log = logging.getLogger(__name__)
 
@@ -39,38 +39,6 @@ log = logging.getLogger(__name__)
 _MIN_DEAD_IDS = 4096
 # settings whose change invalidates a stored index
 _STRUCTURAL_SECTIONS = ("index", "fragments", "graph", "relations")
-
-
-@dataclass
-class FileEntry:
-    path: str
-    language: str
-    text: str
-    parsed: ParsedFile
-    windows: list[int]  # fragment id of each window, in file order
-    node_ids: np.ndarray  # global graph id of each local syntax node
-
-    @property
-    def lines(self) -> list[str]:
-        return self.text.split("\n")
-
-
-@dataclass
-class IndexSummary:
-    files: int = 0
-    fragments: int = 0
-    nodes: int = 0
-    edges: dict[str, int] = field(default_factory=dict)
-    relation_nonzeros: int = 0
-    phases_s: dict[str, float] = field(default_factory=dict)
-    skipped: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    index_bytes: int = 0
-    parse_errors: int = 0
-    warnings: list[str] = field(default_factory=list)  # what the build left out as a whole (limits reached)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
 
 
 class Index:
@@ -513,4 +481,4 @@ class Index:
         return self.graph.to_networkx()
 
 
-__all__ = ["Index", "IndexSummary", "FileEntry", "EDGE_TYPES"]
+__all__ = ["EDGE_TYPES", "FileEntry", "Index", "IndexSummary"]

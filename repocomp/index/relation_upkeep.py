@@ -18,10 +18,11 @@ from scipy.sparse.csgraph import dijkstra
 
 from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
-from repocomp.fragments import window_spans
+from repocomp.index.fragments import window_spans
 
 if TYPE_CHECKING:
-    from repocomp.index import FileEntry, Index
+    from repocomp.index.index import Index
+    from repocomp.index.records import FileEntry
 
 Progress = Callable[[int, int, str], None]  # (done, total, phase)
 Triplets = tuple[np.ndarray, np.ndarray, np.ndarray]  # (fragment, node, owned length) of F's entries

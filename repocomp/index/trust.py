@@ -5,7 +5,7 @@ A repository can ship any `.repocomp/index.bin`: one copied from another project
 completions), or one whose paths read `../outside.py` or `/etc/x` (a later update keyed by them failed with a
 KeyError, and a read from disk by them would leave the root). `check_stored` runs before anything of the file is
 decoded; the file's own kind (a regular file, not a symbolic link) is checked where it is opened
-(`repocomp.store.read_state`). Either failure is an `IndexUntrustedError`: `Index.open` sets the file aside and
+(`repocomp.index.store.read_state`). Either failure is an `IndexUntrustedError`: `Index.open` sets the file aside and
 rebuilds.
 """
 

@@ -1,6 +1,6 @@
 """Repository walking: which files get indexed (`FileRule`, the one rule), and why the others were skipped.
 
-Respects `.gitignore` files (root and nested) and `[index] exclude` (`repocomp.ignore`: a matcher whose cost is
+Respects `.gitignore` files (root and nested) and `[index] exclude` (`repocomp.index.ignore`: a matcher whose cost is
 bounded, with a bounded number of patterns), skips `.git` and the index folder, binary files (NUL bytes), files
 over the size limit, unreadable files, symlinks that loop or leave the repository (a file is read only when its
 real path is inside the root), FIFOs, devices and sockets (never opened: a FIFO would block the reader forever),
@@ -26,7 +26,7 @@ from pathlib import Path
 from graph.languages import language_for
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.ignore import Limits, PatternSet
+from repocomp.index.ignore import Limits, PatternSet
 
 _ENTRIES_PER_FILE = 20  # directory entries the walk looks at per allowed file ([index] max_files)
 _MAX_GITIGNORE_BYTES = 1 << 20  # the start of a larger .gitignore is read, the rest ignored (with a warning)
@@ -122,7 +122,7 @@ class FileRule:
     `node_modules`, ...), the index folder, the configured languages, an addressable name. By content (a file on
     disk or an editor's buffer): the real path inside the root, a regular file, the size limit, no NUL byte.
     `.gitignore` files are read once per instance: make a fresh one when they may have changed. The patterns
-    read are bounded (`repocomp.ignore.Limits`); `warnings` says what was left out.
+    read are bounded (`repocomp.index.ignore.Limits`); `warnings` says what was left out.
     """
 
     def __init__(self, root: Path, config: Config, index_dir: Path | None = None) -> None:

@@ -13,7 +13,7 @@ from typing import overload
 
 import numpy as np
 
-from repocomp.fragments import Fragment, Location
+from repocomp.index.fragments import Fragment, Location
 
 
 class FragmentStore(Sequence[Fragment | None]):

@@ -1,0 +1,46 @@
+"""The index's plain records (no behaviour beyond a property): a file as indexed, and the summary of a build.
+
+Kept apart from `Index` so that the codec reads and writes them without importing the index (no import cycle)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graph.parsing import ParsedFile
+
+__all__ = ["FileEntry", "IndexSummary"]
+
+
+@dataclass
+class FileEntry:
+    path: str
+    language: str
+    text: str
+    parsed: ParsedFile
+    windows: list[int]  # fragment id of each window, in file order
+    node_ids: np.ndarray  # global graph id of each local syntax node
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
+
+
+@dataclass
+class IndexSummary:
+    files: int = 0
+    fragments: int = 0
+    nodes: int = 0
+    edges: dict[str, int] = field(default_factory=dict)
+    relation_nonzeros: int = 0
+    phases_s: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    index_bytes: int = 0
+    parse_errors: int = 0
+    warnings: list[str] = field(default_factory=list)  # what the build left out as a whole (limits reached)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
