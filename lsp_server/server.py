@@ -544,6 +544,17 @@ def _version() -> str:
         return "0"
 
 
+def _unsaved(uri: str, tracked: str | None) -> bool:
+    """Whether the text the session tracked for `uri` differs from the file on disk (closed without saving)."""
+    path = _path_of(uri)
+    if path is None or tracked is None:
+        return False
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").rstrip("\n") != tracked.rstrip("\n")
+    except OSError:
+        return True  # deleted: nothing of it was kept
+
+
 def _path_of(uri: str) -> Path | None:
     try:
         return convert.uri_to_path(uri)
@@ -612,8 +623,12 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
         ls.generations.cancel(convert.document_key(params.text_document.uri))
         ls.sessions.closed(convert.document_key(params.text_document.uri))
         session = ls.session_of(params.text_document.uri)
-        if session is not None:
-            session[0].closed(session[1])
+        if session is not None:  # a buffer closed unsaved: its edits are abandoned, the session forgets them
+            memory, rel = session
+            if _unsaved(params.text_document.uri, memory.tracker.text(rel)):
+                memory.discarded(rel)
+            else:
+                memory.closed(rel)
         ls.drop_buffer(params.text_document.uri)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)

@@ -94,6 +94,19 @@ def test_a_related_cursor_gets_the_hunk_and_its_thought():
     assert d.budget_tokens == sum(count(prompt_form(e)) for e in d.entries) <= 300
 
 
+def test_a_file_closed_unsaved_takes_its_hunks_and_thoughts_with_it():
+    """Edits abandoned by closing without saving are not offered later; other files' edits stay."""
+    mem = _session()
+    _add_tax(mem)
+    mem.edited(TextEdit("shop/orders.py", 0, 0, 0, 0, "", "import decimal\n", 1003.0))
+    assert {h.path for h in mem.hunks()} == {"shop/cart.py", "shop/orders.py"} and mem.thoughts()
+    mem.discarded("shop/cart.py")
+    assert {h.path for h in mem.hunks()} == {"shop/orders.py"}
+    assert not any("tax_rate" in t.text for t in mem.thoughts())
+    prefix = ORDERS.split("\n")[:4] + ["    amount = total(cart.items, tax_rate="]
+    assert all(e.path != "shop/cart.py" for e in mem.select("shop/orders.py", 4, prefix, 300, count).entries)
+
+
 def test_a_hunk_visible_in_the_context_already_is_never_returned():
     mem = _session()
     _add_tax(mem)

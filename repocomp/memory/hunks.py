@@ -148,6 +148,13 @@ class HunkTracker:
             self._unlink(hunk_id)
         self._evicted = []
 
+    def discard(self, path: str) -> list[Hunk]:
+        """Forget the file and its hunks (the developer closed it without saving: those edits are abandoned);
+        each comes back as a tombstone, as an undone hunk does."""
+        gone = [self._drop(hunk_id) for hunk_id in [h.id for h in self._hunks.values() if h.path == path]]
+        self._forget_doc(path)
+        return gone
+
     def mark(self, hunk_id: int, source: str) -> None:
         hunk = self._hunks.get(hunk_id)
         if hunk is not None:

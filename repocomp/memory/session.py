@@ -198,6 +198,14 @@ class SessionMemory:
     def closed(self, path: str) -> None:
         self.tracker.closed(path)
 
+    def discarded(self, path: str) -> None:
+        """`path` was closed without saving: its unsaved edits are abandoned, so are its hunks and the thoughts
+        only they supported (what was saved, or left for recall storage, stays)."""
+        for tombstone in self.tracker.discard(path):
+            self._hunk_tokens.pop(tombstone.id, None)
+            if self.config.thoughts:
+                self._thoughts = think(tombstone, self._thoughts)
+
     def edited(self, edit: TextEdit) -> None:
         if not self.config.enabled:
             return
