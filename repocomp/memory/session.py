@@ -342,8 +342,8 @@ class SessionMemory:
         pool: list[tuple[float, int, float, float, Hunk, frozenset[str], tuple[str, ...]]] = []
 
         def consider(h: Hunk, tokens: frozenset[str], inserted: tuple[str, ...]) -> None:
-            if h.last_time > now:
-                return
+            if h.last_time > now or not any(line.strip() for line in h.inserted):
+                return  # from the future, or a pure deletion: nothing in it to write again (a rename has a thought)
             inter = len(tokens & query) if qn and tokens else 0
             overlap = inter / (len(tokens) + qn - inter) if inter else 0.0
             proximity = 0.0
