@@ -285,8 +285,10 @@ class RepocompServer(LanguageServer):
             mode = "repocoder" if index is not None and rel is not None else "infile"
             # the lock is handed back while the model generates: updates need not wait for it
             generating = folder.released if folder is not None else None
-            return await asyncio.wait_for(completer.acomplete(path, cursor.text, cursor.line, cursor.col,
-                                                              mode=mode, generating=generating), timeout_s)
+            # consecutive prompts of one document share most of their text: a backend may reuse its prefix
+            key = f"{folder.root if folder is not None else ''}\0{convert.document_key(cursor.path.as_uri())}"
+            return await asyncio.wait_for(completer.acomplete(path, cursor.text, cursor.line, cursor.col, mode=mode,
+                                                              generating=generating, cache_key=key), timeout_s)
 
     def _report_failure(self, exc: Exception, timeout_s: float, uri: str, position: types.Position) -> None:
         """One message per kind of failure; the details go to the log."""

@@ -152,6 +152,7 @@ class _Request:
     explain: bool
     timeout_s: float
     deadline: float  # time.monotonic() by which the whole completion must be answered
+    cache_key: str | None = None  # the document whose prompts a backend may reuse the prefix of
 
 
 @dataclass
@@ -348,19 +349,20 @@ class Completer:
                         context_start_line: int = 0, explain: bool = False,
                         definitions: bool | None = None,
                         generating: Callable[[], AbstractAsyncContextManager[None]] | None = None,
-                        ) -> CompletionResult:
+                        cache_key: str | None = None) -> CompletionResult:
         """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col).
 
         Relations and definitions are the config's (`Config.plain_repocoder()` turns them off); `definitions`
         overrides `[definitions] enabled` for this request. Each round's generation runs inside `generating()`:
         the language server hands its lock on the index back there, so that updates need not wait for a model
-        (a round reads everything it needs from the index before it generates).
+        (a round reads everything it needs from the index before it generates). `cache_key` names the document (and
+        folder) whose consecutive prompts a backend may reuse the computed prefix of (None: no reuse).
 
         The stages: check the request and cut the buffer at the hole; put the live buffer into the index; scan
         the code before the cursor for the names it uses; then per round retrieve similar code, rank
         definitions, lay out the prompt and generate; post-process the last draft."""
         req = self._request(path, text, line, col, mode, oracle_text, kind, context_start_line, explain,
-                            definitions)
+                            definitions, cache_key)
         timings = _Timings()
         run = _Run()
         with timings("sync"):
@@ -397,7 +399,8 @@ class Completer:
     # -- stages ---------------------------------------------------------------------------------------------
 
     def _request(self, path: str, text: str, line: int, col: int, mode: str, oracle_text: str | None, kind: str,
-                 context_start_line: int, explain: bool, definitions: bool | None) -> "_Request":
+                 context_start_line: int, explain: bool, definitions: bool | None,
+                 cache_key: str | None = None) -> "_Request":
         """The request checked (a RepocompError says what is wrong), the hole cut out of the buffer."""
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -416,7 +419,7 @@ class Completer:
             definitions = self.config.definitions.enabled
         timeout_s = self.config.backend.timeout_s
         return _Request(Hole.cut(path, lines, line, col, context_start_line), mode, kind, oracle_text, rounds,
-                        definitions and mode != "infile", explain, timeout_s, time.monotonic() + timeout_s)
+                        definitions and mode != "infile", explain, timeout_s, time.monotonic() + timeout_s, cache_key)
 
     def _scan_definitions(self, req: "_Request", timings: "_Timings") -> Any:
         """The names the code before the cursor uses (None when definitions are off or cannot be found)."""
@@ -504,7 +507,8 @@ class Completer:
         """Round r's draft; None when the deadline passed in a later round (the previous draft stands)."""
         try:
             async with generating() if generating is not None else contextlib.nullcontext():
-                return await self._generate(prompt, req.hole.prefix, req.hole.suffix, blocks, req.kind, req.deadline)
+                return await self._generate(prompt, req.hole.prefix, req.hole.suffix, blocks, req.kind, req.deadline,
+                                            req.cache_key)
         except TimeoutError:
             late = f"round {r} of {req.rounds} got no answer within the completion's {req.timeout_s:g}s deadline"
             if r > 1:
@@ -617,7 +621,7 @@ class Completer:
         return BlockSource(block.fragment_id, (block.path, *others), block.start_line, block.end_line, block.text)
 
     async def _generate(self, prompt: Prompt, prefix: str, suffix: str, blocks: list[ContextBlock],
-                        kind: str, deadline: float) -> Generation:
+                        kind: str, deadline: float, cache_key: str | None = None) -> Generation:
         if self.backend is None:
             return Generation("", "none")
         bc = self.config.backend
@@ -631,7 +635,7 @@ class Completer:
                                     candidates=recent + tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
                                     temperature=bc.temperature,
                                     finished=lambda t: is_finished(_drop_space(t, space), kind, prefix),
-                                    deadline=deadline, max_time_s=bc.max_time_s or None)
+                                    deadline=deadline, max_time_s=bc.max_time_s or None, cache_key=cache_key)
         async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
             gen = await self.backend.agenerate(request)
         if gen.backend != "extractive":  # the extractive backend works on `prefix` itself

@@ -84,6 +84,14 @@ def test_repocoder_two_rounds_round2_query_uses_draft() -> None:
     assert [r.at_time_limit for r in res.rounds] == [False, False]
 
 
+def test_every_round_carries_the_documents_cache_key() -> None:
+    """The key names the document whose prompts a backend may reuse the prefix of; none unless given."""
+    _, comp, backend = make(iterations=2, alpha=0.0)
+    comp.complete("hole.py", HOLE, 5, len("    cfg = "), cache_key="folder\0file:///hole.py")
+    comp.complete("hole.py", HOLE, 5, len("    cfg = "))
+    assert [r.cache_key for r in backend.requests] == ["folder\0file:///hole.py"] * 2 + [None, None]
+
+
 def test_rounds_say_which_draft_the_time_limit_cut() -> None:
     _, comp, backend = make(iterations=2, alpha=0.0)
     backend.cut = frozenset({1})
