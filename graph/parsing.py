@@ -156,7 +156,7 @@ def parse_source(text: str, language: str) -> ParsedFile:
     parents = [-1]
     stack: list[tuple[int, int]] = [(1 << 62, 0)]  # (end_byte, node index)
     node_objs: list[Node | None] = [None]
-    for start_byte, neg_end, node in spans:
+    for _start_byte, neg_end, node in spans:
         end_byte = -neg_end
         while stack[-1][0] < end_byte or (stack[-1][0] == end_byte and len(stack) > 1 and
                                            starts[stack[-1][1]] > node.start_point[0]):

@@ -21,7 +21,6 @@ import json
 import logging
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time

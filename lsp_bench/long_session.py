@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsp_bench.bench import BENCH_OPTIONS, pct, python_files, Session, report
+from lsp_bench.bench import BENCH_OPTIONS, Session, pct, python_files, report
 
 PAUSE_S = 0.4  # after each typed line: past the server's 0.3 s buffer-sync delay
 LINES_PER_FILE = 8

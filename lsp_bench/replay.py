@@ -103,7 +103,8 @@ def run_replay(keys: int = 200, cps: float = 8.0, latency_s: float = 1.5, seed: 
         raise RuntimeError(f"the buffer is not what was typed: {got!r}")
     records = run.result["records"]
     waits = sorted(r["latency_ms"] for r in records if r["ghost"])
-    pct = (lambda q: waits[min(len(waits) - 1, int(q * len(waits)))] if waits else float("nan"))
+    def pct(q):
+        return (waits[min(len(waits) - 1, int(q * len(waits)))] if waits else float("nan"))
     return ReplayResult(keys=len(typed), pauses=len(records), latency_s=latency_s,
                         generations=slow.counts.started, abandoned=slow.counts.abandoned,
                         finished=slow.counts.finished, ghost_p50_ms=statistics.median(waits) if waits else float("nan"),

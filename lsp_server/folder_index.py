@@ -75,7 +75,7 @@ class FolderIndex:
     root: Path
     config: Config
     state: str = "pending"  # pending -> building -> ready | failed
-    index: "Index | None" = None
+    index: Index | None = None
     error: str = ""
     notices: list[str] = field(default_factory=list)  # said once the index is ready (a stored index set aside)
     lock: RWLock = field(default_factory=RWLock)
@@ -114,7 +114,7 @@ class FolderIndex:
             self.lock.release_read()
 
     @contextlib.asynccontextmanager
-    async def reading(self) -> AsyncIterator["Index | None"]:
+    async def reading(self) -> AsyncIterator[Index | None]:
         """Hold the read lock (taken off the event loop when a batch is being written) and yield the index."""
         if not self.lock.try_acquire_read():
             acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)

@@ -32,7 +32,7 @@ class Site:
     after: str  # document text after the cursor
     index_stamp: Any  # changes when the index behind the completion changes (a save, the index becoming ready)
 
-    def typed_since(self, earlier: "Site") -> str | None:
+    def typed_since(self, earlier: Site) -> str | None:
         """What was typed at the cursor since `earlier`, or None when this is not `earlier` plus typing."""
         if self.after != earlier.after or self.index_stamp != earlier.index_stamp:
             return None

@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 TRIM_EVERY_S = 10.0  # a trim walks every arena (~1 ms, a few at most): callers that run per batch wait this long
 
 
-def _malloc_trim() -> "ctypes._NamedFuncPointer | None":
+def _malloc_trim() -> ctypes._NamedFuncPointer | None:
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc (macOS, musl)

@@ -41,7 +41,7 @@ from repocomp.errors import BackendError, RepocompError
 if TYPE_CHECKING:
     from repocomp.index import Index
     from repocomp.memory.session import SessionMemory
-    from repocomp.pipeline import CompletionResult, Completer
+    from repocomp.pipeline import Completer, CompletionResult
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,15 @@
 """repocomp: repository-level code completion (FragRel relations + iterative RepoCoder retrieval)."""
 
 from repocomp.config import Config, load_config
-from repocomp.errors import (BackendError, ConfigError, IndexCorruptError, IndexMissingError, IndexStaleError,
-                             IndexUnusableError, RepocompError)
+from repocomp.errors import (
+    BackendError,
+    ConfigError,
+    IndexCorruptError,
+    IndexMissingError,
+    IndexStaleError,
+    IndexUnusableError,
+    RepocompError,
+)
 
 __all__ = ["Config", "load_config", "RepocompError", "ConfigError", "IndexUnusableError", "IndexMissingError",
            "IndexStaleError", "IndexCorruptError", "BackendError", "Index"]

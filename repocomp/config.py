@@ -229,7 +229,6 @@ class MemoryConfig:
     relations: bool = True  # FragRel over the session: s_rel = s_ind + alpha * s_env through the code graph
     alpha: float = 0.5  # FragRel Eq. 10 for memory entries (the paper's value)
     min_score: float = 0.05  # the controller's threshold: no entry above it, the session is not consulted
-    paging: bool = False  # model-directed paging (names the draft uses looked up for the next round)
     persist: bool = True  # keep the recall storage across restarts
     half_life_s: float = 600.0  # recency: an entry's weight halves every this many seconds of the session
     query_lines: int = 12  # lines before the cursor whose tokens are the controller's query
@@ -330,12 +329,12 @@ class Config:
     backend: BackendConfig = field(default_factory=BackendConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
-    def replace(self, section: str, **changes: Any) -> "Config":
+    def replace(self, section: str, **changes: Any) -> Config:
         """A copy with some keys of one section changed (validated)."""
         merged = dataclasses.asdict(getattr(self, section)) | changes
         return dataclasses.replace(self, **{section: build_section(type(getattr(self, section)), merged, section)})
 
-    def plain_repocoder(self) -> "Config":
+    def plain_repocoder(self) -> Config:
         """RepoCoder as published: similar code only, no relations (FragRel, query side) and no definitions.
 
         The one place the FragRel switch (`--no-fragrel`) is turned into settings."""

@@ -330,7 +330,7 @@ SOURCES: tuple[tuple[str, Callable[[BufferState, Any, DefinitionsConfig], None]]
 class DefinitionFinder:
     """Finds and ranks definitions for a cursor in an `Index` (needs its resolver, files and graph)."""
 
-    def __init__(self, index: "Index", config: DefinitionsConfig, window: int = 20,
+    def __init__(self, index: Index, config: DefinitionsConfig, window: int = 20,
                  cutoff: float = 0.1, max_reach: int = 256) -> None:
         self.index = index
         self.config = config
@@ -419,7 +419,7 @@ class DefinitionFinder:
         top = list(similar)[: cfg.similar_fragments]
         calls = self.similar_calls(top) if top and cfg.w_similar > 0 else {}
         pool = dict(state.candidates)
-        for ref, n in calls.items():
+        for ref, _n in calls.items():
             if ref not in pool:
                 pool[ref] = Candidate(ref)
         nodes = {ref: self._global_node(ref) for ref in pool}

@@ -34,8 +34,15 @@ from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.model_defaults import resolve_for_model
 from repocomp.postprocess import drop_cut_word, is_finished, postprocess
-from repocomp.prompt import (BlockSource, DefinitionSource, Prompt, RecentSource, TokenCounter, build_prompt,
-                             make_token_counter)
+from repocomp.prompt import (
+    BlockSource,
+    DefinitionSource,
+    Prompt,
+    RecentSource,
+    TokenCounter,
+    build_prompt,
+    make_token_counter,
+)
 from repocomp.retrieval import Hit, Retriever
 
 if TYPE_CHECKING:
@@ -110,7 +117,7 @@ class CompletionResult:
     definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
     # the time limit ended the answer early, or the deadline left it empty
     cut_by_time: bool = False
-    memory: "MemoryDecision | None" = None  # the session memory's controller: consulted or not, and what it chose
+    memory: MemoryDecision | None = None  # the session memory's controller: consulted or not, and what it chose
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,7 @@ class Hole:
     suffix: str
 
     @classmethod
-    def cut(cls, path: str, lines: list[str], line: int, col: int, context_start_line: int) -> "Hole":
+    def cut(cls, path: str, lines: list[str], line: int, col: int, context_start_line: int) -> Hole:
         before, partial = lines[context_start_line:line], lines[line][:col]
         return cls(path, lines, line, col, context_start_line, before, partial, "\n".join(before + [partial]),
                    "\n".join([lines[line][col:]] + lines[line + 1:]))
@@ -161,13 +168,13 @@ class _Run:
 
     draft: str = ""
     prompt: Prompt | None = None
-    ranked: list["RankedDefinition"] = field(default_factory=list)
+    ranked: list[RankedDefinition] = field(default_factory=list)
     def_sources: list[DefinitionSource] = field(default_factory=list)
     backend_name: str = "none"
     error: str = ""
     emptied_by_deadline: bool = False
     rounds: list[RoundTrace] = field(default_factory=list)
-    memory: "MemoryDecision | None" = None
+    memory: MemoryDecision | None = None
 
     def note(self, message: str) -> None:
         self.error = _join(self.error, message)
@@ -251,8 +258,8 @@ _MEMO_CHARS = 400  # token counts of texts up to this long are memoized (a line;
 class Completer:
     """Completes code at a cursor with an index (or none) and a backend (or none: retrieval only, text "")."""
 
-    def __init__(self, index: "Index | None", config: Config, backend: "Backend | None" = None, *,
-                 sync_buffers: bool = True, memory: "SessionMemory | None" = None) -> None:
+    def __init__(self, index: Index | None, config: Config, backend: Backend | None = None, *,
+                 sync_buffers: bool = True, memory: SessionMemory | None = None) -> None:
         """`sync_buffers`: put the live buffer into the index before each completion (exact: what the CLI and the
         evaluation need); False when the caller keeps the index current itself (the language server does it
         when typing pauses, so a request never waits for a re-index). `memory`: the editing session of the
@@ -268,12 +275,12 @@ class Completer:
         self.backend = backend
         self.retriever = Retriever(index, self.config) if index is not None else None
         self._count: TokenCounter | None = None
-        self._finder: "DefinitionFinder | None" = None
+        self._finder: DefinitionFinder | None = None
         self._line_cache: dict[str, tuple[object, list[str]]] = {}
         self._rendered: dict[object, tuple[object, Any]] = {}  # definition -> (its file's parse, rendering)
 
     @property
-    def finder(self) -> "DefinitionFinder | None":
+    def finder(self) -> DefinitionFinder | None:
         """Definition candidates need the real index (resolver, graph); None for stand-ins."""
         from repocomp.definitions import DefinitionFinder
 
@@ -400,7 +407,7 @@ class Completer:
 
     def _request(self, path: str, text: str, line: int, col: int, mode: str, oracle_text: str | None, kind: str,
                  context_start_line: int, explain: bool, definitions: bool | None,
-                 cache_key: str | None = None) -> "_Request":
+                 cache_key: str | None = None) -> _Request:
         """The request checked (a RepocompError says what is wrong), the hole cut out of the buffer."""
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -421,7 +428,7 @@ class Completer:
         return _Request(Hole.cut(path, lines, line, col, context_start_line), mode, kind, oracle_text, rounds,
                         definitions and mode != "infile", explain, timeout_s, time.monotonic() + timeout_s, cache_key)
 
-    def _scan_definitions(self, req: "_Request", timings: "_Timings") -> Any:
+    def _scan_definitions(self, req: _Request, timings: _Timings) -> Any:
         """The names the code before the cursor uses (None when definitions are off or cannot be found)."""
         if not req.definitions or self.finder is None:
             return None
@@ -429,7 +436,7 @@ class Completer:
         with timings("definitions_scan"):
             return self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
 
-    def _retrieve(self, req: "_Request", r: int, draft: str, timings: "_Timings") -> tuple[str, list[ContextBlock]]:
+    def _retrieve(self, req: _Request, r: int, draft: str, timings: _Timings) -> tuple[str, list[ContextBlock]]:
         """Round r's query and the similar code it retrieves (RepoCoder's rule for the query)."""
         if req.mode == "infile" or self.retriever is None:
             return "", []
@@ -450,8 +457,8 @@ class Completer:
         timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
         return query, blocks
 
-    def _rank_definitions(self, req: "_Request", state: Any, blocks: list[ContextBlock],
-                          ) -> tuple[Any, list["RankedDefinition"], list[DefinitionSource]]:
+    def _rank_definitions(self, req: _Request, state: Any, blocks: list[ContextBlock],
+                          ) -> tuple[Any, list[RankedDefinition], list[DefinitionSource]]:
         """The definitions the prompt may show, ranked with this round's blocks; the scan redone if the index
         changed since."""
         assert self.finder is not None
@@ -461,8 +468,8 @@ class Completer:
         ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
         return state, ranked, self._definition_sources(ranked, hole.path, hole.line)
 
-    def _prompt(self, req: "_Request", blocks: list[ContextBlock], def_sources: list[DefinitionSource],
-                memory: "MemoryDecision | None") -> Prompt:
+    def _prompt(self, req: _Request, blocks: list[ContextBlock], def_sources: list[DefinitionSource],
+                memory: MemoryDecision | None) -> Prompt:
         sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
         dc, hole = self.config.definitions, req.hole
         recent = [RecentSource(e.kind, e.path, e.start_line, tuple(e.lines)) for e in memory.entries] \
@@ -472,7 +479,7 @@ class Completer:
                             definitions_first=dc.position == "first", hole=(hole.path, hole.line),
                             recent=recent, recent_tokens=memory.budget_tokens if recent else 0)
 
-    def _recall(self, req: "_Request") -> "MemoryDecision | None":
+    def _recall(self, req: _Request) -> MemoryDecision | None:
         """The session memory's controller (SCM) for this cursor: whether the session is consulted, what it shows
         and within how many tokens; None without a memory or with `[memory] enabled = false`."""
         if self.memory is None or not self.config.memory.enabled or req.mode == "infile":
@@ -484,7 +491,7 @@ class Completer:
         relation = self._relation_to(hole) if mc.relations and self.index is not None else None
         return self.memory.select(hole.path, hole.line, in_view, budget, self.count_tokens, relation)
 
-    def _relation_to(self, hole: Hole) -> "Callable[[str, int, str, int], float]":
+    def _relation_to(self, hole: Hole) -> Callable[[str, int, str, int], float]:
         """FragRel over the session: how strongly a memory entry's place relates to the cursor's region through the
         code graph (the strongest max-product path from the cursor's window to the entry's fragment), computed
         once per request and only if asked."""
@@ -501,9 +508,9 @@ class Completer:
 
         return relation
 
-    async def _generate_round(self, req: "_Request", r: int, prompt: Prompt, blocks: list[ContextBlock],
+    async def _generate_round(self, req: _Request, r: int, prompt: Prompt, blocks: list[ContextBlock],
                               generating: Callable[[], AbstractAsyncContextManager[None]] | None,
-                              run: "_Run") -> Generation | None:
+                              run: _Run) -> Generation | None:
         """Round r's draft; None when the deadline passed in a later round (the previous draft stands)."""
         try:
             async with generating() if generating is not None else contextlib.nullcontext():
@@ -517,7 +524,7 @@ class Completer:
             run.emptied_by_deadline = True
             return Generation("", getattr(self.backend, "name", "none"), late)
 
-    def _result(self, req: "_Request", run: "_Run", timings: "_Timings") -> CompletionResult:
+    def _result(self, req: _Request, run: _Run, timings: _Timings) -> CompletionResult:
         """The last draft post-processed for the completion kind, with what the final prompt showed."""
         prompt, hole = run.prompt, req.hole
         assert prompt is not None
@@ -534,7 +541,7 @@ class Completer:
                                 error=run.error, definitions=traces,
                                 cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory)
 
-    def _at_a_limit(self, run: "_Run", last: RoundTrace) -> bool:
+    def _at_a_limit(self, run: _Run, last: RoundTrace) -> bool:
         """Whether the last draft was stopped by the time limit or the token cap (a model's tokens, counted again
         with its tokenizer: a few tokens of slack for merges when the text is tokenized anew); the extractive
         backend cuts at whole tokens itself."""
@@ -545,7 +552,7 @@ class Completer:
 
     # -- definitions ----------------------------------------------------------------------------------------
 
-    def _definition_sources(self, ranked: list["RankedDefinition"], path: str, line: int) -> list[DefinitionSource]:
+    def _definition_sources(self, ranked: list[RankedDefinition], path: str, line: int) -> list[DefinitionSource]:
         """The best candidates rendered; none of the cursor's own file that reaches the cursor line (the code
         from the cursor on is never used; code above it in view is deduplicated by the prompt)."""
         from repocomp.render import render_definition
@@ -606,7 +613,7 @@ class Completer:
         return out
 
     @staticmethod
-    def _definition_traces(ranked: list["RankedDefinition"], sources: list[DefinitionSource],
+    def _definition_traces(ranked: list[RankedDefinition], sources: list[DefinitionSource],
                            prompt: Prompt) -> list[DefinitionTrace]:
         shown = {(m.path, m.name) for d in prompt.definitions for m in d.members}
         rendered = {(s.path, s.name): [n for n, _ in s.lines] for s in sources}

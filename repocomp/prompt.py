@@ -464,8 +464,8 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     as shown, so similar code does not repeat them.
     """
     if config.max_tokens == 0 or config.context_tokens == 0:
-        from repocomp.model_defaults import resolve_prompt
         from repocomp.config import BackendConfig
+        from repocomp.model_defaults import resolve_prompt
 
         config = resolve_prompt(config, None, BackendConfig())
     fim = config.fim != "none"

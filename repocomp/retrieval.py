@@ -26,8 +26,8 @@ import scipy.sparse as sp
 
 from repocomp.config import Config
 from repocomp.index.fragments import Fragment, Location
-from repocomp.scoring import fragrel_scores
 from repocomp.index.term_index import TermIndex
+from repocomp.scoring import fragrel_scores
 
 __all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex"]
 

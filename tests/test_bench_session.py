@@ -4,6 +4,7 @@ handler future behind, and the background refresh catches up (the long runs' fig
 from __future__ import annotations
 
 from lsp_helpers import FIXTURE_REPO
+
 from lsp_bench.long_session import format_table, run_session
 
 

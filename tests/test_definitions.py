@@ -13,7 +13,7 @@ from repocomp.config import Config, DefinitionsConfig, PromptConfig
 from repocomp.definitions import BufferState, Candidate, DefinitionFinder
 from repocomp.index import Index
 from repocomp.pipeline import Completer
-from repocomp.prompt import BlockSource, DefinitionSource, build_prompt, estimate_tokens
+from repocomp.prompt import BlockSource, DefinitionSource, build_prompt
 from repocomp.render import render_definition
 
 LAYERS = '''\

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from lsp_helpers import CHECKOUT, EXPECTED, copy_repo
+
 from lsp_bench.nvim import editor_snippet
 
 DRIVER = Path(__file__).resolve().parent / "editor" / "eglot_complete.el"

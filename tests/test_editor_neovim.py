@@ -10,11 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from lsp_helpers import CHECKOUT, EXPECTED, copy_repo
+from test_local_model import CONTENT_REPO, HOLE_LINE
+from test_local_model import EXPECTED as LOCAL_EXPECTED
+
 from lsp_bench.nvim import NvimRun, run_plan
 from lsp_bench.slow_backend import SlowBackend
-from test_local_model import CONTENT_REPO, EXPECTED as LOCAL_EXPECTED, HOLE_LINE
 
 pytestmark = [pytest.mark.editor, pytest.mark.slow]
 

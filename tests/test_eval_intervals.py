@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import random
 
-from repocomp.eval.intervals import metric_interval, paired_difference
 from repocomp.cli import main
+from repocomp.eval.intervals import metric_interval, paired_difference
 from repocomp.eval.report import compare_markdown, intervals_markdown
 
 

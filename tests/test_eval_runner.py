@@ -10,7 +10,7 @@ import pytest
 from repocomp.config import Config
 from repocomp.errors import RepocompError
 from repocomp.eval.runner import EvalOptions, eval_config, read_results, run_eval, summarize, task_buffer
-from repocomp.eval.tasks import Task, load_tasks, make_tasks, write_tasks
+from repocomp.eval.tasks import Task, load_tasks, make_tasks
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "eval_repo"
 

@@ -207,7 +207,8 @@ def test_holes_are_added_lines_of_later_hunks(history):
         # the buffer before the hole is the commit's file up to the hole (earlier hunks typed, this one partly)
         assert s["before_hole"] == "".join(fc.new_text.splitlines(keepends=True)[:t.line_no])
         # the events applied to the parent's files give the typed files; the first event opens a file
-        parent = lambda rel, sha=s["parent"]: _git(history, "show", f"{sha}:{rel}")
+        def parent(rel, sha=s["parent"]):
+            return _git(history, "show", f"{sha}:{rel}")
         texts = typed_texts(t, parent)
         assert texts[t.path].startswith(s["before_hole"])
         assert s["events"][0]["type"] == "opened"

@@ -9,8 +9,8 @@ import pytest
 
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config import Config
-from repocomp.eval.tasks import iter_python_files
 from repocomp.errors import RepocompError
+from repocomp.eval.tasks import iter_python_files
 from repocomp.index import Index
 
 IGNORED = ("gen/x.py", "skip_me.py", "pkg/local.py", "pkg/deep/build_cache.py")

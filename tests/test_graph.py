@@ -36,7 +36,7 @@ def _call_targets(index: Index, path: str) -> set[tuple[str, str, int]]:
     """(target file, target kind, target first line) of every call edge leaving `path`."""
     g = index.graph
     out = set()
-    for src, dst in g.files[path].call_edges.tolist():
+    for _src, dst in g.files[path].call_edges.tolist():
         out.add((g.owner[dst], g.kind[dst], _line_of(index, dst)))
     return out
 

@@ -10,7 +10,7 @@ import transformers
 from repocomp.backends import hf_attention
 
 
-def tiny_gemma3(attn_implementation: str) -> "transformers.PreTrainedModel":
+def tiny_gemma3(attn_implementation: str) -> transformers.PreTrainedModel:
     torch.manual_seed(0)
     config = transformers.Gemma3TextConfig(
         vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,

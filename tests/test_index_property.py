@@ -10,7 +10,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from lsp_helpers import SERVER_CMD, initialize, inline, make_client, open_doc, wait_ready
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from lsp_helpers import SERVER_CMD, initialize, inline, make_client, open_doc, wait_ready
 
 from repocomp import local_model as lm
 from repocomp.config import Config

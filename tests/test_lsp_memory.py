@@ -9,11 +9,21 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from lsp_helpers import (
+    SERVER_CMD,
+    copy_repo,
+    end_of,
+    initialize,
+    inline,
+    make_client,
+    open_doc,
+    shut_down,
+    stats,
+    wait_ready,
+)
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lsp_helpers import (SERVER_CMD, copy_repo, end_of, initialize, inline, make_client, open_doc, shut_down, stats,
-                         wait_ready)
 from repocomp.cli import main as cli_main
 
 
@@ -43,7 +53,7 @@ async def test_edits_join_the_session_and_an_accepted_completion_is_recorded(
     pricing = repo / "shop" / "pricing.py"
     text = pricing.read_text()
     uri = open_doc(client, pricing, text)
-    end = text.count("\n")
+    text.count("\n")
     added = "\n\ndef loyalty_price(price: float, points: int) -> float:\n    return round(price - points * 0.01, 2)\n"
     for i, ch in enumerate(added):  # typed key by key at the end of the file: one hunk
         lines = (text + added[:i]).split("\n")

@@ -12,11 +12,25 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from lsp_helpers import (
+    CHECKOUT,
+    EXPECTED,
+    SERVER_CMD,
+    copy_repo,
+    end_of,
+    folder_version,
+    initialize,
+    inline,
+    make_client,
+    open_doc,
+    shut_down,
+    stats,
+    wait_ready,
+    wait_version,
+    warnings,
+)
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from lsp_helpers import (CHECKOUT, EXPECTED, SERVER_CMD, copy_repo, end_of, folder_version, initialize, inline,
-                         make_client, open_doc, shut_down, stats, wait_ready, wait_version, warnings)
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
@@ -59,7 +73,7 @@ class Blackhole:
             self.closed.append(time.monotonic())
             writer.close()
 
-    async def wait_for(self, check: Callable[["Blackhole"], bool], timeout_s: float = 2.0) -> None:
+    async def wait_for(self, check: Callable[[Blackhole], bool], timeout_s: float = 2.0) -> None:
         """Until `check(self)` holds or `timeout_s` passed (callers assert what they need)."""
         deadline = time.monotonic() + timeout_s
         while not check(self) and time.monotonic() < deadline:

@@ -163,7 +163,7 @@ def test_ten_thousand_edits_keep_entries_and_bytes_under_the_caps():
     files = {f"pkg/m{i}.py": CART * 20 for i in range(5)}
     eds = {p: Editor(tr, p, text) for p, text in files.items()}
     evicted = 0
-    for k in range(10_000):
+    for _k in range(10_000):
         ed = eds[rng.choice(list(eds))]
         lines = ed.text.split("\n")
         line = rng.randrange(len(lines) - 1)

@@ -8,9 +8,9 @@ import random
 import pytest
 from test_memory_hunks import CART
 
+from repocomp.bench.memory import memory_bench
 from repocomp.config import MemoryConfig, PromptConfig
 from repocomp.local_model import default_model_dir
-from repocomp.bench.memory import memory_bench
 from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory, prompt_form
 from repocomp.tokenize import code_tokens

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from test_retrieval import FakeIndex, small_config
 
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.errors import RepocompError
 from repocomp.pipeline import Completer, next_query
-from test_retrieval import FakeIndex, small_config
 
 
 @dataclass

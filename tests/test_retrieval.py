@@ -10,8 +10,8 @@ import scipy.sparse as sp
 from repocomp.config import Config
 from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Fragment, Location, window_spans, window_text
-from repocomp.retrieval import RetrievalIndex, Retriever
 from repocomp.index.term_index import TermIndex
+from repocomp.retrieval import RetrievalIndex, Retriever
 
 
 class Windows:

@@ -77,7 +77,7 @@ class TransformersBackend:
         self._loaded: _LoadedModel | None = None
 
     @classmethod
-    def from_config(cls, config: BackendConfig) -> "TransformersBackend":
+    def from_config(cls, config: BackendConfig) -> TransformersBackend:
         return cls(model=config.model, device=config.device, dtype=config.dtype)
 
     async def _ensure_loaded(self) -> None:

@@ -136,7 +136,7 @@ class VLLMBackend:
         return entry[1]
 
     @classmethod
-    def from_config(cls, config: BackendConfig) -> "VLLMBackend":
+    def from_config(cls, config: BackendConfig) -> VLLMBackend:
         return cls(
             endpoints=config.endpoints,
             model=config.model,
@@ -340,9 +340,9 @@ class VLLMBackend:
                         except StopAsyncIteration:
                             break
                         except TimeoutError:
-                            raise BackendError(f"vllm: {ep.url} stalled: no completion within {within}")
+                            raise BackendError(f"vllm: {ep.url} stalled: no completion within {within}") from None
                         except httpx.TimeoutException:
-                            raise BackendError(f"vllm: {ep.url} stalled: read timed out after {within}")
+                            raise BackendError(f"vllm: {ep.url} stalled: read timed out after {within}") from None
                         except httpx.HTTPError as exc:
                             raise _Retryable(f"{ep.url} broke the stream: {type(exc).__name__}: {exc}") from None
                         piece, done = _parse_sse_line(line, ep.url)

@@ -16,16 +16,17 @@ import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from repocomp.config import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
-from repocomp.model_defaults import resolve_for_model
 from repocomp.index.walk import decode_source, read_regular
+from repocomp.model_defaults import resolve_for_model
 
 log = logging.getLogger(__name__)
 
@@ -411,14 +412,20 @@ class _Progress:
     def __init__(self, total: int, completed: int, enabled: bool):
         self.enabled = enabled
         if enabled:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                       TextColumn("ETA"), TimeRemainingColumn())
             self._task = self._progress.add_task("eval", total=total, completed=completed)
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
             self._progress.start()
         return self

@@ -13,9 +13,10 @@ import os
 import random
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from graph.lookup import DefRef, SymbolLookup
 from graph.parsing import parse_source
@@ -430,7 +431,7 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
             break
     name = root.resolve().name
     tasks = []
-    for k, (rel, s, e, gt, extra) in enumerate(chosen):
+    for k, (rel, s, _e, gt, extra) in enumerate(chosen):
         lines = files[rel][0]
         prompt, start = _prompt_for(lines, s, prompt_tokens)
         defs = extra.pop("api_definitions", [])

@@ -86,7 +86,7 @@ def _untext_blob(blob: np.ndarray, lengths: np.ndarray) -> list[str]:
 # ------------------------------------------------------------------------------------------------ encode
 
 
-def encode(index: "Index") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     entries = list(index.files.values())
     graph, arrays = index.graph, {}
     paths = [e.path for e in entries]
@@ -155,7 +155,7 @@ def encode(index: "Index") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 # ------------------------------------------------------------------------------------------------ decode
 
 
-def decode(index: "Index", meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Fill the empty `index` from `meta` and `arrays`; `ValueError`/`KeyError`/`TypeError` when inconsistent."""
 
     if meta.get("schema") != SCHEMA:

@@ -22,14 +22,21 @@ from graph.code_graph import EDGE_TYPES, CodeGraph
 from graph.parsing import MAX_DEPTH, parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config, load_config
-from repocomp.errors import (IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError,
-                             IndexUntrustedError, RepocompError)
+from repocomp.errors import (
+    IndexCorruptError,
+    IndexMissingError,
+    IndexStaleError,
+    IndexUntrustedError,
+    IndexUnusableError,
+    RepocompError,
+)
+from repocomp.index import codec as index_codec
+from repocomp.index import trust as index_trust
 from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Location, window_spans, window_text
-from repocomp.index import codec as index_codec, trust as index_trust
+from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
 from repocomp.index.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
-from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.term_index import TermIndex
 from repocomp.index.walk import FileRule, WalkResult, addressable, walk_repository
 
@@ -97,7 +104,7 @@ class Index:
 
     # -- construction --------------------------------------------------------------------------------------------
     @classmethod
-    def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None) -> "Index":
+    def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None) -> Index:
         root = Path(root)
         if not root.exists():
             raise RepocompError(f"{root}: no such directory")
@@ -395,7 +402,7 @@ class Index:
         self.notices.append(message)
 
     @classmethod
-    def load(cls, root: str | Path, config: Config | None = None) -> "Index":
+    def load(cls, root: str | Path, config: Config | None = None) -> Index:
         """The stored index: `[index] dir`, else the user's cache (where a read-only repository's index goes).
 
         Raises one of the `IndexUnusableError` kinds (`IndexMissingError`, `IndexStaleError`, `IndexCorruptError`)
@@ -444,7 +451,7 @@ class Index:
 
     @classmethod
     def open(cls, root: str | Path, config: Config | None = None, build: bool = True,
-             progress: Progress | None = None) -> "Index":
+             progress: Progress | None = None) -> Index:
         """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings.
 
         A missing or stale index (another version, other settings) is rebuilt quietly (an info log), a corrupt one

@@ -30,7 +30,7 @@ _ROWS_PER_BLOCK = 4096  # relation rows computed per sparse block (bounds the te
 
 
 class RelationUpkeep:
-    def __init__(self, index: "Index") -> None:
+    def __init__(self, index: Index) -> None:
         self.index = index
         # per row, the top-k relations of Eq. 8 (what is stored; the cut makes it asymmetric)
         self.relations = sp.csr_matrix((0, 0), dtype=np.float32)
@@ -43,7 +43,7 @@ class RelationUpkeep:
         self.pending_rows = np.zeros(0, np.int64)  # fragment rows found stale, not recomputed yet
 
     # -- F: the fragment x node matrix ---------------------------------------------------------------------------
-    def file_triplets(self, entries: list["FileEntry"]) -> Triplets:
+    def file_triplets(self, entries: list[FileEntry]) -> Triplets:
         """F's entries for these files: what each window's lines give each syntax node."""
         cfg = self.index.config.fragments
         rows, cols, vals = [], [], []

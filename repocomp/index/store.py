@@ -27,8 +27,14 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.lib.format as npy
 
-from repocomp.errors import (IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError,
-                             IndexUntrustedError, RepocompError)
+from repocomp.errors import (
+    IndexCorruptError,
+    IndexMissingError,
+    IndexStaleError,
+    IndexUntrustedError,
+    IndexUnusableError,
+    RepocompError,
+)
 
 MAGIC = b"repocomp-index\n"
 FORMAT_VERSION = 2

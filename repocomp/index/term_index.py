@@ -42,12 +42,12 @@ class _Postings:
     counts: np.ndarray  # float32 term counts
 
     @classmethod
-    def empty(cls, n_terms: int) -> "_Postings":
+    def empty(cls, n_terms: int) -> _Postings:
         return cls(np.zeros(n_terms + 1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32))
 
     @classmethod
     def from_rows(cls, row_ids: np.ndarray, terms: list[np.ndarray], counts: list[np.ndarray],
-                  n_terms: int) -> "_Postings":
+                  n_terms: int) -> _Postings:
         if not terms:
             return cls.empty(n_terms)
         lengths = np.fromiter((len(t) for t in terms), np.int64, len(terms))
@@ -98,13 +98,13 @@ class TermIndex:
     # -- construction -------------------------------------------------------------------------------------
 
     @classmethod
-    def build(cls, texts: list[str | None]) -> "TermIndex":
+    def build(cls, texts: list[str | None]) -> TermIndex:
         idx = cls()
         idx.set_rows(list(range(len(texts))), texts)
         idx._fold()
         return idx
 
-    def take(self, rows: np.ndarray) -> "TermIndex":
+    def take(self, rows: np.ndarray) -> TermIndex:
         """A new index whose row i is this one's row `rows[i]`, with a vocabulary of the terms those rows use
         (what `build` on their texts gives, without tokenizing again)."""
         terms = [self._terms[r] for r in rows.tolist()]
@@ -288,7 +288,7 @@ class TermIndex:
             raise StateVersionError(f"term index state version {d.get('version')!r}, expected {_STATE_VERSION}")
 
     @classmethod
-    def from_state(cls, d: dict[str, Any]) -> "TermIndex":
+    def from_state(cls, d: dict[str, Any]) -> TermIndex:
         cls.check_state_version(d)
         idx = cls()
         words = d["vocab"].split("\n") if d["vocab"] else []

@@ -436,7 +436,7 @@ class SessionMemory:
                 cands[i].s_env = num / max(1.0, den)
                 if w_c > 0:
                     rel_reason[i] = f"related {w_c:.2f}"
-        for i, c in enumerate(cands):
+        for c in cands:
             s_rel = c.s_ind + cfg.alpha * c.s_env
             age = max(0.0, now - c.time)
             c.score = s_rel * (0.5 + 0.5 * 0.5 ** (age / cfg.half_life_s))

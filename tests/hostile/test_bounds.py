@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 from cli_run import minified_line
+
 from graph.maxproduct import HUB_DEGREE, HUB_WINDOW, max_product_strengths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -16,14 +16,18 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
-
 from cli_run import assert_one_line, cli
 from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, wait_ready
-from repocomp.config import (MAX_CONFIG_BYTES, MAX_FRAGMENTS_PER_LINE, MAX_REACH_X_TOP_K, MAX_REPOSITORY_EXCLUDES,
-                             load_config)
+from pytest_lsp import ClientServerConfig, LanguageClient
 from test_index_trust import MAX_RSS_BYTES, audited
+
+from repocomp.config import (
+    MAX_CONFIG_BYTES,
+    MAX_FRAGMENTS_PER_LINE,
+    MAX_REACH_X_TOP_K,
+    MAX_REPOSITORY_EXCLUDES,
+    load_config,
+)
 
 NESTED = {  # each is a one-line error naming the file, never a RecursionError or a parse of minutes
     "array": "a = " + "[" * 100_000 + "\n",

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from cli_run import assert_one_line, cli, repocomp
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from cli_run import TcpSink, assert_one_line, cli, repocomp
 
 LINES = [f"value_{i} = {i}" for i in range(12)]

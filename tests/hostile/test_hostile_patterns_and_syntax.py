@@ -25,11 +25,11 @@ from pathlib import Path
 import pathspec
 import pytest
 import pytest_lsp
+from cli_run import python, repocomp
+from lsp_helpers import SERVER_CMD, capabilities, end_of, inline, make_client, open_doc, shut_down, stats, warnings
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from cli_run import python, repocomp
-from lsp_helpers import SERVER_CMD, capabilities, end_of, inline, make_client, open_doc, shut_down, stats, warnings
 from repocomp.index.ignore import MAX_PATTERNS_PER_SOURCE, PatternSet, parse_line
 
 INDEX_BOUND_S = 10.0  # the target for the `.gitignore` case, used for every CLI case here (CPU seconds)

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_run import assert_one_line, cli, pickled_index, python, repocomp
+
 from repocomp.index.store import INDEX_FILE, MAGIC, read_state
 
 

@@ -21,14 +21,13 @@ from typing import Any
 
 import pytest
 import pytest_lsp
-from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
-
 from cli_run import TIMEOUT_S, repocomp, user_env
 from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, wait_ready
-from repocomp.index import codec as index_codec
+from pytest_lsp import ClientServerConfig, LanguageClient
+
 from repocomp.errors import IndexUntrustedError
 from repocomp.index import Index
+from repocomp.index import codec as index_codec
 from repocomp.index.store import INDEX_FILE, REJECTED_SUFFIX, write_state
 
 MAIN = "from shapes import area\n\n\ntotal = "

@@ -306,7 +306,7 @@ def test_frames_are_found_whatever_the_chunk_boundaries() -> None:
     for size in (1, 2, 7, len(stream)):
         chunks = [stream[i:i + size] for i in range(0, len(stream), size)]
 
-        async def read_chunk() -> bytes:
+        async def read_chunk(chunks: list[bytes] = chunks) -> bytes:
             return chunks.pop(0) if chunks else b""
 
         async def bodies() -> list[bytes]:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from cli_run import minified_line, pickled_index
+from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, stats, wait_ready
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from cli_run import minified_line, pickled_index
-from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, stats, wait_ready
 from repocomp.index.store import INDEX_FILE
 
 EXTRACTIVE = {"backend": {"name": "extractive"}}

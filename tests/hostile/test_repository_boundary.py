@@ -10,10 +10,9 @@ import json
 import os
 from pathlib import Path
 
-
 from cli_run import TcpSink, assert_one_line_error, python, repocomp
-from repocomp.index.store import INDEX_FILE
 
+from repocomp.index.store import INDEX_FILE
 
 
 def test_symlink_to_a_file_outside_the_repository_is_never_indexed(repo: Path, tmp_path: Path) -> None:

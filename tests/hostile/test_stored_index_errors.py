@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from cli_run import repocomp
+
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config import Config, config_from_dict
 from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError

@@ -27,12 +27,21 @@ from typing import Any
 
 import pytest
 import pytest_lsp
+from cli_run import REPO_ROOT, TIMEOUT_S, assert_one_line, cli, user_env
+from lsp_helpers import (
+    SERVER_CMD,
+    end_of,
+    initialize,
+    inline,
+    make_client,
+    open_doc,
+    shut_down,
+    stats,
+    wait_ready,
+    warnings,
+)
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from cli_run import REPO_ROOT, TIMEOUT_S, assert_one_line, cli, user_env
-from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, stats, \
-    wait_ready, warnings
 
 NAME = os.fsdecode(b"caf\xff.py")  # what os.listdir gives for the file name b"caf\xff.py": "caf\udcff.py"
 SHOWN = "caf\\xff.py"  # how repocomp shows it
