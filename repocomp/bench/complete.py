@@ -7,6 +7,10 @@ prompt and generation count. Loading the model (and its warm-up generation, as t
 timed apart; the first request after it is reported beside the median. The CPU's flags are printed so that
 figures of different machines are never mixed; `--json` lists every answer, so that two runs (an idle machine and
 a busy one) can be compared answer by answer.
+
+`--typing K` then types the next K characters of each position's line one at a time, a request after each, as a
+language server sends them (the document as cache key): their latency and how many reused the prompt prefix the
+model computed for the previous keystroke (the in-process model reuses it in float32, `[backend] dtype`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class CompleteBenchResult:
     failures: int = 0  # requests answered by the fallback (backend errors)
     at_time_limit: int = 0  # generations stopped by max_time_s (their text so far was the answer)
     answers: list[str] = field(default_factory=list)  # per position, in order
+    typing_ms: dict[str, float] = field(default_factory=dict)  # requests after each typed character (--typing)
+    cache: dict[str, float] = field(default_factory=dict)  # the backend's prefix reuse (requests, hits, tokens)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,6 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--endpoint", help="vLLM base URL (with --backend vllm)")
     p.add_argument("--iterations", type=int,
                    help="RepoCoder rounds (default: the model's, see repocomp.model_defaults)")
+    p.add_argument("--typing", type=int, default=0, metavar="K",
+                   help="after each position, type its next K characters, a request after each (default 0)")
     p.add_argument("--config", type=Path, metavar="FILE")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.set_defaults(run=_run)
@@ -75,8 +83,10 @@ def cpu_flags() -> str:
     return ", ".join(shown) or "none of AMX, AVX-512, AVX2"
 
 
-async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]]) -> tuple[list, float, Any]:
-    """(results, model load and warm-up in ms, the configuration the completer used)."""
+async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
+                 typing: int = 0) -> tuple[list, float, Any, list[float], dict[str, float]]:
+    """(results, model load and warm-up in ms, the configuration the completer used, typed requests' ms, the
+    backend's prefix-reuse counters)."""
     from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer
 
@@ -86,22 +96,32 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]])
     load = (time.perf_counter() - t) * 1e3
     completer = Completer(index, config, backend)
     texts = {p: "\n".join(index.file_lines(p) or []) for p, _, _ in positions}
+    results, typed = [], []
     try:
-        results = [await completer.acomplete(path, texts[path], line, col) for path, line, col in positions]
+        for path, line, col in positions:
+            results.append(await completer.acomplete(path, texts[path], line, col))
+            rest = texts[path].split("\n")[line][col:]
+            for k in range(1, min(typing, len(rest)) + 1):  # the line's own next characters, one at a time
+                t0 = time.perf_counter()
+                await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
+                typed.append((time.perf_counter() - t0) * 1e3)
+        stats = getattr(getattr(backend, "primary", backend), "cache_stats", None)
+        cache = stats() if callable(stats) else {}
     finally:
         await completer.aclose()
-    return results, load, completer.config
+    return results, load, completer.config, typed, cache
 
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
-                       progress: Any = None) -> CompleteBenchResult:
+                       progress: Any = None, typing: int = 0) -> CompleteBenchResult:
     from repocomp.index import Index
     from repocomp.local_model import resolve
 
     config = resolve(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    results, load, used = asyncio.run(_bench(index, config, pos))  # used: the model's defaults made concrete
+    # used: the model's defaults made concrete
+    results, load, used, typed, cache = asyncio.run(_bench(index, config, pos, typing))
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
@@ -112,7 +132,7 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         first_request_ms=round(results[0].timings_ms["total"], 1),
         failures=sum(1 for r in results if r.backend != config.backend.name),
         at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds),
-        answers=[r.text for r in results])
+        answers=[r.text for r in results], typing_ms=_stats(typed) if typed else {}, cache=dict(cache))
 
 
 def format_table(res: CompleteBenchResult) -> str:
@@ -125,6 +145,14 @@ def format_table(res: CompleteBenchResult) -> str:
     for name, s in (("request (ms)", res.request_ms), ("generation per round (ms)", res.generate_ms),
                     ("prompt tokens", res.prompt_tokens)):
         lines.append(f"{name:<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}{s['max']:>10.1f}")
+    if res.typing_ms:
+        s = res.typing_ms
+        lines.append(f"{'typed, a request a key (ms)':<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}"
+                     f"{s['max']:>10.1f}")
+    if res.cache.get("requests"):
+        c = res.cache
+        lines.append(f"prefix reuse: {c['hits']:.0f} of {c['requests']:.0f} requests hit ({c['hit_rate']:.0%}); "
+                     f"{c['reused_tokens']:.0f} prompt tokens reused, {c['prefilled_tokens']:.0f} computed")
     lines.append(f"\nmodel load and warm-up: {res.load_ms:.0f} ms; first request {res.first_request_ms:.0f} ms "
                  f"({res.first_request_ms / max(res.request_ms['p50'], 1e-9):.2f} x the median); "
                  f"fallback answers: {res.failures}; generations stopped at the time limit: {res.at_time_limit}")
@@ -151,7 +179,9 @@ def _run(args: argparse.Namespace) -> int:
         if done == 0:
             print(f"repocomp: indexing {root} first...", file=sys.stderr)
 
-    res = run_complete_bench(root, config, args.positions, args.seed, progress)
+    if not 0 <= args.typing <= 1000:
+        raise RepocompError(f"--typing must be in 0..1000, got {args.typing}")
+    res = run_complete_bench(root, config, args.positions, args.seed, progress, args.typing)
     if res.backend == "extractive":
         print("repocomp: warning: answered by the extractive backend, not a model (see `repocomp model prepare`)",
               file=sys.stderr)
