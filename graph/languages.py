@@ -88,13 +88,13 @@ def language_for(path: str) -> str | None:
 def spec(name: str) -> LanguageSpec:
     module_name, func = _GRAMMARS[name]
     language = Language(getattr(importlib.import_module(module_name), func)())
-    kinds = sorted(
-        {
-            language.node_kind_for_id(i)
-            for i in range(language.node_kind_count)
-            if language.node_kind_is_named(i) and language.node_kind_is_visible(i)
-        }
-    )
+    named: set[str] = set()
+    for i in range(language.node_kind_count):
+        if language.node_kind_is_named(i) and language.node_kind_is_visible(i):
+            kind = language.node_kind_for_id(i)
+            assert kind is not None  # every id below node_kind_count has a name
+            named.add(kind)
+    kinds = sorted(named)
     node_kinds = [k for k in kinds if k.endswith(_NODE_SUFFIXES) and k not in _NOT_NODES]
     if name in ("cpp",):
         node_kinds.append("class_specifier")

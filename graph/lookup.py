@@ -145,7 +145,9 @@ class SymbolLookup:
         open_ = header.find("(")
         if open_ < 0 or header.find(":") < open_:
             return []
-        depth, args, current = 0, [], []
+        depth = 0
+        args: list[str] = []
+        current: list[str] = []
         for ch in header[open_ + 1:]:
             if ch in "([{":
                 depth += 1

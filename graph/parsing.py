@@ -68,6 +68,13 @@ def _text(node: Node) -> str:
     return node.text.decode("utf-8", "replace") if node.text is not None else ""
 
 
+def _field(node: Node, name: str) -> Node:
+    """A field the grammar always fills (where the source lacks it, tree-sitter puts a MISSING node there)."""
+    child = node.child_by_field_name(name)
+    assert child is not None, (node.type, name)
+    return child
+
+
 def _def_name(node: Node) -> str | None:
     name = node.child_by_field_name("name")
     if name is not None:
@@ -87,8 +94,8 @@ def _python_imports(node: Node) -> list[Import]:
     if node.type == "import_statement":
         for child in node.children_by_field_name("name"):
             if child.type == "aliased_import":
-                module = _text(child.child_by_field_name("name"))
-                out.append(Import(_text(child.child_by_field_name("alias")), module, None))
+                module = _text(_field(child, "name"))
+                out.append(Import(_text(_field(child, "alias")), module, None))
             else:
                 module = _text(child)
                 out.append(Import(module.split(".")[0], module.split(".")[0], None))
@@ -99,8 +106,7 @@ def _python_imports(node: Node) -> list[Import]:
             out.append(Import("*", module, "*"))
         for child in node.children_by_field_name("name"):
             if child.type == "aliased_import":
-                out.append(Import(_text(child.child_by_field_name("alias")), module,
-                                  _text(child.child_by_field_name("name"))))
+                out.append(Import(_text(_field(child, "alias")), module, _text(_field(child, "name"))))
             else:
                 out.append(Import(_text(child), module, _text(child)))
     return out
@@ -125,7 +131,9 @@ def _deeper_than(root: Node, limit: int) -> bool:
     while True:
         if depth > limit:
             return True
-        if depth + cursor.node.descendant_count - 1 > limit and cursor.goto_first_child():
+        node = cursor.node
+        assert node is not None  # a cursor made from a node is always on one
+        if depth + node.descendant_count - 1 > limit and cursor.goto_first_child():
             depth += 1
             continue
         while not cursor.goto_next_sibling():
@@ -182,14 +190,15 @@ def parse_source(text: str, language: str) -> ParsedFile:
 
     for idx in range(1, len(kinds)):
         kind = kinds[idx]
-        node = node_objs[idx]
+        obj = node_objs[idx]
+        assert obj is not None  # only the root (index 0) has no node
         if kind in DEFINITION_KINDS:
-            name = _def_name(node)
+            name = _def_name(obj)
             if name:
                 par = parents[idx]
                 parsed.defs.append((idx, name, par if kinds[par] in CLASS_KINDS else -1))
         elif language == "python" and kind in ("import_statement", "import_from_statement"):
-            parsed.imports.extend(_python_imports(node))
+            parsed.imports.extend(_python_imports(obj))
 
     for callee in _captures(lang.call_query, tree.root_node, "callee"):
         if callee.end_byte - callee.start_byte > 4 * _MAX_CALLEE_CHARS:  # `f()()()...`: each holds the rest

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Literal
 
 from graph.languages import CLASS_KINDS
 from graph.parsing import Import, ParsedFile
@@ -57,6 +58,10 @@ def make_symbols(path: str, parsed: ParsedFile) -> FileSymbols:
     for imp in parsed.imports:
         sym.bindings[imp.local] = imp
     return sym
+
+
+# where a name leads: a definition (path, local node) or a module
+_Target = tuple[Literal["def"], str, int] | tuple[Literal["mod"], FileSymbols]
 
 
 class Resolver:
@@ -156,7 +161,7 @@ class Resolver:
         rest = module[dots:]
         return ".".join(package + ([rest] if rest else []))
 
-    def _symbol(self, mod: FileSymbols, name: str, consulted: set[str], depth: int = 0):
+    def _symbol(self, mod: FileSymbols, name: str, consulted: set[str], depth: int = 0) -> _Target | None:
         """Definition of `name` as seen from module `mod`: its own, re-exported, or a submodule."""
         if name in mod.top:
             return ("def", mod.path, mod.top[name])
@@ -171,7 +176,7 @@ class Resolver:
                 return ("mod", sub)
         return None
 
-    def _binding(self, sym: FileSymbols, imp: Import, consulted: set[str], depth: int = 0):
+    def _binding(self, sym: FileSymbols, imp: Import, consulted: set[str], depth: int = 0) -> _Target | None:
         absolute = self._absolute(sym, imp.module)
         if imp.name is None:  # import a.b [as c]
             mod = self._module_file(absolute, consulted)
@@ -190,6 +195,7 @@ class Resolver:
             cls = self._enclosing_class(sym, node)
             method = sym.methods.get(cls, {}).get(rest[0])
             return (sym.path, method) if method is not None else None
+        target: _Target | None
         if head in sym.top:
             target = ("def", sym.path, sym.top[head])
         elif head in sym.bindings:

@@ -209,7 +209,7 @@ def python_files(repo: Path, limit_bytes: int = 200_000) -> list[Path]:
 
 def _cursor_sites(files: list[Path], n: int, rng: random.Random) -> list[tuple[Path, str, int, int]]:
     """(file, text, line, col): the cursor halfway through a non-blank code line past the file's top."""
-    sites = []
+    sites: list[tuple[Path, str, int, int]] = []
     for _ in range(n * 20):
         if len(sites) == n:
             break

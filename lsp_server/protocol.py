@@ -29,12 +29,15 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from lsp_server.convert import document_key, utf8_size_over
+
+if TYPE_CHECKING:
+    from lsp_server.server import RepocompServer
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +46,8 @@ _ALWAYS_ALLOWED = frozenset({types.EXIT})
 
 class RepocompProtocol(LanguageServerProtocol):
     """pygls' language server protocol with a response for every request (see the module docstring)."""
+
+    _server: RepocompServer  # pygls declares its base LanguageServer; ours is always a RepocompServer
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

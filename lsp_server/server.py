@@ -93,7 +93,7 @@ class RepocompServer(LanguageServer):
 
     # ----- transport (ours, not pygls': see lsp_server.framing and lsp_server.protocol) -----
 
-    def start_io(self, stdin: Any = None, stdout: Any = None) -> int:  # type: ignore[override]
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> int:
         """Serve on stdio until `exit` or the end of input; the exit code (1 for `exit` without `shutdown`)."""
         return transport.serve_stdio(self, stdin, stdout)
 
@@ -362,6 +362,7 @@ class RepocompServer(LanguageServer):
         folder = self.indexes.folder_for(path) if self.indexes is not None and path is not None else None
         if folder is None:
             return None
+        assert path is not None  # a folder was found for it
         rel = folder.relative(path)
         memory = self.sessions.memory(folder.root, self.config_for(folder.root)) if rel is not None else None
         return (memory, rel) if memory is not None and rel is not None else None

@@ -63,7 +63,7 @@ def serve_tcp(server: RepocompServer, host: str, port: int) -> int:
             if done.done():
                 writer.close()  # one client per server
                 return
-            server.protocol.set_writer(writer)  # type: ignore[arg-type]  # a StreamWriter has write/close
+            server.protocol.set_writer(writer)
             try:
                 await _session(server, lambda: reader.read(CHUNK_BYTES))
             finally:

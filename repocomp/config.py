@@ -431,13 +431,15 @@ def _read_toml(path: Path, repository: Path | None = None) -> dict[str, Any] | N
     where = path
     if repository is not None:
         root = repository.resolve()
+        resolved: Path | None
         try:
-            where = path.resolve()
+            resolved = path.resolve()
         except (OSError, RuntimeError):  # a symlink loop
-            where = None
-        if where is None or not where.is_relative_to(root):
+            resolved = None
+        if resolved is None or not resolved.is_relative_to(root):
             _warn_once(path, "file", f"{path} is a symbolic link leading outside the repository; not read")
             return None
+        where = resolved
     try:
         # O_NONBLOCK: a FIFO swapped in after the check neither blocks the open nor is read (fstat below)
         fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

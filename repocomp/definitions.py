@@ -269,9 +269,9 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
         if enclosing is not None and "super(" in text:
             for m in _SUPER.finditer(text):
                 for base in state.lookup.class_bases(enclosing):
-                    found = state.lookup.class_member(base, m.group(1))
-                    if found is not None:
-                        state.add(found, Evidence("reference", i, f"super().{m.group(1)}"))
+                    member = state.lookup.class_member(base, m.group(1))
+                    if member is not None:
+                        state.add(member, Evidence("reference", i, f"super().{m.group(1)}"))
                         break
 
 
@@ -431,7 +431,8 @@ class DefinitionFinder:
         ranked = []
         for ref, cand in pool.items():
             n_calls = calls.get(ref, 0)
-            relation = relation_of.get(nodes[ref], 0.0) if nodes[ref] is not None else 0.0
+            ref_node = nodes[ref]
+            relation = relation_of.get(ref_node, 0.0) if ref_node is not None else 0.0
             distance = None if cand.last_reference is None else max(0, state.cursor_line - cand.last_reference)
             features = {
                 "near": 0.0 if distance is None else 1.0 / (1.0 + distance / cfg.distance_scale),

@@ -477,7 +477,7 @@ class Completer:
         return build_prompt(sources, hole.prefix, hole.suffix, self.config.prompt, self.count_tokens,
                             definitions=def_sources, definitions_share=dc.share, max_definitions=dc.max_definitions,
                             definitions_first=dc.position == "first", hole=(hole.path, hole.line),
-                            recent=recent, recent_tokens=memory.budget_tokens if recent else 0)
+                            recent=recent, recent_tokens=memory.budget_tokens if recent and memory is not None else 0)
 
     def _recall(self, req: _Request) -> MemoryDecision | None:
         """The session memory's controller (SCM) for this cursor: whether the session is consulted, what it shows

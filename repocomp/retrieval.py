@@ -52,17 +52,34 @@ class RetrievalResult:
 
 
 class FileWindows(Protocol):
-    windows: Sequence[int]  # fragment id of each of the file's windows, in file order
+    @property
+    def windows(self) -> Sequence[int]:
+        """Fragment id of each of the file's windows, in file order."""
+        ...
 
 
 class RetrievalIndex(Protocol):
-    """What the retriever reads of an index: `repocomp.index.Index` implements it (the tests' stand-in too)."""
+    """What the retriever reads of an index: `repocomp.index.Index` implements it (the tests' stand-in too).
+    Read-only: the retriever never sets these, so an index may keep them as plain attributes or properties."""
 
-    config: Config
-    fragments: Sequence[Fragment | None]  # by id; None once removed
-    files: Mapping[str, FileWindows]
-    term_index: TermIndex
-    symmetric_relations: sp.csr_matrix  # W of Eq. 9: fragment x fragment relations, w_ij = w_ji
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def fragments(self) -> Sequence[Fragment | None]:
+        """By id; None once removed."""
+        ...
+
+    @property
+    def files(self) -> Mapping[str, FileWindows]: ...
+
+    @property
+    def term_index(self) -> TermIndex: ...
+
+    @property
+    def symmetric_relations(self) -> sp.csr_matrix:
+        """W of Eq. 9: fragment x fragment relations, w_ij = w_ji."""
+        ...
 
     def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray: ...
 

@@ -119,7 +119,9 @@ class TransformersBackend:
 
                 options["attn_implementation"] = register()
             model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=dtype, **options)
-            model.to(self.device)
+            # transformers wraps PreTrainedModel.to with functools.wraps, typed (_Wrapped) without binding self:
+            # mypy takes `self.device` for the model
+            model.to(self.device)  # type: ignore[arg-type]
             model.eval()
         except (OSError, ValueError) as exc:
             raise BackendError(

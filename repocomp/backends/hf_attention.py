@@ -27,7 +27,10 @@ def blocked_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     keys, dim), an additive float mask (batch, 1, n, >= keys) or None; returns (batch, n, heads, dim)."""
     if dropout and module.training:
         raise ValueError("blocked attention is for inference (no dropout)")
-    scaling = module.head_dim ** -0.5 if scaling is None else scaling
+    if scaling is None:
+        # torch's stubs type any Module attribute as Tensor | Module; an attention module's head_dim is an int
+        head_dim: int = module.head_dim  # type: ignore[assignment]
+        scaling = head_dim ** -0.5
     batch, heads, n, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     groups = heads // kv_heads  # grouped-query attention: query heads h*groups .. h*groups+groups-1 share key head h

@@ -202,7 +202,8 @@ def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     seq, fed = input_ids, reused  # fed: the positions the cache holds
     while True:
         cur = seq.shape[1]
-        candidate, _ = lookup.get_candidates(seq)
+        # transformers annotates LongTensor, torch's legacy tensor type that no Tensor matches statically
+        candidate, _ = lookup.get_candidates(seq)  # type: ignore[arg-type]
         draft = candidate.shape[1] - cur
         if keep_logits:
             kwargs["logits_to_keep"] = draft + 1

@@ -22,7 +22,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,7 +183,7 @@ class VLLMBackend:
                 raise
         return Generation(text=text, backend=self.name, at_time_limit=limit.expired())
 
-    async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
         """The completion's text pieces as the server produces them (at most `max_new_tokens` pieces)."""
         deadline = _deadline(request, self.timeout_s)
         payload = await self._payload(request, deadline, stream=True)
@@ -323,7 +323,7 @@ class VLLMBackend:
         raise BackendError(f"vllm: no endpoint answered after {self.retries + 1} round(s): {last_error}")
 
     async def _stream_from(self, ep: _Endpoint, payload: dict[str, Any], deadline: _Deadline,
-                           request: GenerationRequest) -> AsyncIterator[str]:
+                           request: GenerationRequest) -> AsyncGenerator[str, None]:
         ep.in_flight += 1
         try:
             resp = await self._send(ep, payload, deadline)
@@ -365,7 +365,7 @@ class VLLMBackend:
             ep.in_flight -= 1
 
 
-async def _sse_lines(resp: httpx.Response, url: str) -> AsyncIterator[str]:
+async def _sse_lines(resp: httpx.Response, url: str) -> AsyncGenerator[str, None]:
     """The lines of an event stream, none longer than MAX_SSE_LINE_BYTES (httpx's own line reader buffers an
     endless line without limit)."""
     buf = bytearray()

@@ -53,8 +53,8 @@ def intervals_markdown(runs: dict[str, list[dict[str, Any]]]) -> str:
 
     out = []
     for key, title in (("em", "EM"), ("es", "ES")):
-        rows = [(label, metric_interval(records, key)) for label, records in sorted(runs.items())]
-        rows = [(label, iv) for label, iv in rows if iv is not None]
+        found = [(label, metric_interval(records, key)) for label, records in sorted(runs.items())]
+        rows = [(label, iv) for label, iv in found if iv is not None]
         if not rows:
             continue
         out.append(f"**{title}** (%, mean over repositories; 95% bootstrap intervals; differences paired by task "

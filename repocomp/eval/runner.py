@@ -195,7 +195,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             failed[r["repo"]] += 1
         else:
             by_repo[r["repo"]].append(r)
-    per_repo = {}
+    per_repo: dict[str, dict[str, Any]] = {}
     for repo in sorted(by_repo.keys() | failed.keys()):
         rs = by_repo[repo]
         per_repo[repo] = {
@@ -337,9 +337,9 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
             raise RepocompError(f"{flag} {target}: the folder {Path(target).parent} does not exist; create it first")
     existing = read_results(out) if out else []
     for r in existing:
-        ran = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions),
-               r.get("memory_requested", options.memory))
-        if ran != (options.mode, bool(options.alpha), options.backend, options.definitions, options.memory):
+        recorded = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions),
+                    r.get("memory_requested", options.memory))
+        if recorded != (options.mode, bool(options.alpha), options.backend, options.definitions, options.memory):
             raise RepocompError(
                 f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
                 f"backend={r.get('backend')}, definitions={r.get('definitions')}, "

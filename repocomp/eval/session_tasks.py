@@ -516,7 +516,7 @@ def memory_factory(config: Any) -> Callable[[], Any] | None:
     mem_config = getattr(config, "memory", None)
     if mem_config is None:
         try:
-            from repocomp.config import MemoryConfig  # type: ignore[attr-defined]
+            from repocomp.config import MemoryConfig
         except ImportError:
             return None
         mem_config = MemoryConfig()

@@ -415,6 +415,7 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
             for s, e, gt, name in _function_candidates(rel, lines, tree):
                 candidates.append((rel, s, e, gt, {"function_name": name}))
         else:
+            assert calls is not None  # kind == "api" (checked against KINDS above)
             for s, e, gt, defs in _api_candidates(rel, lines, tree, calls, max_api_lines):
                 candidates.append((rel, s, e, gt, {"api_definitions": defs}))
     rng = random.Random(seed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,6 +30,8 @@ from repocomp.index.term_index import StateVersionError, TermIndex
 
 if TYPE_CHECKING:
     from repocomp.index.index import Index
+
+_H = TypeVar("_H", bound=Hashable)
 
 SCHEMA = 1  # bump with any change below (the store's FORMAT_VERSION covers the container)
 
@@ -46,9 +48,9 @@ def plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _codes(values: Sequence[Hashable]) -> tuple[list[Hashable], np.ndarray]:
+def _codes(values: Sequence[_H]) -> tuple[list[_H], np.ndarray]:
     """A table of distinct values and each value's index in it (kinds, names and paths repeat a lot)."""
-    table: dict[Hashable, int] = {}
+    table: dict[_H, int] = {}
     codes = np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32, len(values))
     return list(table), codes
 

@@ -44,20 +44,25 @@ class FragmentStore(Sequence[Fragment | None]):
             frag_id = len(self._items)
             self._items.append(Fragment(frag_id, text, []))
             self._by_text[text] = frag_id
-        self._items[frag_id].locations.append(loc)
+        frag = self._items[frag_id]
+        assert frag is not None  # `_by_text` holds live fragments only
+        frag.locations.append(loc)
         return frag_id
 
     def forget_path(self, frag_ids: Iterable[int], path: str) -> None:
         """Drop the locations in `path` of these fragments (they stay, possibly empty, until `release`)."""
         for frag_id in frag_ids:
             frag = self._items[frag_id]
+            assert frag is not None  # a file's fragments are released only after it forgets them
             frag.locations = [loc for loc in frag.locations if loc.path != path]
 
     def release(self, frag_ids: Iterable[int]) -> list[int]:
         """Remove those of `frag_ids` that have no location left; returns their ids, sorted."""
         dead = [i for i in sorted(frag_ids) if (f := self._items[i]) is not None and not f.locations]
         for frag_id in dead:
-            del self._by_text[self._items[frag_id].text]
+            frag = self._items[frag_id]
+            assert frag is not None  # chosen above for being present
+            del self._by_text[frag.text]
             self._items[frag_id] = None
         return dead
 
@@ -69,7 +74,10 @@ class FragmentStore(Sequence[Fragment | None]):
         """Renumber the live fragments densely, in id order; returns the old ids kept (new id = position)."""
         keep = np.flatnonzero(self.alive_mask())
         self._items = [self._items[i] for i in keep.tolist()]
+        by_text: dict[str, int] = {}
         for new_id, frag in enumerate(self._items):
+            assert frag is not None  # `keep` holds the live ids
             frag.id = new_id
-        self._by_text = {f.text: f.id for f in self._items}
+            by_text[frag.text] = new_id
+        self._by_text = by_text
         return keep

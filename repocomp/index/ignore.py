@@ -236,6 +236,7 @@ class PatternSet:
         for regex, negated, basename in self._chunks:
             m = regex.match(name if basename else subject)
             if m is not None:
+                assert m.lastindex is not None  # the regex is an alternation of groups: a match is one of them
                 return not negated[m.lastindex - 1]
         return False
 

@@ -252,11 +252,13 @@ class Index:
         for path in new_texts:
             touched_frags |= self._drop_file(path)
         for path in new_paths:
-            touched_frags |= set(self._add_file(path, *new_texts[path]).windows)
+            added = new_texts[path]
+            assert added is not None  # new_paths: the changes that leave a text
+            touched_frags |= set(self._add_file(path, *added).windows)
         # a window kept (same text) keeps its id and its term row; only new and removed ids change the term index
         dead_frags = self.fragments.release(touched_frags)
         retexted = sorted(set(dead_frags) | {i for i in touched_frags if i >= n_before})
-        self.term_index.set_rows(retexted, [self.fragments[i].text if self.fragments[i] else None for i in retexted])
+        self.term_index.set_rows(retexted, [f.text if (f := self.fragments[i]) else None for i in retexted])
 
         # resolve again the files whose calls may have changed; a changed call edge is a seed in both graphs
         new_keys = set().union(*(self.resolver.files[p].keys() for p in new_paths))

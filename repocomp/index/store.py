@@ -16,13 +16,14 @@ write or open once they are `STALE_TMP_S` old. Reading translates every failure 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import numpy.lib.format as npy
@@ -137,7 +138,7 @@ def set_aside(target: Path) -> Path | None:
     return aside
 
 
-def _read(fh: BinaryIO, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _read(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if fh.readline(len(MAGIC)) != MAGIC:
         raise IndexCorruptError(f"{target} is not a repocomp index; delete it or run `repocomp index` to rebuild")
     version = fh.readline(16).strip()
@@ -159,7 +160,7 @@ def _read(fh: BinaryIO, target: Path, size: int) -> tuple[dict[str, Any], dict[s
     return meta, arrays
 
 
-def _read_array(fh: BinaryIO, size: int) -> np.ndarray:
+def _read_array(fh: io.BufferedIOBase, size: int) -> np.ndarray:
     """One `.npy` record, its header checked before any allocation (dtype kind, byte count within the file)."""
     major, _ = npy.read_magic(fh)
     read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
@@ -170,7 +171,8 @@ def _read_array(fh: BinaryIO, size: int) -> np.ndarray:
     if count < 0 or count * dtype.itemsize > size - fh.tell():
         raise ValueError("array larger than the file")
     arr = np.empty(count, dtype=dtype)
-    if count and fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:
+    # numpy's stubs do not declare ndarray's buffer protocol (`__buffer__`), though memoryview() takes one
+    if count and fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:  # type: ignore[arg-type]
         raise ValueError("truncated array")
     return arr.reshape(shape, order="F" if fortran else "C")
 

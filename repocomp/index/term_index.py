@@ -12,6 +12,7 @@ idfs floored to epsilon * mean idf, query terms counted with repetition) so test
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,17 +188,29 @@ class TermIndex:
 
     def _rebuild_delta(self) -> None:
         ids = np.fromiter(sorted(self._delta_ids), np.int64, len(self._delta_ids))
-        live = [i for i in ids.tolist() if self._terms[i] is not None]
-        self._delta = _Postings.from_rows(np.asarray(live, np.int64), [self._terms[i] for i in live],
-                                          [self._counts[i] for i in live], len(self.vocab))
+        live, terms, counts = self._live_rows(ids.tolist())
+        self._delta = _Postings.from_rows(np.asarray(live, np.int64), terms, counts, len(self.vocab))
         self._stale = np.zeros(self._n_base, bool)
         self._stale[ids[ids < self._n_base]] = True
 
+    def _live_rows(self, ids: Iterable[int]) -> tuple[list[int], list[np.ndarray], list[np.ndarray]]:
+        """Those of `ids` whose rows are present, with their terms and counts (a row has both or neither)."""
+        live: list[int] = []
+        terms: list[np.ndarray] = []
+        counts: list[np.ndarray] = []
+        for i in ids:
+            t, c = self._terms[i], self._counts[i]
+            if t is not None:
+                assert c is not None  # set_rows and load fill terms and counts together
+                live.append(i)
+                terms.append(t)
+                counts.append(c)
+        return live, terms, counts
+
     def _fold(self) -> None:
         """Snapshot every row into the base postings; empties the delta."""
-        live = [i for i, t in enumerate(self._terms) if t is not None]
-        self._base = _Postings.from_rows(np.asarray(live, np.int64), [self._terms[i] for i in live],
-                                         [self._counts[i] for i in live], len(self.vocab))
+        live, terms, counts = self._live_rows(range(len(self._terms)))
+        self._base = _Postings.from_rows(np.asarray(live, np.int64), terms, counts, len(self.vocab))
         self._n_base = self.n_rows
         self._delta_ids.clear()
         self._delta = _Postings.empty(len(self.vocab))
