@@ -568,7 +568,12 @@ def _path_of(uri: str) -> Path | None:
 def create_server(*, build_index: bool = True, watch_files: bool | None = None) -> RepocompServer:
     """A fresh server with every feature registered (no global state: tests and the bench make their own)."""
     server = RepocompServer(build_index=build_index, watch_files=watch_files)
+    for register in (_lifecycle_features, _completion_features, _document_features, _workspace_features):
+        register(server)
+    return server
 
+
+def _lifecycle_features(server: RepocompServer) -> None:
     @server.feature(types.INITIALIZE)
     def initialize(ls: RepocompServer, params: types.InitializeParams) -> None:
         ls.set_options(params.initialization_options)
@@ -579,6 +584,16 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
         ls.warm_up()
         await ls.register_file_watchers()
 
+    @server.feature(types.SHUTDOWN)
+    async def shutdown(ls: RepocompServer, params: None) -> None:
+        await ls.shutdown_all()
+
+    @server.feature(STATS_METHOD)
+    def stats(ls: RepocompServer, params: Any) -> dict[str, Any]:
+        return ls.stats_payload()
+
+
+def _completion_features(server: RepocompServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: RepocompServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
         uri = params.text_document.uri
@@ -599,6 +614,8 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
         text, line_text = await ls.complete(params.text_document.uri, params.position)
         return convert.to_completion_list(text, line_text, params.position, ls.position_encoding())
 
+
+def _document_features(server: RepocompServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=True))
     def did_save(ls: RepocompServer, params: types.DidSaveTextDocumentParams) -> None:
         path = _path_of(params.text_document.uri)
@@ -634,6 +651,8 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
                 memory.closed(rel)
         ls.drop_buffer(params.text_document.uri)
 
+
+def _workspace_features(server: RepocompServer) -> None:
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched_files(ls: RepocompServer, params: types.DidChangeWatchedFilesParams) -> None:
         if ls.indexes is None:
@@ -673,16 +692,6 @@ def create_server(*, build_index: bool = True, watch_files: bool | None = None) 
             path = _path_of(added.uri)
             if path is not None:
                 ls.add_folder(path)
-
-    @server.feature(types.SHUTDOWN)
-    async def shutdown(ls: RepocompServer, params: None) -> None:
-        await ls.shutdown_all()
-
-    @server.feature(STATS_METHOD)
-    def stats(ls: RepocompServer, params: Any) -> dict[str, Any]:
-        return ls.stats_payload()
-
-    return server
 
 
 class LspLogHandler(logging.Handler):
