@@ -217,9 +217,10 @@ class DefinitionsConfig:
 @dataclass(frozen=True)
 class MemoryConfig:
     """Session memory (repocomp.memory): recent edit hunks, their thoughts and the recall storage, and the
-    controller that decides per request whether (and how much of) the session goes into the prompt."""
+    controller that decides per request whether (and how much of) the session goes into the prompt. Off by
+    default: on 200 editing-session holes the local model's EM moved by +0.50 [-1.00, +2.00] (docs/evaluation.md)."""
 
-    enabled: bool = True
+    enabled: bool = False
     share: float = 0.25  # of the prompt budget left after the in-file context
     max_entries: int = 4  # entries (hunks or thoughts) shown per request
     max_hunks: int = 200  # recent hunks kept in the queue (older ones move to recall storage)

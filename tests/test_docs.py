@@ -18,7 +18,7 @@ DOCS = sorted((ROOT / "docs").rglob("*.md"))
 PAGES = [README, *DOCS]
 
 SNIPPET = re.compile(r"^<!-- snippet: (?P<path>\S+) -->\n```[\w-]*\n(?P<body>.*?)^```$", re.M | re.S)
-REPORT = re.compile(r"^<!-- report: (?P<command>repocomp eval report [^\n]*?) -->\n(?P<body>.*?)^<!-- /report -->$",
+REPORT = re.compile(r"^<!-- report: (?P<command>repocomp eval (?:report|compare) [^\n]*?) -->\n(?P<body>.*?)^<!-- /report -->$",
                     re.M | re.S)
 BANNED = (re.compile(r"\bissue \d+", re.I), re.compile(r"\bstop \d+", re.I), re.compile(r"[Ee]arlier runs"))
 

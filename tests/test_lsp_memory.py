@@ -36,7 +36,10 @@ async def client(lsp_client: LanguageClient):
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    return copy_repo(tmp_path)
+    """The fixture repository with the session memory switched on (it is off by default)."""
+    repo = copy_repo(tmp_path)
+    (repo / "repocomp.toml").write_text("[memory]\nenabled = true\n")
+    return repo
 
 
 def type_change(client: LanguageClient, uri: str, version: int, line: int, col: int, text: str) -> None:

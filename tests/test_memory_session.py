@@ -42,7 +42,7 @@ def count(text: str) -> int:
 
 
 def _session(**cfg) -> SessionMemory:
-    mem = SessionMemory(None, MemoryConfig(persist=False, **cfg))
+    mem = SessionMemory(None, MemoryConfig(**({"enabled": True, "persist": False} | cfg)))
     for p, text in (("shop/cart.py", CART), ("shop/orders.py", ORDERS), ("util/strings.py", STRINGS)):
         mem.opened(p, text, 1000.0)
     return mem

@@ -81,7 +81,7 @@ def test_bounded_the_oldest_hunks_leave(repo, cache):
 
 
 def test_restart_keeps_recall_storage(repo, cache):
-    cfg = MemoryConfig()
+    cfg = MemoryConfig(enabled=True)
     mem = SessionMemory(repo, cfg, RecallStore(repo, cache_dir=cache))
     mem.opened("shop/cart.py", CART, 1000.0)
     mem.edited(TextEdit("shop/cart.py", 11, 4, 11, 10, "amount", "subtotal", 1001.0))
@@ -196,6 +196,6 @@ def test_a_session_over_a_crafted_store_starts_empty(repo, cache, caplog):
     store.path.parent.mkdir(parents=True)
     store.path.write_bytes(_doc(repo, [GOOD_HUNK | {"start_line": "3"}]))
     with caplog.at_level(logging.WARNING):
-        mem = SessionMemory(repo, MemoryConfig(), store)
+        mem = SessionMemory(repo, MemoryConfig(enabled=True), store)
     assert mem.stats()["recall_hunks"] == 0 and mem.thoughts() == []
     assert caplog.text.count("set aside") == 1

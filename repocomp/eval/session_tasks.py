@@ -36,6 +36,7 @@ events; after it, the files go back to the parent's. `--repos` holds the histori
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import random
@@ -507,19 +508,12 @@ def _session(task: Task) -> dict[str, Any]:
     return session
 
 
-def memory_factory(config: Any) -> Callable[[], Any] | None:
-    """A maker of fresh, unsaved `SessionMemory`s, or None while repocomp.memory is not there."""
-    try:
-        from repocomp.memory.session import SessionMemory
-    except ImportError:
-        return None
-    mem_config = getattr(config, "memory", None)
-    if mem_config is None:
-        try:
-            from repocomp.config import MemoryConfig
-        except ImportError:
-            return None
-        mem_config = MemoryConfig()
+def memory_factory(config: Any) -> Callable[[], Any]:
+    """A maker of fresh, unsaved `SessionMemory`s with the run's `[memory]` settings, switched on (the session
+    tasks measure it; `--no-memory` runs without)."""
+    from repocomp.memory.session import SessionMemory
+
+    mem_config = dataclasses.replace(config.memory, enabled=True)
     return lambda: SessionMemory(None, mem_config, store=None)
 
 
@@ -663,13 +657,11 @@ def run_session_tasks(tasks: list[Task], repos_dir: Path, options: Any, config: 
                       on_record: Callable[[dict[str, Any]], None],
                       engine_factory: Callable[[Path, Any, Any], tuple[Any, Any]] | None = None,
                       trees_dir: Path | None = None) -> None:
-    """Evaluate session tasks (see the module's docstring), one parent tree at a time."""
-    import logging
-
+    """Evaluate session tasks (see the module's docstring), one parent tree at a time; with `options.memory` the
+    session memory is on whatever `[memory] enabled` says (it is what these tasks measure)."""
+    if options.memory:
+        config = config.replace("memory", enabled=True)
     memory = memory_factory(config) if options.memory else None
-    if options.memory and memory is None:
-        logging.getLogger(__name__).warning(
-            "repocomp.memory is not available: session tasks run without memory (as --no-memory)")
     factory = engine_factory or default_session_engine(options)
     groups: dict[tuple[str, str], list[Task]] = {}
     for task in tasks:
