@@ -3,8 +3,8 @@
 Cursor positions are drawn (seeded) as in `bench retrieve`: after the indentation of a code line, the code above
 as context, like a RepoEval line hole. Each position is completed once through `Completer.acomplete`, the entry
 point the CLI and the language server use, in RepoCoder mode at the configured budget: every round's retrieval,
-prompt and generation count. Loading the model (and its warm-up generation, as the language server does it) is
-timed apart; the first request after it is reported beside the median. The CPU's flags are printed so that
+prompt and generation count. Loading the model, its tokenizer and a warm-up generation (as the language server
+does at start) is timed apart; the first request after it is reported beside the median. The CPU's flags are printed so that
 figures of different machines are never mixed; `--json` lists every answer, so that two runs (an idle machine and
 a busy one) can be compared answer by answer.
 
@@ -93,8 +93,9 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
     backend = make_backend(config.backend)
     t = time.perf_counter()
     await load_and_warm(backend)
-    load = (time.perf_counter() - t) * 1e3
     completer = Completer(index, config, backend)
+    completer.count_tokens  # noqa: B018 - the tokenizer loads here, as the language server loads it at start
+    load = (time.perf_counter() - t) * 1e3
     texts = {p: "\n".join(index.file_lines(p) or []) for p, _, _ in positions}
     results, typed = [], []
     try:
