@@ -1,8 +1,8 @@
 """Server options from `initializationOptions` and `workspace/didChangeConfiguration`.
 
 One schema: the engine options are the config's own sections (`repocomp.config`: their fields, types and rules),
-so an editor may set any key of `[backend]`, `[retrieval]` and `[prompt]`, read by the config's converter and
-checked by the config's rules; only the server's own knobs (`ServerOptions`) are declared here. Keys may be
+so an editor may set any key of `[backend]`, `[retrieval]`, `[prompt]` and `[memory]`, read by the config's
+converter and checked by the config's rules; only the server's own knobs (`ServerOptions`) are declared here. Keys may be
 camelCase (editor convention) or snake_case. An unknown key or a value of the wrong type is reported when the
 options arrive, a value the config's rules reject when it is applied to a folder's config (`apply_options`);
 each is reported once (the caller shows it via window/showMessage) and replaced by the folder's value, never fatal.
@@ -31,7 +31,7 @@ from typing import Any
 from repocomp.config import Config, build_section, coerce_setting
 from repocomp.errors import ConfigError
 
-ENGINE_SECTIONS = ("backend", "retrieval", "prompt")  # the config sections an editor may set
+ENGINE_SECTIONS = ("backend", "retrieval", "prompt", "memory")  # the config sections an editor may set
 
 
 def _check(cond: bool, message: str) -> None:

@@ -118,12 +118,13 @@ def test_options_invalid_values_are_reported_and_replaced_by_defaults() -> None:
 
 def test_options_reach_every_key_of_the_engine_sections() -> None:
     """The server's options are the config's sections: a key the old hand-written schema lacked works too."""
-    opts, errors = parse_options({"backend": {"connectTimeoutS": 1.5, "fallback": ""},
+    opts, errors = parse_options({"backend": {"connectTimeoutS": 1.5, "fallback": ""}, "memory": {"enabled": True},
                                   "retrieval": {"queryRelations": 0.25}, "prompt": {"context_tokens": 300}})
     assert errors == []
     config, errs = apply_options(Config(), opts)
     assert errs == [] and config.backend.connect_timeout_s == 1.5 and config.backend.fallback == ""
     assert config.retrieval.query_relations == 0.25 and config.prompt.context_tokens == 300
+    assert config.memory.enabled
 
 
 def test_options_none_keeps_the_workspace_config() -> None:
