@@ -46,12 +46,21 @@ def text_edit(path: str, old: str, change: types.TextDocumentContentChangeEvent,
             else lines[sl][sc:ec]
         inserted = "\n".join(convert.split_lines(change.text))
     else:  # the whole text: the edit is what lies between the common head and tail
-        old_text, new_text = "\n".join(lines), "\n".join(convert.split_lines(change.text))
-        head = 0
+        new = convert.split_lines(change.text)
+        old_text, new_text = "\n".join(lines), "\n".join(new)
+        # whole equal lines first (compared in C: a full-sync editor sends the whole buffer at every keystroke),
+        # then characters within the first and last lines that differ
+        same = 0
+        while same < min(len(lines), len(new)) and lines[same] == new[same]:
+            same += 1
         limit = min(len(old_text), len(new_text))
+        head = min(sum(len(line) + 1 for line in lines[:same]), limit)
         while head < limit and old_text[head] == new_text[head]:
             head += 1
-        tail = 0
+        same_tail = 0
+        while same_tail < min(len(lines), len(new)) - same and lines[-1 - same_tail] == new[-1 - same_tail]:
+            same_tail += 1
+        tail = min(sum(len(line) + 1 for line in lines[len(lines) - same_tail:]), limit - head)
         while tail < limit - head and old_text[-1 - tail] == new_text[-1 - tail]:
             tail += 1
         removed, inserted = old_text[head:len(old_text) - tail], new_text[head:len(new_text) - tail]

@@ -45,3 +45,27 @@ def test_a_whole_text_change_is_what_differs_between_the_common_head_and_tail() 
     assert text_edit("a.py", OLD, types.TextDocumentContentChangeWholeDocument(text=OLD), "utf-16", 0.0) is None
     appended = text_edit("a.py", "a\nb", types.TextDocumentContentChangeWholeDocument(text="a\nb\nc"), "utf-16", 0)
     assert (appended.start_line, appended.start_col, appended.removed, appended.inserted) == (1, 1, "", "\nc")
+
+
+def test_whole_text_changes_give_edits_that_rebuild_the_new_text() -> None:
+    """Random insertions, deletions and in-line edits sent as whole texts (full-sync editors): applying the edit to
+    the old text gives the new one."""
+    import random
+
+    rng = random.Random(0)
+    lines = [f"line_{i} = value_{i} * {rng.randint(0, 99)}" for i in range(300)]
+    old = "\n".join(lines)
+    for _ in range(200):
+        new_lines = list(lines)
+        i, j, kind = rng.randrange(len(lines)), rng.randrange(20), rng.random()
+        if kind < 0.3:
+            new_lines[i] = new_lines[i][:j] + "X" + new_lines[i][j:]
+        elif kind < 0.6:
+            del new_lines[i]
+        else:
+            new_lines.insert(i, f"inserted({j})")
+        new = "\n".join(new_lines)
+        e = text_edit("a.py", old, types.TextDocumentContentChangeWholeDocument(text=new), "utf-16", 0.0)
+        rebuilt = "\n".join(lines[:e.start_line] + [lines[e.start_line][:e.start_col] + e.inserted
+                                                    + lines[e.end_line][e.end_col:]] + lines[e.end_line + 1:])
+        assert rebuilt == new and e.removed in old
