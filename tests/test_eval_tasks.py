@@ -109,6 +109,21 @@ def test_make_tasks_rejects_unknown_kind_and_missing_repo(tmp_path):
         make_tasks(tmp_path / "nope", "line")
 
 
+def test_make_tasks_says_why_a_repository_gives_none(tmp_path, capsys):
+    """A Go project (no Python file) used to give "0 line tasks written" and exit 0: now one line saying why."""
+    from repocomp.cli import main
+
+    repo = tmp_path / "gorepo"
+    repo.mkdir()
+    (repo / "go.mod").write_text("module example.com/x\n")
+    (repo / "main.go").write_text("package main\n\nfunc main() {\n\tprintln(1)\n}\n")
+    out = tmp_path / "t.jsonl"
+    assert main(["eval", "make-tasks", str(repo), "--kind", "line", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no line tasks" in err and "no Python file" in err
+    assert not out.exists()
+
+
 def test_api_tasks_follow_the_engines_resolver(tmp_path):
     """The task maker resolves calls with graph.lookup, as the engine does: methods inherited from a class of
     another file (`self.m()`), `Class.method`, re-exports through a package, an aliased module import, and a method

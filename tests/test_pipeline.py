@@ -256,6 +256,12 @@ def test_cli_position_parsing_and_root(tmp_path: Path) -> None:
     (tmp_path / "repo" / "pkg").mkdir(parents=True)
     (tmp_path / "repo" / "repocomp.toml").write_text("")
     assert find_root(tmp_path / "repo" / "pkg") == tmp_path / "repo"
+    # a downloaded Go, Rust, TypeScript or Java project has no .git: its manifest marks the root
+    for manifest in ("go.mod", "Cargo.toml", "package.json", "pom.xml", "build.gradle"):
+        project = tmp_path / manifest.replace(".", "_")
+        (project / "src" / "deep").mkdir(parents=True)
+        (project / manifest).write_text("")
+        assert find_root(project / "src" / "deep") == project
 
 
 def test_cli_complete_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

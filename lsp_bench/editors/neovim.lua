@@ -1,7 +1,7 @@
 vim.lsp.config("repocomp", {
   cmd = { "repocomp", "serve" },
   filetypes = { "python", "java", "javascript", "typescript", "go", "rust", "c", "cpp" },
-  root_markers = { ".git", "pyproject.toml", "repocomp.toml" },
+  root_markers = { ".git", "repocomp.toml", "pyproject.toml", "package.json", "go.mod", "Cargo.toml", "pom.xml" },
   -- the backend: the repository's repocomp.toml, else the local model (`repocomp model prepare`); or choose it:
   -- init_options = { backend = { name = "vllm", endpoints = { "http://127.0.0.1:8000" } } },
 })

@@ -23,7 +23,9 @@ from repocomp.config import BACKEND_NAMES, MODES
 from repocomp.errors import RepocompError
 from repocomp.text import encodable
 
-_ROOT_MARKERS = (".git", ".repocomp", "pyproject.toml", "repocomp.toml")
+# a version-control folder, repocomp's own files, or a language's project manifest (a downloaded project has no .git)
+_ROOT_MARKERS = (".git", ".repocomp", "repocomp.toml", "pyproject.toml", "setup.py", "package.json", "go.mod",
+                 "Cargo.toml", "pom.xml", "build.gradle", "build.gradle.kts")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,7 +56,7 @@ def parse_position(spec: str) -> tuple[Path, int, int | None]:
 
 
 def find_root(start: Path) -> Path:
-    """The nearest folder at or above `start` holding .git, .repocomp, pyproject.toml or repocomp.toml."""
+    """The nearest folder at or above `start` holding one of `_ROOT_MARKERS`."""
     for folder in (start, *start.parents):
         if any((folder / marker).exists() for marker in _ROOT_MARKERS):
             return folder

@@ -157,7 +157,12 @@ def _make_tasks(a: argparse.Namespace) -> int:
                         f"looked at, {stats['qualified']} qualified, {stats['commits']} with a parent) written to "
                         f"{a.out}"))
         return 0
-    n = write_tasks(make_tasks(a.repo, a.kind, a.n, a.seed, prompt_tokens=a.prompt_tokens), a.out)
+    tasks = make_tasks(a.repo, a.kind, a.n, a.seed, prompt_tokens=a.prompt_tokens)
+    if not tasks:
+        why = "it has no Python file (line, API and function tasks are made from Python files only)" \
+            if next(a.repo.rglob("*.py"), None) is None else "none of its Python lines qualifies as a hole"
+        raise RepocompError(encodable(f"no {a.kind} tasks from {a.repo}: {why}; nothing written"))
+    n = write_tasks(tasks, a.out)
     print(encodable(f"{n} {a.kind} tasks written to {a.out}"))
     return 0
 
