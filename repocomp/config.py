@@ -57,7 +57,8 @@ MAX_CONTEXT_REACH = 1024  # Eq. 7: windows either side a window relates to, log(
 MAX_REPOSITORY_EXCLUDES = 1000  # [index] exclude patterns a repository's own file may list
 
 
-def _check(cond: bool, msg: str) -> None:
+def check_setting(cond: bool, msg: str) -> None:
+    """One rule of a settings section's `validate()`: a ValueError with `msg` unless `cond` holds."""
     if not cond:
         raise ValueError(msg)
 
@@ -75,9 +76,9 @@ class IndexConfig:
     max_total_bytes: int = 1 << 30  # source text indexed, all files together
 
     def validate(self) -> None:
-        _check(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")
-        _check(0 < self.max_files <= 10_000_000, "max_files must be in 1..10000000")
-        _check(0 < self.max_total_bytes <= 1 << 36, "max_total_bytes must be in 1..68719476736 (64 GiB)")
+        check_setting(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")
+        check_setting(0 < self.max_files <= 10_000_000, "max_files must be in 1..10000000")
+        check_setting(0 < self.max_total_bytes <= 1 << 36, "max_total_bytes must be in 1..68719476736 (64 GiB)")
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,10 @@ class FragmentConfig:
     stride: int = 10  # a new fragment every `stride` lines
 
     def validate(self) -> None:
-        _check(0 < self.window <= 10_000, "window must be in 1..10000")
-        _check(0 < self.stride <= self.window, "stride must be in 1..window")
+        check_setting(0 < self.window <= 10_000, "window must be in 1..10000")
+        check_setting(0 < self.stride <= self.window, "stride must be in 1..window")
         per_line = math.ceil(self.window / self.stride)
-        _check(per_line <= MAX_FRAGMENTS_PER_LINE,
+        check_setting(per_line <= MAX_FRAGMENTS_PER_LINE,
                f"window / stride (fragments holding each line, each a copy of it) must be at most "
                f"{MAX_FRAGMENTS_PER_LINE}, got {per_line} (window {self.window}, stride {self.stride}); raise stride")
 
@@ -105,7 +106,7 @@ class GraphConfig:
     def validate(self) -> None:
         for name in ("syntax", "directory", "file", "call"):
             v = getattr(self, name)
-            _check(0.0 < v <= 1.0, f"{name} weight must be in (0, 1], got {v}")
+            check_setting(0.0 < v <= 1.0, f"{name} weight must be in (0, 1], got {v}")
 
 
 @dataclass(frozen=True)
@@ -117,21 +118,21 @@ class RelationConfig:
     context_combine: str = "max"  # how Eq. 7 joins Eq. 8: "max" or "sum"
 
     def validate(self) -> None:
-        _check(0.0 < self.cutoff < 1.0, "cutoff must be in (0, 1)")
-        _check(0 < self.top_k <= 100_000, "top_k must be in 1..100000")
-        _check(0 <= self.max_reach <= 10_000_000, "max_reach must be in 0..10000000")
-        _check(0.0 <= self.context_weight < 1.0, "context_weight must be in [0, 1)")
-        _check(self.context_combine in ("max", "sum"), "context_combine must be 'max' or 'sum'")
+        check_setting(0.0 < self.cutoff < 1.0, "cutoff must be in (0, 1)")
+        check_setting(0 < self.top_k <= 100_000, "top_k must be in 1..100000")
+        check_setting(0 <= self.max_reach <= 10_000_000, "max_reach must be in 0..10000000")
+        check_setting(0.0 <= self.context_weight < 1.0, "context_weight must be in [0, 1)")
+        check_setting(self.context_combine in ("max", "sum"), "context_combine must be 'max' or 'sum'")
         # together: what one node reaches (max_reach, or the cutoff alone when 0) times what a row keeps (top_k)
-        _check(self.max_reach > 0 or self.cutoff >= MIN_UNBOUNDED_CUTOFF,
+        check_setting(self.max_reach > 0 or self.cutoff >= MIN_UNBOUNDED_CUTOFF,
                f"max_reach = 0 (no bound) needs cutoff >= {MIN_UNBOUNDED_CUTOFF}, got {self.cutoff}: below it every "
                "node reaches most of the graph; set max_reach (default 256)")
-        _check(self.max_reach * self.top_k <= MAX_REACH_X_TOP_K,
+        check_setting(self.max_reach * self.top_k <= MAX_REACH_X_TOP_K,
                f"max_reach x top_k must be at most {MAX_REACH_X_TOP_K:,}, got {self.max_reach * self.top_k:,} "
                f"(max_reach {self.max_reach}, top_k {self.top_k})")
         if self.context_weight > 0.0:
             reach = math.log(self.cutoff) / math.log(self.context_weight)
-            _check(reach <= MAX_CONTEXT_REACH,
+            check_setting(reach <= MAX_CONTEXT_REACH,
                    f"context_weight {self.context_weight} with cutoff {self.cutoff} relates a window to "
                    f"{reach:,.0f} windows either side; at most {MAX_CONTEXT_REACH}: raise cutoff or lower "
                    "context_weight")
@@ -151,11 +152,11 @@ class RetrievalConfig:
     iterations: int = 0
 
     def validate(self) -> None:
-        _check(self.similarity in SIMILARITIES, f"similarity must be one of {', '.join(SIMILARITIES)}")
-        _check(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
-        _check(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")
-        _check(0 < self.top_k <= 10_000, "top_k must be in 1..10000")
-        _check(0 <= self.iterations <= 100, "iterations must be in 0..100 (0 = the model's)")
+        check_setting(self.similarity in SIMILARITIES, f"similarity must be one of {', '.join(SIMILARITIES)}")
+        check_setting(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
+        check_setting(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")
+        check_setting(0 < self.top_k <= 10_000, "top_k must be in 1..10000")
+        check_setting(0 <= self.iterations <= 100, "iterations must be in 0..100 (0 = the model's)")
 
 
 @dataclass(frozen=True)
@@ -170,11 +171,11 @@ class PromptConfig:
     tokenizer: str = ""  # local tokenizer dir; empty = the model's when local, else a code-aware estimate
 
     def validate(self) -> None:
-        _check(0 <= self.max_tokens <= 1_000_000, "max_tokens must be in 0..1000000 (0 = the model's)")
-        _check(0 <= self.context_tokens and (self.max_tokens == 0 or self.context_tokens <= self.max_tokens),
+        check_setting(0 <= self.max_tokens <= 1_000_000, "max_tokens must be in 0..1000000 (0 = the model's)")
+        check_setting(0 <= self.context_tokens and (self.max_tokens == 0 or self.context_tokens <= self.max_tokens),
                "context_tokens must be in 0..max_tokens (0 = half of max_tokens)")
-        _check(0 <= self.max_blocks <= 10_000, "max_blocks must be in 0..10000")
-        _check(self.fim in FIM_FORMATS, f"fim must be one of {', '.join(FIM_FORMATS)}")
+        check_setting(0 <= self.max_blocks <= 10_000, "max_blocks must be in 0..10000")
+        check_setting(self.fim in FIM_FORMATS, f"fim must be one of {', '.join(FIM_FORMATS)}")
 
 
 @dataclass(frozen=True)
@@ -201,17 +202,17 @@ class DefinitionsConfig:
     w_similar: float = 0.5
 
     def validate(self) -> None:
-        _check(0 <= self.min_budget <= 1_000_000, "min_budget must be in 0..1000000 tokens")
-        _check(0.0 <= self.share <= 1.0, "share must be in [0, 1]")
-        _check(0 <= self.max_definitions <= 1000, "max_definitions must be in 0..1000")
-        _check(1 <= self.max_lines <= 1000, "max_lines must be in 1..1000")
-        _check(0 <= self.docstring_lines <= 1000, "docstring_lines must be in 0..1000")
-        _check(0 <= self.scan_lines <= 100_000, "scan_lines must be in 0..100000")
-        _check(0 <= self.similar_fragments <= 1000, "similar_fragments must be in 0..1000")
-        _check(self.position in ("first", "last"), "position must be 'first' or 'last'")
-        _check(0.0 < self.distance_scale <= 1e6, "distance_scale must be in (0, 1000000]")
+        check_setting(0 <= self.min_budget <= 1_000_000, "min_budget must be in 0..1000000 tokens")
+        check_setting(0.0 <= self.share <= 1.0, "share must be in [0, 1]")
+        check_setting(0 <= self.max_definitions <= 1000, "max_definitions must be in 0..1000")
+        check_setting(1 <= self.max_lines <= 1000, "max_lines must be in 1..1000")
+        check_setting(0 <= self.docstring_lines <= 1000, "docstring_lines must be in 0..1000")
+        check_setting(0 <= self.scan_lines <= 100_000, "scan_lines must be in 0..100000")
+        check_setting(0 <= self.similar_fragments <= 1000, "similar_fragments must be in 0..1000")
+        check_setting(self.position in ("first", "last"), "position must be 'first' or 'last'")
+        check_setting(0.0 < self.distance_scale <= 1e6, "distance_scale must be in (0, 1000000]")
         for name in ("w_near", "w_imported", "w_prefix", "w_relation", "w_similar"):
-            _check(0.0 <= getattr(self, name) <= 1000.0, f"{name} must be in [0, 1000]")
+            check_setting(0.0 <= getattr(self, name) <= 1000.0, f"{name} must be in [0, 1000]")
 
 
 @dataclass(frozen=True)
@@ -235,15 +236,15 @@ class MemoryConfig:
     query_lines: int = 12  # lines before the cursor whose tokens are the controller's query
 
     def validate(self) -> None:
-        _check(0.0 <= self.share <= 1.0, "share must be in [0, 1]")
-        _check(0 <= self.max_entries <= 100, "max_entries must be in 0..100")
-        _check(1 <= self.max_hunks <= 100_000, "max_hunks must be in 1..100000")
-        _check(1_000 <= self.max_bytes <= 1 << 28, "max_bytes must be in 1000..268435456 (256 MiB)")
-        _check(1_000 <= self.store_max_bytes <= 1 << 28, "store_max_bytes must be in 1000..268435456 (256 MiB)")
-        _check(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
-        _check(0.0 <= self.min_score <= 1000.0, "min_score must be in [0, 1000]")
-        _check(1.0 <= self.half_life_s <= _DAY_S * 365, "half_life_s must be in [1, 31536000] seconds")
-        _check(1 <= self.query_lines <= 1000, "query_lines must be in 1..1000")
+        check_setting(0.0 <= self.share <= 1.0, "share must be in [0, 1]")
+        check_setting(0 <= self.max_entries <= 100, "max_entries must be in 0..100")
+        check_setting(1 <= self.max_hunks <= 100_000, "max_hunks must be in 1..100000")
+        check_setting(1_000 <= self.max_bytes <= 1 << 28, "max_bytes must be in 1000..268435456 (256 MiB)")
+        check_setting(1_000 <= self.store_max_bytes <= 1 << 28, "store_max_bytes must be in 1000..268435456 (256 MiB)")
+        check_setting(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
+        check_setting(0.0 <= self.min_score <= 1000.0, "min_score must be in [0, 1000]")
+        check_setting(1.0 <= self.half_life_s <= _DAY_S * 365, "half_life_s must be in [1, 31536000] seconds")
+        check_setting(1 <= self.query_lines <= 1000, "query_lines must be in 1..1000")
 
 
 
@@ -268,16 +269,16 @@ class BackendConfig:
     dtype: str = "auto"
 
     def validate(self) -> None:
-        _check(self.name in BACKEND_NAMES, f"name must be one of {', '.join(BACKEND_NAMES)}")
-        _check(self.dtype in ("auto", "float32", "bfloat16"), "dtype must be 'auto', 'float32' or 'bfloat16'")
-        _check(self.fallback in ("", "extractive"), "fallback must be 'extractive' or ''")
-        _check(0 < self.timeout_s <= _DAY_S, "timeout_s must be in (0, 86400] seconds")
-        _check(0 < self.connect_timeout_s <= _DAY_S, "connect_timeout_s must be in (0, 86400] seconds")
-        _check(0 <= self.retries <= 100, "retries must be in 0..100")
-        _check(0 <= self.max_new_tokens <= 100_000, "max_new_tokens must be in 0..100000 (0 = the model's)")
-        _check(0.0 <= self.max_time_s <= _DAY_S, "max_time_s must be in [0, 86400] seconds (0 = none)")
-        _check(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]")
-        _check(len(self.endpoints) > 0, "endpoints must not be empty")
+        check_setting(self.name in BACKEND_NAMES, f"name must be one of {', '.join(BACKEND_NAMES)}")
+        check_setting(self.dtype in ("auto", "float32", "bfloat16"), "dtype must be 'auto', 'float32' or 'bfloat16'")
+        check_setting(self.fallback in ("", "extractive"), "fallback must be 'extractive' or ''")
+        check_setting(0 < self.timeout_s <= _DAY_S, "timeout_s must be in (0, 86400] seconds")
+        check_setting(0 < self.connect_timeout_s <= _DAY_S, "connect_timeout_s must be in (0, 86400] seconds")
+        check_setting(0 <= self.retries <= 100, "retries must be in 0..100")
+        check_setting(0 <= self.max_new_tokens <= 100_000, "max_new_tokens must be in 0..100000 (0 = the model's)")
+        check_setting(0.0 <= self.max_time_s <= _DAY_S, "max_time_s must be in [0, 86400] seconds (0 = none)")
+        check_setting(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]")
+        check_setting(len(self.endpoints) > 0, "endpoints must not be empty")
         if not self.fallback:  # with a fallback, the vllm backend skips a malformed endpoint with a warning
             for url in self.endpoints:
                 check_endpoint(url)
@@ -290,7 +291,7 @@ def check_endpoint(url: str) -> None:
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:
         raise ValueError(f"endpoint {_shown(url)} is not a valid URL ({exc})") from None
-    _check(parts.scheme in ("http", "https") and bool(parts.hostname),
+    check_setting(parts.scheme in ("http", "https") and bool(parts.hostname),
            f"endpoint {_shown(url)} must be http(s)://HOST[:PORT]")
 
 
@@ -488,6 +489,12 @@ def _tool_table(data: dict[str, Any], path: Path, required: bool) -> dict[str, A
     if "repocomp" not in tool:
         return None if required else data
     return tool["repocomp"]
+
+
+def user_cache_dir() -> Path:
+    """repocomp's folder in the user's cache (`$XDG_CACHE_HOME/repocomp`, by default ~/.cache/repocomp): the local
+    model, indexes of repositories that cannot be written, session memories, evaluation trees."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "repocomp"
 
 
 def user_config_file() -> Path:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repocomp.config import Config
+from repocomp.config import Config, user_cache_dir
 from repocomp.errors import RepocompError
 
 __all__ = ["LocalModel", "default_model_dir", "hint", "hint_once", "prepare", "prepared", "resolve", "runtime_missing",
@@ -52,8 +52,7 @@ class LocalModel:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "repocomp"
+    return user_cache_dir().expanduser()
 
 
 def default_model_dir() -> Path:

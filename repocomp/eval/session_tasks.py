@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repocomp.config import user_cache_dir
 from repocomp.errors import RepocompError
 from repocomp.eval.tasks import SESSION_KIND, Task, _non_code_rows, _parser, _prompt_for
 
@@ -68,10 +69,6 @@ _GIT = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "
 
 
 # ------------------------------------------------------------------------------------------------------ git
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "repocomp"
 
 
 def _git(git_dir: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
@@ -108,7 +105,7 @@ def open_history(path: str | os.PathLike[str]) -> tuple[Path, str]:
 def _unpack(archive: Path, stem: str) -> Path:
     digest = hashlib.sha256(f"{archive.resolve()}:{archive.stat().st_size}:{archive.stat().st_mtime_ns}"
                             .encode()).hexdigest()[:12]
-    target = cache_root() / "benchmarks" / f"{stem}-{digest}"
+    target = user_cache_dir() / "benchmarks" / f"{stem}-{digest}"
     if not target.is_dir():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".unpack-"))
@@ -138,7 +135,7 @@ def materialize(git_dir: Path, name: str, sha: str, cache: Path | None = None) -
     """The tree of commit `sha` checked out (exactly: no export-ignore, no filters) into the user's cache, once."""
     if not re.fullmatch(r"[0-9a-f]{40}", sha):
         raise RepocompError(f"{sha!r} is not a full commit sha")
-    target = (cache or cache_root() / "eval" / "trees") / name / sha
+    target = (cache or user_cache_dir() / "eval" / "trees") / name / sha
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.lib.format as npy
 
+from repocomp.config import user_cache_dir
 from repocomp.errors import (
     IndexCorruptError,
     IndexMissingError,
@@ -198,6 +199,5 @@ def remove_stale_tmp(folder: Path, max_age_s: float = STALE_TMP_S) -> int:
 
 def fallback_dir(root: Path) -> Path:
     """Where the index of a repository that cannot be written goes: the user's cache, one folder per root."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = hashlib.sha256(str(root).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return cache / "repocomp" / "indexes" / f"{root.name}-{digest}"
+    return user_cache_dir() / "indexes" / f"{root.name}-{digest}"

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from repocomp.config import user_cache_dir
 from repocomp.memory.hunks import Hunk
 from repocomp.memory.thoughts import MAX_IDS, MAX_PATHS, MAX_THOUGHTS, Thought
 
@@ -42,8 +43,7 @@ _SOURCES = ("typed", "accepted")
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "repocomp" / "memory"
+    return user_cache_dir() / "memory"
 
 
 class _Rejected(ValueError):
