@@ -28,15 +28,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from repocomp.config import Config, build_section, coerce_setting
+from repocomp.config import Config, build_section, check_setting, coerce_setting
 from repocomp.errors import ConfigError
 
 ENGINE_SECTIONS = ("backend", "retrieval", "prompt", "memory")  # the config sections an editor may set
-
-
-def _check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ValueError(message)
 
 
 @dataclass(frozen=True)
@@ -50,10 +45,10 @@ class ServerOptions:
     debounce_ms: int = 15  # quiet time that closes a batch of file changes (bursts are capped at 300 ms)
 
     def validate(self) -> None:
-        _check(self.request_timeout_ms is None or 0 < self.request_timeout_ms <= 86_400_000,
-               "request_timeout_ms must be in 1..86400000")
-        _check(0 < self.max_document_bytes <= 1 << 30, "max_document_bytes must be in 1..1073741824 (1 GiB)")
-        _check(0 <= self.debounce_ms <= 60_000, "debounce_ms must be in 0..60000")
+        check_setting(self.request_timeout_ms is None or 0 < self.request_timeout_ms <= 86_400_000,
+                      "request_timeout_ms must be in 1..86400000")
+        check_setting(0 < self.max_document_bytes <= 1 << 30, "max_document_bytes must be in 1..1073741824 (1 GiB)")
+        check_setting(0 <= self.debounce_ms <= 60_000, "debounce_ms must be in 0..60000")
 
 
 @dataclass(frozen=True)
