@@ -7,6 +7,7 @@ import random
 
 import pytest
 from test_memory_hunks import CART
+from test_memory_thoughts import ORDERS
 
 from repocomp.bench.memory import memory_bench
 from repocomp.config import MemoryConfig, PromptConfig
@@ -14,17 +15,6 @@ from repocomp.local_model import default_model_dir
 from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory, prompt_form
 from repocomp.tokenize import code_tokens
-
-ORDERS = '''\
-from shop.cart import total
-
-
-def checkout(cart, user):
-    amount = total(cart.items)
-    if user.is_member:
-        amount *= 0.9
-    return amount
-'''
 
 STRINGS = '''\
 def pad_left(text, width, fill=" "):
