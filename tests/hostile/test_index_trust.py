@@ -37,9 +37,17 @@ MAX_RSS_BYTES = 1 << 30
 READY_BOUND_S = 30.0
 
 # Runs `repocomp.cli.main(ARGS)` as `python -m repocomp` would, recording every path opened (the audit hook sees
-# open() and os.open()) and the peak RSS, written as JSON to REPORT when the CLI returns.
+# open() and os.open()) and the peak RSS, written as JSON to REPORT when the CLI returns. The peak is VmHWM, this
+# process's own: getrusage's ru_maxrss keeps the parent's peak across fork and exec (a test process that had loaded
+# the local model made every child report 1.4 GB).
 _AUDITED = """
 import json, os, resource, sys
+def peak_rss():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 opened = []
 def hook(event, args):
     if event == "open" and args and isinstance(args[0], (str, bytes)):
@@ -47,7 +55,7 @@ def hook(event, args):
 sys.addaudithook(hook)
 from repocomp.cli import main
 status = main(sys.argv[2:])
-report = {"opened": opened, "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+report = {"opened": opened, "max_rss_bytes": peak_rss()}
 with open(sys.argv[1], "w") as fh:
     json.dump(report, fh)
 sys.exit(status)
