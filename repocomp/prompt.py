@@ -22,6 +22,9 @@ Layout (RepoCoder's `build_prompt.py`):
 Blocks are taken best-first; one that does not fit the remaining budget is skipped (a smaller later one may
 still fit); at most `max_blocks`. The in-file context keeps the last lines before the cursor that fit
 `context_tokens`; the blocks get what the context left of `max_tokens`.
+
+Every line above the in-file context is commented out with the line comment of the cursor file's language (`#`
+above; `//` for Java, JavaScript/TypeScript, Go, Rust, C/C++: `repocomp.languages`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from repocomp.config import FIM_FORMATS, PromptConfig
 from repocomp.errors import RepocompError
+from repocomp.languages import rules_for, rules_for_path
 from repocomp.text import encodable
 from repocomp.tokenize import code_tokens
 
@@ -41,6 +45,7 @@ __all__ = [
     "BlockSource",
     "DefinitionBlock",
     "DefinitionSource",
+    "Markers",
     "Prompt",
     "RecentSource",
     "PromptBlock",
@@ -59,11 +64,44 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SEPARATOR = "# " + "-" * 50
-HEADER = "# Here are some relevant code fragments from other files of the repo:\n" + SEPARATOR + "\n"
-_FOUND_IN = "# the below code fragment can be found in:"
-DEFINITIONS_HEADER = "# Here are definitions from the repo that the code below uses:\n" + SEPARATOR + "\n"
-RECENT_HEADER = "# Recent edits in this session:\n" + SEPARATOR + "\n"
+
+
+@dataclass(frozen=True)
+class Markers:
+    """The prompt's fixed lines, commented out with one language's line comment (`comment`)."""
+
+    comment: str = "#"
+
+    @property
+    def separator(self) -> str:
+        return f"{self.comment} " + "-" * 50
+
+    @property
+    def header(self) -> str:
+        return f"{self.comment} Here are some relevant code fragments from other files of the repo:\n{self.separator}\n"
+
+    @property
+    def found_in(self) -> str:
+        return f"{self.comment} the below code fragment can be found in:"
+
+    @property
+    def definitions_header(self) -> str:
+        return f"{self.comment} Here are definitions from the repo that the code below uses:\n{self.separator}\n"
+
+    @property
+    def recent_header(self) -> str:
+        return f"{self.comment} Recent edits in this session:\n{self.separator}\n"
+
+    def line(self, text: str) -> str:
+        return f"{self.comment} {text}"
+
+
+PYTHON_MARKERS = Markers("#")
+SEPARATOR = PYTHON_MARKERS.separator
+HEADER = PYTHON_MARKERS.header
+_FOUND_IN = PYTHON_MARKERS.found_in
+DEFINITIONS_HEADER = PYTHON_MARKERS.definitions_header
+RECENT_HEADER = PYTHON_MARKERS.recent_header
 
 TokenCounter = Callable[[str], int]
 
@@ -129,10 +167,11 @@ class RecentSource:
     start_line: int  # 0-based, of the hunk's lines in the file as it is now; -1 for a thought
     lines: tuple[str, ...]  # a hunk's lines; a thought's one line
 
-    def render(self) -> str:
+    def render(self, markers: Markers = PYTHON_MARKERS) -> str:
         if self.kind == "thought":
-            return "".join(f"# - {line}\n" for line in self.lines)
-        return f"# {self.path} (line {self.start_line + 1}):\n" + "".join(f"# {line}\n" for line in self.lines)
+            return "".join(markers.line(f"- {line}") + "\n" for line in self.lines)
+        return markers.line(f"{self.path} (line {self.start_line + 1}):") + "\n" + \
+            "".join(markers.line(line) + "\n" for line in self.lines)
 
 
 @dataclass(frozen=True)
@@ -185,10 +224,10 @@ class Prompt:
     recent: tuple[RecentSource, ...] = ()  # the session memory's entries shown, in prompt order
 
 
-def render_block(src: BlockSource) -> str:
-    lines = [_FOUND_IN, *(f"# {p}" for p in src.paths), SEPARATOR]
-    lines += [f"# {line}" for line in src.text.splitlines()]
-    lines.append(SEPARATOR)
+def render_block(src: BlockSource, markers: Markers = PYTHON_MARKERS) -> str:
+    lines = [markers.found_in, *(markers.line(p) for p in src.paths), markers.separator]
+    lines += [markers.line(line) for line in src.text.splitlines()]
+    lines.append(markers.separator)
     return "\n".join(lines) + "\n"
 
 
@@ -315,8 +354,10 @@ class _Packer:
     in-file context or a definition keeps its longest unshown run. Without it, RepoCoder's blocks as they come.
     """
 
-    def __init__(self, count: TokenCounter, shown: _Shown, merge: bool, max_blocks: int) -> None:
+    def __init__(self, count: TokenCounter, shown: _Shown, merge: bool, max_blocks: int,
+                 markers: Markers = PYTHON_MARKERS) -> None:
         self.count = count
+        self.markers = markers
         self.shown = shown
         self.merge = merge
         self.max_blocks = max_blocks
@@ -325,7 +366,7 @@ class _Packer:
         self.taken: set[int] = set()  # source ranks placed (or made redundant)
 
     def _price(self, span: _Span) -> _Span:
-        span.rendered = render_block(span.source())
+        span.rendered = render_block(span.source(), self.markers)
         span.tokens = count_lines(span.rendered, self.count)
         return span
 
@@ -381,50 +422,57 @@ class _Packer:
 
 def count_lines(text: str, count: TokenCounter) -> int:
     """Tokens of a rendered block, counted line by line: lines recur across candidate spans, rounds and requests,
-    so a memoized counter sees each once (every block line starts with `#`, so no token spans two lines)."""
+    so a memoized counter sees each once (every block line starts with a comment, so no token spans two lines)."""
     return sum(count(line + "\n") for line in text.split("\n")[:-1])
 
 
-def _elision(line: str) -> str:
-    return "# " + " " * (len(line) - len(line.lstrip())) + "..."
+def _elision(line: str, markers: Markers = PYTHON_MARKERS) -> str:
+    return markers.line(" " * (len(line) - len(line.lstrip())) + "...")
 
 
-def render_definition_block(path: str, lines: Sequence[tuple[int, str]]) -> str:
+def render_definition_block(path: str, lines: Sequence[tuple[int, str]], markers: Markers = PYTHON_MARKERS) -> str:
     """`# <path>`, the lines comment-prefixed in file order (an elision mark between runs), a separator."""
-    out = [f"# {path}"]
+    out = [markers.line(path)]
     prev = None
     for n, line in lines:
         if prev is not None and n != prev + 1:
-            out.append(_elision(line))
-        out.append(f"# {line}")
+            out.append(_elision(line, markers))
+        out.append(markers.line(line))
         prev = n
-    out.append(SEPARATOR)
+    out.append(markers.separator)
     return "\n".join(out) + "\n"
 
 
-def _group(members: Sequence[DefinitionSource], count: TokenCounter) -> DefinitionBlock:
+def _group(members: Sequence[DefinitionSource], count: TokenCounter,
+           markers: Markers = PYTHON_MARKERS) -> DefinitionBlock:
     path = members[0].path
     lines = sorted({n: (n, t) for m in members for n, t in m.lines}.values())
-    rendered = render_definition_block(path, lines)
+    rendered = render_definition_block(path, lines, markers)
     return DefinitionBlock(path, tuple(members), rendered, count_lines(rendered, count))
 
 
 def _pick_definitions(definitions: Sequence[DefinitionSource], shown: _Shown, limit: int, max_n: int,
-                      count: TokenCounter) -> tuple[list[DefinitionBlock], int]:
+                      count: TokenCounter, markers: Markers = PYTHON_MARKERS,
+                      in_view: tuple[str, int, int] | None = None) -> tuple[list[DefinitionBlock], int]:
     """Best first, each with the lines not yet visible, while the section fits `limit`; grouped by file
-    (best file last in the prompt, nearest what follows)."""
+    (best file last in the prompt, nearest what follows). A definition with a line in `in_view` (path, start, end:
+    the in-file context shown) is skipped whole: the code below shows it already, and its lines above the window
+    alone (a header without its members) would only repeat it in part."""
     groups: dict[str, list[DefinitionSource]] = {}
     blocks: dict[str, DefinitionBlock] = {}
     used = n_chosen = 0
     for src in definitions:
         if n_chosen >= max_n:
             break
+        if in_view is not None and src.path == in_view[0] and \
+                any(in_view[1] <= n < in_view[2] for n, _ in src.lines):
+            continue
         fresh = tuple((n, t) for n, t in src.lines if not shown.covered(src.path, n))
         if not fresh:
             continue  # already visible in the in-file context, a similar block or another definition
         if len(fresh) < len(src.lines):
             src = dataclasses.replace(src, lines=fresh)
-        block = _group([*groups.get(src.path, []), src], count)
+        block = _group([*groups.get(src.path, []), src], count, markers)
         cost = block.tokens - (blocks[src.path].tokens if src.path in blocks else 0)
         if used + cost > limit:
             continue
@@ -451,7 +499,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
                  count: TokenCounter = estimate_tokens, *, definitions: Sequence[DefinitionSource] = (),
                  definitions_share: float = 0.0, max_definitions: int = 8, definitions_first: bool = True,
                  hole: tuple[str, int] | None = None, recent: Sequence[RecentSource] = (),
-                 recent_tokens: int = 0) -> Prompt:
+                 recent_tokens: int = 0, language: str | None = None) -> Prompt:
     """Lay `sources` (best-first), `definitions` (best-first) and the in-file context into one prompt within
     `config.max_tokens` (0 = the reference budget, see repocomp.model_defaults).
 
@@ -462,6 +510,8 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     `recent` (best-first) is the session memory's choice, laid first: its entries' lines within `recent_tokens`
     (what its controller granted), the whole section within the budget the in-file context left; its lines count
     as shown, so similar code does not repeat them.
+    `language` (graph.languages' names) picks the line comment; by default the language of `hole`'s path
+    (Python without a hole).
     """
     if config.max_tokens == 0 or config.context_tokens == 0:
         from repocomp.config import BackendConfig
@@ -475,21 +525,25 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     context_tokens = count(context) + suffix_tokens
     budget = config.max_tokens - context_tokens
 
+    rules = rules_for(language) if language is not None or hole is None else rules_for_path(hole[0])
+    markers = PYTHON_MARKERS if rules.line_comment == "#" else Markers(rules.line_comment)
     shown = _Shown()
+    in_view = None
     if hole is not None:  # the in-file context's lines, the cursor's line included
         path, cursor_line = hole
-        shown.add(path, cursor_line - context.count("\n"), cursor_line + 1)
+        in_view = (path, cursor_line - context.count("\n"), cursor_line + 1)
+        shown.add(*in_view)
     blank = count("\n")
-    recent_shown, recent_used = _pick_recent(recent, shown, recent_tokens, budget, count)
+    recent_shown, recent_used = _pick_recent(recent, shown, recent_tokens, budget, count, markers)
     budget -= recent_used
-    similar_fixed = count(HEADER) + blank
-    defs_fixed = count(DEFINITIONS_HEADER) + blank  # the blank line, in case no similar block is shown
+    similar_fixed = count(markers.header) + blank
+    defs_fixed = count(markers.definitions_header) + blank  # the blank line, in case no similar block is shown
     share = int(budget * definitions_share) if definitions and max_definitions > 0 else 0
-    packer = _Packer(count, shown, config.merge_overlaps, config.max_blocks)
+    packer = _Packer(count, shown, config.merge_overlaps, config.max_blocks, markers)
     for rank, src in enumerate(sources):  # similar code first, within its own share
         packer.offer(rank, src, budget - share - similar_fixed)
-    picked, defs_used = _pick_definitions(definitions, shown, share - defs_fixed, max_definitions, count) \
-        if share > 0 else ([], 0)
+    picked, defs_used = _pick_definitions(definitions, shown, share - defs_fixed, max_definitions, count, markers,
+                                          in_view) if share > 0 else ([], 0)
     defs_tokens = defs_used + defs_fixed - blank if picked else 0
     for rank, src in enumerate(sources):  # then whatever the definitions left
         packer.offer(rank, src, budget - defs_tokens - similar_fixed)
@@ -497,11 +551,12 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     ranked = sorted(packer.spans, key=lambda sp: sp.rank)
     blocks = tuple(PromptBlock(sp.source(), sp.rendered, sp.tokens, tuple(sp.members)) for sp in reversed(ranked))
     defs = tuple(reversed(picked))  # best last, nearest what follows
-    similar_text = HEADER + "".join(b.rendered for b in blocks) if blocks else ""
-    defs_text = DEFINITIONS_HEADER + "".join(d.rendered for d in defs) if defs else ""
+    similar_text = markers.header + "".join(b.rendered for b in blocks) if blocks else ""
+    defs_text = markers.definitions_header + "".join(d.rendered for d in defs) if defs else ""
     head = defs_text + similar_text if definitions_first else similar_text + defs_text
     if recent_shown:  # nearest the code: what the developer just did
-        head += RECENT_HEADER + "".join(r.render() for r in reversed(recent_shown)) + SEPARATOR + "\n"
+        head += markers.recent_header + "".join(r.render(markers) for r in reversed(recent_shown)) + \
+            markers.separator + "\n"
     head = head + "\n" if head else ""
     text = format_fim(config.fim, head + context, suffix_kept)
     tokens = context_tokens + (packer.tokens + similar_fixed if blocks else 0) + defs_tokens + recent_used
@@ -517,20 +572,20 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
 
 
 def _pick_recent(recent: Sequence[RecentSource], shown: _Shown, content_budget: int, budget: int,
-                 count: TokenCounter) -> tuple[list[RecentSource], int]:
+                 count: TokenCounter, markers: Markers = PYTHON_MARKERS) -> tuple[list[RecentSource], int]:
     """The memory entries whose lines fit `content_budget` (what the memory's controller granted) and whose whole
     section (header, path lines, separators) fits `budget`, best-first, skipping a hunk whose lines are all in view
     already; their lines count as shown."""
     if not recent or content_budget <= 0 or budget <= 0:
         return [], 0
-    fixed = count(RECENT_HEADER) + count(SEPARATOR + "\n")
+    fixed = count(markers.recent_header) + count(markers.separator + "\n")
     picked: list[RecentSource] = []
     used, content = fixed, 0
     for entry in recent:
         end = entry.start_line + len(entry.lines)
         if entry.kind == "hunk" and not shown.uncovered(entry.path, entry.start_line, end):
             continue
-        cost, lines = count(entry.render()), count("\n".join(entry.lines))
+        cost, lines = count(entry.render(markers)), count("\n".join(entry.lines))
         if used + cost > budget or content + lines > content_budget:
             continue
         picked.append(entry)
