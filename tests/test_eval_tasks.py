@@ -110,18 +110,27 @@ def test_make_tasks_rejects_unknown_kind_and_missing_repo(tmp_path):
 
 
 def test_make_tasks_says_why_a_repository_gives_none(tmp_path, capsys):
-    """A Go project (no Python file) used to give "0 line tasks written" and exit 0: now one line saying why."""
+    """A repository with nothing to make tasks from used to give "0 line tasks written" and exit 0: now one line
+    saying why (no source file at all; function tasks from a Go project; a language the repository lacks)."""
     from repocomp.cli import main
 
     repo = tmp_path / "gorepo"
     repo.mkdir()
     (repo / "go.mod").write_text("module example.com/x\n")
-    (repo / "main.go").write_text("package main\n\nfunc main() {\n\tprintln(1)\n}\n")
     out = tmp_path / "t.jsonl"
     assert main(["eval", "make-tasks", str(repo), "--kind", "line", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "no line tasks" in err and "no Python file" in err
+    assert err.count("\n") == 0 and "no line tasks" in err and "no file of a language" in err
+    (repo / "main.go").write_text("package main\n\nfunc main() {\n\tprintln(1)\n}\n")
+    assert main(["eval", "make-tasks", str(repo), "--kind", "function", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no function tasks" in err and "Python files only" in err
+    assert main(["eval", "make-tasks", str(repo), "--kind", "line", "--language", "rust", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no line tasks" in err and "no rust file" in err
     assert not out.exists()
+    assert main(["eval", "make-tasks", str(repo), "--kind", "line", "--out", str(out)]) == 0
+    assert [t.ground_truth for t in load_tasks(out)] == ["\tprintln(1)"]
 
 
 def test_api_tasks_follow_the_engines_resolver(tmp_path):

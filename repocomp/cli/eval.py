@@ -1,7 +1,7 @@
 """`repocomp eval`: batch RepoEval evaluation, plus the `make-tasks`, `report` and `compare` sub-verbs.
 
     repocomp eval TASKS.jsonl --repos DIR [--mode M] [--no-fragrel] [--no-definitions] [--backend B] ...
-    repocomp eval make-tasks REPO --kind line|api|function [--n N] [--seed S] --out FILE
+    repocomp eval make-tasks REPO --kind line|api|function [--language NAME|all] [--n N] [--seed S] --out FILE
     repocomp eval make-tasks REPO.git --kind session [--n N] [--seed S] [--per-commit K] --out FILE
     repocomp eval report RESULTS.jsonl... [--png FILE]
     repocomp eval compare BASELINE.jsonl OTHER.jsonl
@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
+from graph.languages import available
 from repocomp.config import EVAL_BACKENDS, MODES
 from repocomp.errors import RepocompError
 from repocomp.text import encodable
@@ -68,12 +70,18 @@ def run_parser() -> argparse.ArgumentParser:
 def make_tasks_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="repocomp eval make-tasks",
-        description="Make RepoEval-style tasks from a Python repository, or (--kind session) editing-session tasks "
-                    "from its git history (REPO: a bare NAME.git, a clone, or NAME.git.tar.gz).")
+        description="Make RepoEval-style tasks from a repository (line and API tasks from any language the index "
+                    "parses, function tasks from Python files), or (--kind session) editing-session tasks from its "
+                    "git history (REPO: a bare NAME.git, a clone, or NAME.git.tar.gz).")
     p.add_argument("repo", type=Path)
     p.add_argument("--kind", required=True, choices=("line", "api", "function", "session"))
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--language", metavar="NAME", choices=(*available(), "all"),
+                   help="line/api/function: make tasks from this language's files only (" + ", ".join(available())
+                        + "), or `all` for every language found; default: the repository's dominant language "
+                        "(the one with most files the index holds; ties: alphabetical). Each task records its "
+                        "`language`")
     p.add_argument("--prompt-tokens", type=int, default=2000, help="in-file prompt budget (estimated tokens)")
     p.add_argument("--per-commit", type=int, default=5, metavar="K", help="session: at most K holes per commit")
     p.add_argument("--min-chars", type=int, default=8, metavar="C",
@@ -140,7 +148,7 @@ def _evaluate(a: argparse.Namespace) -> int:
 
 
 def _make_tasks(a: argparse.Namespace) -> int:
-    from repocomp.eval.tasks import make_tasks, write_tasks
+    from repocomp.eval.tasks import make_tasks, pick_languages, repository_languages, write_tasks
 
     if a.n <= 0:
         raise RepocompError("--n must be > 0")
@@ -157,13 +165,22 @@ def _make_tasks(a: argparse.Namespace) -> int:
                         f"looked at, {stats['qualified']} qualified, {stats['commits']} with a parent) written to "
                         f"{a.out}"))
         return 0
-    tasks = make_tasks(a.repo, a.kind, a.n, a.seed, prompt_tokens=a.prompt_tokens)
+    tasks = make_tasks(a.repo, a.kind, a.n, a.seed, prompt_tokens=a.prompt_tokens, language=a.language)
     if not tasks:
-        why = "it has no Python file (line, API and function tasks are made from Python files only)" \
-            if next(a.repo.rglob("*.py"), None) is None else "none of its Python lines qualifies as a hole"
+        languages = pick_languages(a.repo, a.language) if a.repo.is_dir() else ()
+        found = repository_languages(a.repo) if a.repo.is_dir() else {}
+        if not any(found.get(lang) for lang in languages):
+            why = (f"it has no {'/'.join(languages)} file the index reads" if a.language or found
+                   else "it has no file of a language the index parses")
+        elif a.kind == "function" and "python" not in languages:
+            why = "function tasks are made from Python files only"
+        else:
+            why = f"none of its {'/'.join(languages)} code qualifies as a {a.kind} hole"
         raise RepocompError(encodable(f"no {a.kind} tasks from {a.repo}: {why}; nothing written"))
     n = write_tasks(tasks, a.out)
-    print(encodable(f"{n} {a.kind} tasks written to {a.out}"))
+    per_language = Counter(t.language for t in tasks)
+    print(encodable(f"{n} {a.kind} tasks ({', '.join(f'{k}: {v}' for k, v in sorted(per_language.items()))}) "
+                    f"written to {a.out}"))
     return 0
 
 

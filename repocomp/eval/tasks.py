@@ -1,9 +1,12 @@
-"""RepoEval tasks: load RepoEval's JSONL format, and make tasks from any Python repository after its protocol.
+"""RepoEval tasks: load RepoEval's JSONL format, and make tasks from a repository after its protocol.
 
 Format (one object per line): `prompt` (the in-file left context, lines [context_start_lineno, hole)) and
 `metadata` with `task_id`, `ground_truth`, `fpath_tuple` (element 0 = the repository folder, the rest its path),
 `context_start_lineno`, and `line_no` (line/API level) or `lineno` (function level). Tasks made here also carry
-`kind` and, for API tasks, `api_definitions` (a list of `{path, line_no}`, 0-indexed, path relative to the repo).
+`kind`, `language` (the hole's file's, `graph.languages` names; a task without one is read by its path) and, for
+API tasks, `api_definitions` (a list of `{path, line_no}`, 0-indexed, path relative to the repo).
+
+Line and API tasks are made from every language the index parses; function tasks from Python files only.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from graph.languages import CLASS_KINDS, DEFINITION_KINDS, available, language_for, parser_for, spec
 from graph.lookup import DefRef, SymbolLookup
-from graph.parsing import parse_source
+from graph.parsing import ParsedFile, parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config
 from repocomp.errors import RepocompError
@@ -33,8 +37,10 @@ COMPLETION_KIND = {"line": "line", "api": "statement", "function": "function", S
 
 _SKIP_DIRS = {".git", ".hg", ".svn", ".repocomp", "__pycache__", "node_modules", ".venv", "venv", ".tox",
               "build", "dist", ".eggs", "site-packages"}
-# tasks are made from the files an evaluation's index holds (the eval's default config), Python only
-_CONFIG = Config().replace("index", languages=("python",))
+# tasks are made from the files an evaluation's index holds (the eval's default config)
+_ALL_CONFIG = Config()
+_CONFIG = _ALL_CONFIG.replace("index", languages=("python",))
+ALL_LANGUAGES = "all"  # make_tasks(language=...): every language of the repository
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 _MAX_TASKS_BYTES = 1 << 32
 
@@ -52,6 +58,7 @@ class Task:
     api_definitions: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)  # the task's metadata as read (extra keys kept)
     source: str = ""  # "FILE:LINE" the task was read from, for messages
+    language: str = ""  # the file's language (graph.languages names); "" when neither the task nor its path says
 
     def to_json(self) -> dict[str, Any]:
         """RepoEval's format (`lineno` for function tasks, `line_no` otherwise), plus `kind`/`api_definitions`."""
@@ -60,6 +67,8 @@ class Task:
                   fpath_tuple=[self.repo, *PurePosixPath(self.path).parts],
                   context_start_lineno=self.context_start_lineno, kind=self.kind)
         md["lineno" if self.kind == "function" else "line_no"] = self.line_no
+        if self.language:
+            md["language"] = self.language
         if self.api_definitions:
             md["api_definitions"] = self.api_definitions
         return {"prompt": self.prompt, "metadata": md}
@@ -140,10 +149,14 @@ def _parse_task(line: str, where: str, kind: str | None, source_name: str) -> Ta
     start = _field_int(md, "context_start_lineno") if "context_start_lineno" in md else 0
     if start > line_no:
         raise ValueError(f"context_start_lineno {start} is after the hole's line {line_no}")
+    language = md.get("language")
+    if language is not None and not isinstance(language, str):
+        raise ValueError(f"language must be a string, got {language!r}")
     return Task(task_id=str(md["task_id"]), repo=repo, path=path, prompt=_field_str(obj, "prompt"),
                 ground_truth=_field_str(md, "ground_truth"), line_no=line_no, context_start_lineno=start,
                 kind=kind or _guess_kind(md, source_name),
-                api_definitions=_definitions(md.get("api_definitions")), metadata=dict(md), source=where)
+                api_definitions=_definitions(md.get("api_definitions")), metadata=dict(md), source=where,
+                language=language or language_for(path) or "")
 
 
 def load_tasks(path: str | os.PathLike[str], kind: str | None = None) -> list[Task]:
@@ -205,9 +218,39 @@ def write_tasks(tasks: Iterable[Task], path: str | os.PathLike[str]) -> int:
 def iter_python_files(root: Path) -> Iterator[str]:
     """POSIX paths (relative to root, sorted) of the Python files the index holds (the build's walk, so its
     `FileRule`), less hidden folders and build copies (a `build/lib` copy of the hole's file would leak it)."""
-    walked = walk_repository(root, _CONFIG)
-    return iter(sorted(f.path for f in walked.files if f.path.endswith(".py")
+    return iter(path for path, _ in iter_source_files(root, ("python",)))
+
+
+def iter_source_files(root: Path, languages: Iterable[str] | None = None) -> Iterator[tuple[str, str]]:
+    """(POSIX path, language) of the files the index holds in `languages` (None: every indexed language),
+    sorted by path, less hidden folders and build copies; Python files are `.py` ones (no `.pyi` stubs)."""
+    wanted = set(languages) if languages is not None else None
+    config = _ALL_CONFIG if wanted is None else _ALL_CONFIG.replace(
+        "index", languages=tuple(lang for lang in _ALL_CONFIG.index.languages if lang in wanted))
+    walked = walk_repository(root, config)
+    return iter(sorted((f.path, f.language) for f in walked.files
+                       if (f.language != "python" or f.path.endswith(".py"))
                        and not any(d in _SKIP_DIRS or d.startswith(".") for d in f.path.split("/")[:-1])))
+
+
+def repository_languages(root: Path) -> Counter[str]:
+    """How many files of each language the task maker would read in the repository."""
+    return Counter(language for _, language in iter_source_files(root))
+
+
+def pick_languages(root: Path, language: str | None) -> tuple[str, ...]:
+    """The languages `make_tasks` reads: `language` itself, every one (`"all"`), or (None) the repository's
+    dominant one: the language of most files (ties: the first name in alphabetical order; none: Python)."""
+    if language == ALL_LANGUAGES:
+        return tuple(sorted(repository_languages(root))) or ("python",)
+    if language is not None:
+        if language not in available():
+            raise RepocompError(f"unknown language {language!r}; use one of {', '.join(available())} or all")
+        return (language,)
+    counts = repository_languages(root)
+    if not counts:
+        return ("python",)
+    return (min(counts, key=lambda lang: (-counts[lang], lang)),)
 
 
 def _parser():
@@ -267,6 +310,56 @@ def _line_candidates(rel: str, lines: list[str], tree) -> Iterator[tuple[int, in
     for i in range(1, len(lines)):
         s = lines[i].strip()
         if not s or s.startswith("#") or i in skip or not lines[i - 1].strip():
+            continue
+        yield i, i + 1, lines[i]
+
+
+# -- the other languages: the same rules, by their tree-sitter node kinds
+
+_NO_WORD = re.compile(r"^\W*$")  # a line of brackets and punctuation only: `}`, `});`, `]`, `{`
+
+
+def _is_comment(node) -> bool:
+    return "comment" in node.type
+
+
+def _is_string(node) -> bool:
+    return node.is_named and ("string" in node.type or node.type == "text_block")
+
+
+def _last_row(node) -> int:
+    """The node's last row (a Rust line comment holds its newline: it ends at column 0 of the next row)."""
+    end_row, end_col = node.end_point
+    return end_row - 1 if end_col == 0 and end_row > node.start_point.row else end_row
+
+
+def _non_code_rows_other(tree, lines: list[str]) -> set[int]:
+    """Rows that hold only a comment, a bare string statement (`'use strict';`) or the inside of a multi-line
+    string (a template literal, a raw string, a Java text block): `_non_code_rows` for the brace languages."""
+    rows: set[int] = set()
+    for node in _walk(tree.root_node):
+        first, last = node.start_point.row, _last_row(node)
+        if _is_comment(node):
+            line = lines[first] if first < len(lines) else ""
+            if node.start_point.column <= len(line) - len(line.lstrip()):  # the comment begins its line
+                rows.add(first)
+            rows.update(range(first + 1, last + 1))
+        elif _is_string(node):
+            parent = node.parent
+            if parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1:
+                rows.update(range(first, last + 1))
+            elif last > first:
+                rows.update(range(first + 1, last + 1))
+    return rows
+
+
+def _code_line_candidates(rel: str, lines: list[str], tree) -> Iterator[tuple[int, int, str]]:
+    """Python's line rule for the other languages: a code line (not blank, not a comment, not inside a
+    multi-line string or comment, not brackets and punctuation alone) whose previous line is not blank."""
+    skip = _non_code_rows_other(tree, lines)
+    for i in range(1, len(lines)):
+        s = lines[i].strip()
+        if not s or i in skip or not lines[i - 1].strip() or _NO_WORD.match(s):
             continue
         yield i, i + 1, lines[i]
 
@@ -381,42 +474,172 @@ def _api_candidates(rel: str, lines: list[str], tree, calls: _ApiResolver, max_l
         yield start, end, "\n".join(lines[start:end]), defs
 
 
+# -- API tasks in the other languages: the index's own call edges (graph.resolve.Resolver, as Index.build runs it)
+
+
+class _IndexCalls:
+    """Every indexed file parsed and resolved as `Index.build` does it (`parse_source`, `make_symbols`,
+    `Resolver.resolve`), without the index's fragments and relations: a call edge (calling statement, target
+    definition) is what the engine itself follows, so resolution improvements reach the tasks unchanged."""
+
+    def __init__(self, root: Path):
+        rule = FileRule(root, _ALL_CONFIG)
+        self.parsed: dict[str, ParsedFile] = {}
+        self.resolver = Resolver()
+        for rel, language in iter_source_files(root):
+            source, _note = rule.read(rel)
+            if source is None:
+                continue
+            # the lines the task maker reads (`str.splitlines`), so that rows agree with the tasks' line numbers
+            parsed = parse_source("\n".join(source.text.splitlines()), language)
+            self.parsed[rel] = parsed
+            self.resolver.set_file(make_symbols(rel, parsed))
+
+    def edges(self, rel: str) -> list[tuple[int, str, int]]:
+        """(calling local node, target file, target local node) of the file's calls."""
+        return self.resolver.resolve(rel) if rel in self.parsed else []
+
+    def definition_line(self, path: str, node: int) -> int:
+        return int(self.parsed[path].start_line[node])
+
+
+def _line_start_node(tree, lines: list[str], row: int, kind: str, last_row: int):
+    """The tree-sitter node of kind `kind` that begins line `row` (at its indentation) and ends on `last_row`."""
+    indent = len(lines[row]) - len(lines[row].lstrip())
+    node = tree.root_node.descendant_for_point_range((row, indent), (row, indent))
+    while node is not None and node.start_point == (row, indent):
+        if node.type == kind and _last_row(node) == last_row:
+            return node
+        node = node.parent
+    return None
+
+
+_STATEMENT_END = re.compile(r"^[;,]*\s*(//.*)?$")
+
+
+def _graph_api_candidates(rel: str, lines: list[str], tree, language: str, calls: _IndexCalls, max_lines: int
+                          ) -> Iterator[tuple[int, int, str, list[dict[str, Any]]]]:
+    """A statement with a call the index resolves into another file: the whole statement when it has at most
+    `max_lines` lines and no statement inside it, else its first line when every call it holds lies there
+    (the header of `if foo(x) {`, `items.forEach(x => {`); a statement must begin its line and end its last."""
+    parsed = calls.parsed.get(rel)
+    if parsed is None:
+        return
+    edges = [e for e in calls.edges(rel) if e[1] != rel]
+    if not edges:
+        return
+    from tree_sitter import QueryCursor
+
+    call_rows: dict[int, set[int]] = {}
+    for callee in QueryCursor(spec(language).call_query).captures(tree.root_node).get("callee", []):
+        row = callee.start_point.row
+        if row < parsed.n_lines:
+            call_rows.setdefault(int(parsed.line_owner[row]), set()).add(row)
+    kinds, starts, ends, parents = parsed.kinds, parsed.start_line, parsed.end_line, parsed.parent
+    found: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for node, target_path, target_node in edges:
+        stmt = node
+        while stmt > 0 and kinds[stmt] not in DEFINITION_KINDS and kinds[stmt] not in CLASS_KINDS:
+            s, e = int(starts[stmt]), int(ends[stmt])
+            if _line_start_node(tree, lines, s, kinds[stmt], e - 1) is not None:
+                break
+            parent = int(parents[stmt])
+            if parent <= 0 or int(starts[parent]) != s:
+                stmt = 0
+                break
+            stmt = parent
+        if stmt <= 0 or kinds[stmt] in DEFINITION_KINDS or kinds[stmt] in CLASS_KINDS:
+            continue
+        s, e = int(starts[stmt]), int(ends[stmt])
+        if s == 0 or e > len(lines):
+            continue
+        ts_node = _line_start_node(tree, lines, s, kinds[stmt], e - 1)
+        assert ts_node is not None
+        nested = False
+        for k in range(stmt + 1, len(kinds)):
+            if starts[k] >= e:
+                break
+            if starts[k] > s:
+                p = int(parents[k])
+                while p > stmt:
+                    p = int(parents[p])
+                if p == stmt:
+                    nested = True
+                    break
+        tail = lines[e - 1].encode("utf-8", "surrogatepass")[ts_node.end_point.column:].decode("utf-8", "replace")
+        if e - s <= max_lines and not nested and _STATEMENT_END.match(tail.strip()):
+            hole = (s, e)
+        elif e - s > 1 and call_rows.get(node) == {s}:
+            hole = (s, s + 1)  # the header: every call of the statement is on its first line
+        else:
+            continue
+        defs = found.setdefault(hole, [])
+        entry = {"path": target_path, "line_no": calls.definition_line(target_path, target_node)}
+        if entry not in defs:
+            defs.append(entry)
+    for (start, end), defs in sorted(found.items()):
+        yield start, end, "\n".join(lines[start:end]), defs
+
+
 def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int = 0, *,
-               prompt_tokens: int = 2000, max_api_lines: int = 5) -> list[Task]:
+               prompt_tokens: int = 2000, max_api_lines: int = 5, language: str | None = None) -> list[Task]:
     """Up to `n` tasks of `kind` from the repository at `repo`, chosen at random with `seed` (deterministic).
 
-    line: a code line (not blank, not a comment, not inside a docstring) whose previous line is not blank;
-    api: a statement calling a function, class or method defined in another file of the repository, as the
-    engine resolves the call (`api_definitions` lists the definitions); function: a function body (after its
-    docstring) of at least 3 non-blank lines.
-    Tasks with the same stripped ground truth are kept once. The prompt is the file's preceding lines, as many
-    as fit `prompt_tokens` estimated tokens.
+    line: a code line (not blank, not a comment, not inside a docstring or multi-line string; in the brace
+    languages not brackets and punctuation alone) whose previous line is not blank; api: a statement calling a
+    function, class or method defined in another file of the repository, as the engine resolves the call
+    (Python: `graph.lookup` over the Python files; the other languages: the index's call edges;
+    `api_definitions` lists the definitions); function: a function body (after its docstring) of at least 3
+    non-blank lines (Python files only).
+    `language`: a `graph.languages` name, `"all"`, or None for the repository's dominant language
+    (`pick_languages`). Tasks with the same stripped ground truth are kept once. The prompt is the file's
+    preceding lines, as many as fit `prompt_tokens` estimated tokens.
     """
     if kind not in KINDS:
         raise RepocompError(f"unknown task kind {kind!r}; use one of {', '.join(KINDS)}")
     root = Path(repo)
     if not root.is_dir():
         raise RepocompError(f"repository {root} is not a directory")
-    parser = _parser()
+    languages = pick_languages(root, language)
     files: dict[str, tuple[list[str], Any]] = {}
-    rule = FileRule(root, _CONFIG)
-    for rel in iter_python_files(root):
+    file_language: dict[str, str] = {}
+    rule = FileRule(root, _ALL_CONFIG)
+    parsers: dict[str, Any] = {}
+    for rel, lang in iter_source_files(root, languages):
         lines = _read_lines(rule, rel)
         if lines is None:
             continue
+        if lang not in parsers:
+            parsers[lang] = _parser() if lang == "python" else parser_for(lang)
+        parser = parsers[lang]
         files[rel] = (lines, parser.parse("\n".join(lines).encode("utf-8")))
-    calls = _ApiResolver(files) if kind == "api" else None
+        file_language[rel] = lang
+    calls = None
+    index_calls = None
+    if kind == "api":
+        python_files = {rel: v for rel, v in files.items() if file_language[rel] == "python"}
+        calls = _ApiResolver(python_files) if python_files else None
+        if len(python_files) < len(files):
+            index_calls = _IndexCalls(root)
     candidates: list[tuple[str, int, int, str, dict[str, Any]]] = []
     for rel, (lines, tree) in files.items():
+        lang = file_language[rel]
         if kind == "line":
-            for s, e, gt in _line_candidates(rel, lines, tree):
+            line_candidates = _line_candidates if lang == "python" else _code_line_candidates
+            for s, e, gt in line_candidates(rel, lines, tree):
                 candidates.append((rel, s, e, gt, {}))
         elif kind == "function":
+            if lang != "python":
+                continue
             for s, e, gt, name in _function_candidates(rel, lines, tree):
                 candidates.append((rel, s, e, gt, {"function_name": name}))
-        else:
-            assert calls is not None  # kind == "api" (checked against KINDS above)
+        elif lang == "python":
+            assert calls is not None  # made above when there is a Python file
             for s, e, gt, defs in _api_candidates(rel, lines, tree, calls, max_api_lines):
+                candidates.append((rel, s, e, gt, {"api_definitions": defs}))
+        else:
+            assert index_calls is not None  # made above when there is a file of another language
+            for s, e, gt, defs in _graph_api_candidates(rel, lines, tree, lang, index_calls, max_api_lines):
                 candidates.append((rel, s, e, gt, {"api_definitions": defs}))
     rng = random.Random(seed)
     rng.shuffle(candidates)
@@ -438,5 +661,6 @@ def make_tasks(repo: str | os.PathLike[str], kind: str, n: int = 200, seed: int 
         defs = extra.pop("api_definitions", [])
         md = {"seed": seed, **extra}
         tasks.append(Task(task_id=f"{name}/{kind}/{k}", repo=name, path=rel, prompt=prompt, ground_truth=gt,
-                          line_no=s, context_start_lineno=start, kind=kind, api_definitions=defs, metadata=md))
+                          line_no=s, context_start_lineno=start, kind=kind, api_definitions=defs, metadata=md,
+                          language=file_language[rel]))
     return tasks
