@@ -284,3 +284,57 @@ def test_cli_complete_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFix
     assert "completed by the extractive backend" in captured.err
     with pytest.raises(RepocompError, match="past the end"):
         _cli(["complete", f"{repo / 'hole.py'}:99"])
+
+
+def _scripted_retrieval(comp: Completer, ranked: list[list[str]]) -> None:
+    """Each request's round 1 retrieves the files of `ranked[i]`, best first (one whole-file block each)."""
+    from repocomp.pipeline import ContextBlock
+
+    calls = iter(ranked)
+
+    def retrieve(req: object, r: int, draft: str, timings: object) -> tuple[str, list[ContextBlock]]:
+        names = next(calls)
+        return "q", [ContextBlock(i, f"{n}.py", 0, 1, 1.0 - i / 10, 0.0, 1.0 - i / 10, f"{n}_value = {i}")
+                     for i, n in enumerate(names)]
+
+    comp._retrieve = retrieve  # type: ignore[method-assign]
+
+
+def _block_order(prompt: str) -> list[str]:
+    """The scripted blocks' files, in prompt order (each block's first path line; the fragment ids are the fake
+    index's, whose other locations follow)."""
+    lines = prompt.split("\n")
+    return [nxt[2:-3] for line, nxt in zip(lines, lines[1:]) if "can be found in" in line]
+
+
+def test_consecutive_requests_of_a_document_keep_the_previous_block_order() -> None:
+    """Two keystrokes apart, retrieval swaps the ranks of two blocks: the document's second prompt lays them as its
+    first did (the shared prefix a backend can reuse), the best block still last; the same blocks are shown. Another
+    document (cache key) gets RepoCoder's order, best last."""
+    _, comp, backend = make(iterations=1, alpha=0.0)
+    _scripted_retrieval(comp, [["a", "b", "c", "d"], ["a", "c", "b", "d"], ["a", "c", "b", "d"],
+                               ["a", "c", "b", "d"]])
+    col = len("    cfg = ")
+    first = comp.complete("hole.py", HOLE, 5, col, cache_key="doc1")
+    assert _block_order(first.prompt) == ["d", "c", "b", "a"]  # best (a) last
+    second = comp.complete("hole.py", HOLE + "x", 5, col, cache_key="doc1")
+    assert _block_order(second.prompt) == ["d", "c", "b", "a"]  # b and c swapped ranks; the order stays
+    assert second.prompt == backend.requests[-1].prompt + " "  # what the backend got (less the trailing space)
+    assert [b.path for b in second.context] == ["d.py", "c.py", "b.py", "a.py"]  # context follows the prompt
+    other = comp.complete("hole.py", HOLE, 5, col, cache_key="doc2")
+    assert _block_order(other.prompt) == ["d", "b", "c", "a"]  # plain rank order
+    plain = comp.complete("hole.py", HOLE, 5, col)  # no key (CLI, evaluation): never reordered
+    assert _block_order(plain.prompt) == ["d", "b", "c", "a"]
+    assert sorted(second.prompt) == sorted(other.prompt)  # the same characters: only the order differs
+
+
+def test_the_best_block_stays_last_and_a_far_cursor_gets_the_plain_order() -> None:
+    _, comp, _ = make(iterations=1, alpha=0.0)
+    _scripted_retrieval(comp, [["a", "b", "c"], ["b", "a", "c"], ["b", "a", "c"], ["b", "c", "a"]])
+    col = len("    cfg = ")
+    assert _block_order(comp.complete("hole.py", HOLE, 5, col, cache_key="k").prompt) == ["c", "b", "a"]
+    # a new best block (b) goes last even though the previous prompt had it earlier; c keeps its place
+    assert _block_order(comp.complete("hole.py", HOLE, 5, col, cache_key="k").prompt) == ["c", "a", "b"]
+    assert _block_order(comp.complete("hole.py", HOLE, 5, col, cache_key="k").prompt) == ["c", "a", "b"]
+    # the cursor moved three lines: RepoCoder's order again
+    assert _block_order(comp.complete("hole.py", HOLE, 2, 0, cache_key="k").prompt) == ["a", "c", "b"]
