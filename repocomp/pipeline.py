@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
+from repocomp.languages import rules_for_path
 from repocomp.model_defaults import resolve_for_model
 from repocomp.postprocess import drop_cut_word, is_finished, postprocess
 from repocomp.prompt import (
@@ -141,6 +142,11 @@ class Hole:
         before, partial = lines[context_start_line:line], lines[line][:col]
         return cls(path, lines, line, col, context_start_line, before, partial, "\n".join(before + [partial]),
                    "\n".join([lines[line][col:]] + lines[line + 1:]))
+
+    @property
+    def language(self) -> str:
+        """The buffer's language (postprocessing's comment, string and block rules; Python for unknown files)."""
+        return rules_for_path(self.path).name
 
     @property
     def query_lines(self) -> list[str]:
@@ -588,7 +594,7 @@ class Completer:
         try:
             async with generating() if generating is not None else contextlib.nullcontext():
                 return await self._generate(prompt, req.hole.prefix, req.hole.suffix, blocks, req.kind, req.deadline,
-                                            req.cache_key)
+                                            req.cache_key, req.hole.language)
         except TimeoutError:
             late = f"round {r} of {req.rounds} got no answer within the completion's {req.timeout_s:g}s deadline"
             if r > 1:
@@ -603,8 +609,8 @@ class Completer:
         assert prompt is not None
         final, last = run.draft, run.rounds[-1]
         if self.backend is not None and final:
-            final = postprocess(final, req.kind, hole.prefix, hole.suffix)
-            if self._at_a_limit(run, last) and not is_finished(run.draft, req.kind, hole.prefix):
+            final = postprocess(final, req.kind, hole.prefix, hole.suffix, hole.language)
+            if self._at_a_limit(run, last) and not is_finished(run.draft, req.kind, hole.prefix, hole.language):
                 final = drop_cut_word(final)  # the limit may have cut an identifier in half
         context = self._shown_context(prompt, last.blocks)
         traces = self._definition_traces(run.ranked, run.def_sources, prompt)
@@ -701,7 +707,8 @@ class Completer:
         return BlockSource(block.fragment_id, (block.path, *others), block.start_line, block.end_line, block.text)
 
     async def _generate(self, prompt: Prompt, prefix: str, suffix: str, blocks: list[ContextBlock],
-                        kind: str, deadline: float, cache_key: str | None = None) -> Generation:
+                        kind: str, deadline: float, cache_key: str | None = None,
+                        language: str = "python") -> Generation:
         if self.backend is None:
             return Generation("", "none")
         bc = self.config.backend
@@ -714,8 +721,9 @@ class Completer:
         request = GenerationRequest(prompt=text, prefix=prefix, suffix=suffix,
                                     candidates=recent + tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
                                     temperature=bc.temperature,
-                                    finished=lambda t: is_finished(_drop_space(t, space), kind, prefix),
-                                    deadline=deadline, max_time_s=bc.max_time_s or None, cache_key=cache_key)
+                                    finished=lambda t: is_finished(_drop_space(t, space), kind, prefix, language),
+                                    deadline=deadline, max_time_s=bc.max_time_s or None, cache_key=cache_key,
+                                    language=language)
         async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
             gen = await self.backend.agenerate(request)
         if gen.backend != "extractive":  # the extractive backend works on `prefix` itself

@@ -55,6 +55,8 @@ class GenerationRequest:
     # prompts per key and prefills only what follows the longest common prefix with one (never across keys);
     # None: no reuse (backends/prefix_cache.py)
     cache_key: str | None = None
+    # the buffer's language (graph.languages' names): its comment rules, for the model-free backend's candidates
+    language: str = "python"
 
 
 @dataclass(frozen=True)

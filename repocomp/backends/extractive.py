@@ -11,6 +11,10 @@ Rules, in order (candidates are tried best-first; the first that yields text win
    already has text, the proposal must start with it, and only the rest is proposed.
 4. Nothing matches: empty text.
 
+Comment-only lines of the candidates (`#` in Python; `//`, `/* ... */` and a block comment's `*` lines in the
+brace languages: `repocomp.languages`) are dropped before matching, and the buffer's previous line is its last
+non-blank line of code: the proposal is code, never comment prose copied from elsewhere.
+
 The proposal is capped at about `max_new_tokens` code tokens and cut at the first stop sequence; callers cut it
 to the completion kind with `repocomp.postprocess`.
 
@@ -28,6 +32,7 @@ import re
 from collections.abc import AsyncIterator
 
 from repocomp.backends import Generation, GenerationRequest, apply_stops
+from repocomp.languages import PYTHON, LexicalRules, rules_for
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +75,25 @@ def _keys(cur: str) -> list[str]:
     return [cur, *tails[-MAX_KEYS:]]
 
 
-def _split(candidates: tuple[str, ...]) -> list[list[str]]:
-    """Each candidate's lines, each cut to its first `SCAN_CHARS` characters (split once per request)."""
-    return [[line[:SCAN_CHARS] for line in cand.split("\n")] for cand in candidates]
+def _code_lines(text: str, rules: LexicalRules) -> list[str]:
+    """The lines of `text` that are not comment-only (nor inside a block comment)."""
+    out: list[str] = []
+    opened = False  # inside a block comment
+    start, close = rules.block_comment or ("", "")
+    for line in text.split("\n"):
+        s = line.strip()
+        if opened:
+            opened = close not in s
+        elif rules.is_comment_line(line):
+            opened = bool(start) and s.startswith(start) and close not in s[len(start):]
+        else:
+            out.append(line)
+    return out
+
+
+def _split(candidates: tuple[str, ...], rules: LexicalRules = PYTHON) -> list[list[str]]:
+    """Each candidate's lines of code, each cut to its first `SCAN_CHARS` characters (split once per request)."""
+    return [[line[:SCAN_CHARS] for line in _code_lines(cand, rules)] for cand in candidates]
 
 
 def _after_line_prefix(cur: str, candidates: list[list[str]]) -> str | None:
@@ -120,7 +141,8 @@ def _after_previous_line(prev: str, prev_indent: int, typed: str, candidates: li
             out = []
             for fl in following:
                 if fl.strip():
-                    out.append(" " * max(0, _indent(fl) + shift) + fl.lstrip(" \t"))
+                    pad = "\t" if prev[:1] == "\t" or (prev[:1] != " " and fl[:1] == "\t") else " "  # Go: tabs
+                    out.append(pad * max(0, _indent(fl) + shift) + fl.lstrip(" \t"))
                 else:
                     out.append("")
             first = out[0]
@@ -135,22 +157,24 @@ def _after_previous_line(prev: str, prev_indent: int, typed: str, candidates: li
     return None
 
 
-def _previous_line(head: str) -> str:
-    """The last non-blank line of `head`, found from the end (the whole buffer is never split)."""
+def _previous_line(head: str, rules: LexicalRules = PYTHON) -> str:
+    """The last non-blank line of `head` that is not a comment, found from the end (the whole buffer is never
+    split)."""
     end = len(head)
     while end > 0:
         start = head.rfind("\n", 0, end) + 1
-        if head[start:end].strip():
+        if head[start:end].strip() and not rules.is_comment_line(head[start:end]):
             return head[start:end]
         end = start - 1
     return ""
 
 
-def extract_continuation(prefix: str, candidates: tuple[str, ...]) -> str:
+def extract_continuation(prefix: str, candidates: tuple[str, ...], language: str | None = None) -> str:
     """The extractive proposal for the cursor at the end of `prefix` (see the module docstring)."""
+    rules = rules_for(language)
     head, _, typed = prefix.rpartition("\n")
     cur = _key(typed)
-    lines = _split(candidates)
+    lines = _split(candidates, rules)
     if cur:
         found = _after_line_prefix(cur, lines)
         if found is not None:
@@ -158,7 +182,7 @@ def extract_continuation(prefix: str, candidates: tuple[str, ...]) -> str:
         found = _after_previous_line(typed, _indent(typed), "", lines)
         if found is not None:
             return "\n" + found
-    prev = _previous_line(head)
+    prev = _previous_line(head, rules)
     if prev:
         found = _after_previous_line(prev, _indent(prev), typed, lines)
         if found is not None:
@@ -172,7 +196,7 @@ class ExtractiveBackend:
     name = "extractive"
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
-        text = extract_continuation(request.prefix, request.candidates)
+        text = extract_continuation(request.prefix, request.candidates, request.language)
         text = _cap_tokens(text, request.max_new_tokens)
         text, _ = apply_stops(text, request.stop)
         log.debug("extractive proposal: %r", text[:80])
