@@ -227,7 +227,7 @@ def iter_source_files(root: Path, languages: Iterable[str] | None = None) -> Ite
     wanted = set(languages) if languages is not None else None
     config = _ALL_CONFIG if wanted is None else _ALL_CONFIG.replace(
         "index", languages=tuple(lang for lang in _ALL_CONFIG.index.languages if lang in wanted))
-    walked = walk_repository(root, config)
+    walked = walk_repository(Path(root), config)
     return iter(sorted((f.path, f.language) for f in walked.files
                        if (f.language != "python" or f.path.endswith(".py"))
                        and not any(d in _SKIP_DIRS or d.startswith(".") for d in f.path.split("/")[:-1])))
