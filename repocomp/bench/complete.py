@@ -6,7 +6,7 @@ point the CLI and the language server use, in RepoCoder mode at the configured b
 prompt and generation count. Loading the model, its tokenizer and a warm-up generation (as the language server
 does at start) is timed apart; the first request after it is reported beside the median. The CPU's flags are printed so that
 figures of different machines are never mixed; `--json` lists every answer, so that two runs (an idle machine and
-a busy one) can be compared answer by answer.
+a busy one) can be compared answer by answer (with `--typing`, the typed requests' answers too).
 
 `--typing K` then types the next K characters of each position's line one at a time, a request after each, as a
 language server sends them (the document as cache key): their latency and how many reused the prompt prefix the
@@ -52,6 +52,7 @@ class CompleteBenchResult:
     answers: list[str] = field(default_factory=list)  # per position, in order
     typing_ms: dict[str, float] = field(default_factory=dict)  # requests after each typed character (--typing)
     cache: dict[str, float] = field(default_factory=dict)  # the backend's prefix reuse (requests, hits, tokens)
+    typed_answers: list[str] = field(default_factory=list)  # the typed requests' answers, in order (--typing)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,9 +85,9 @@ def cpu_flags() -> str:
 
 
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
-                 typing: int = 0) -> tuple[list, float, Any, list[float], dict[str, float]]:
-    """(results, model load and warm-up in ms, the configuration the completer used, typed requests' ms, the
-    backend's prefix-reuse counters)."""
+                 typing: int = 0) -> tuple[list, float, Any, list[tuple[float, str]], dict[str, float]]:
+    """(results, model load and warm-up in ms, the configuration the completer used, typed requests' (ms,
+    answer), the backend's prefix-reuse counters)."""
     from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer
 
@@ -104,8 +105,8 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
             rest = texts[path].split("\n")[line][col:]
             for k in range(1, min(typing, len(rest)) + 1):  # the line's own next characters, one at a time
                 t0 = time.perf_counter()
-                await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
-                typed.append((time.perf_counter() - t0) * 1e3)
+                res = await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
+                typed.append(((time.perf_counter() - t0) * 1e3, res.text))
         stats = getattr(getattr(backend, "primary", backend), "cache_stats", None)
         cache = stats() if callable(stats) else {}
     finally:
@@ -133,7 +134,8 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         first_request_ms=round(results[0].timings_ms["total"], 1),
         failures=sum(1 for r in results if r.backend != config.backend.name),
         at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds),
-        answers=[r.text for r in results], typing_ms=_stats(typed) if typed else {}, cache=dict(cache))
+        answers=[r.text for r in results], typing_ms=_stats([ms for ms, _ in typed]) if typed else {},
+        cache=dict(cache), typed_answers=[text for _, text in typed])
 
 
 def format_table(res: CompleteBenchResult) -> str:
