@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tree_sitter import Node, Query, QueryCursor, Tree
 
+from graph import facts as _facts
 from graph.languages import CLASS_KINDS, DEFINITION_KINDS, parser_for, spec
 
 MAX_DEPTH = 1_000  # syntax tree levels the graph looks at; a deeper part is flattened into its level-1000 node
@@ -32,11 +33,17 @@ _SEP = re.compile(r"\s*(?:\.|::|->)\s*")
 
 @dataclass(frozen=True)
 class Import:
-    """Python binding made by an import: `local` name -> `module` (dots kept for relative) and optional `name`."""
+    """A binding made by an import: `local` name -> `module` as written and the optional `name` imported from it.
+
+    Python: `module` keeps the dots of a relative import ("a.b", ".c", ".."); `name` None for `import module`.
+    TypeScript/JavaScript: `module` is the specifier ("./x"); `name` "default", None for `* as m`, "*" for
+    `export * from`. Java: `module` the package or class ("p.q"), `name` the class or static member, "*".
+    Go: `module` the import path, `name` None ("*" for a dot import). Rust: `module` the path before the last
+    segment ("crate::a"), `name` the last segment, "*" for a glob. See `graph.facts`."""
 
     local: str
-    module: str  # e.g. "a.b", ".c", "..", "a"
-    name: str | None  # `from module import name`; None for `import module`
+    module: str
+    name: str | None
 
 
 @dataclass
@@ -52,6 +59,7 @@ class ParsedFile:
     defs: list[tuple[int, str, int]] = field(default_factory=list)  # (node, name, enclosing class node or -1)
     calls: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # (calling node, callee parts)
     imports: list[Import] = field(default_factory=list)
+    facts: list[tuple[str, int, str, str]] = field(default_factory=list)  # see graph.facts (not Python)
     has_errors: bool = False
     too_deep: bool = False  # the tree nests deeper than MAX_DEPTH: the graph keeps its first MAX_DEPTH levels
 
@@ -110,6 +118,20 @@ def _python_imports(node: Node) -> list[Import]:
             else:
                 out.append(Import(_text(child), module, _text(child)))
     return out
+
+
+def _java_callee(name: Node) -> Node:
+    """Java's `method_invocation` holds the method's name and its object apart: the callee is the whole call up
+    to the arguments (`foo.bar`, `this.x.m`); a call on a computed object keeps its name (`a().b()` -> `b`)."""
+    call = name.parent
+    if call is None or call.type != "method_invocation" or call.child_by_field_name("object") is None:
+        return name
+    obj = call.child_by_field_name("object")
+    assert obj is not None
+    if obj.type in ("identifier", "this", "field_access", "scoped_identifier", "super") and \
+            _DOTTED.match(_text(obj)) is not None:
+        return call  # its text is "obj.name(args)": cut below
+    return name
 
 
 def _parse(language: str, source: bytes) -> Tree:
@@ -193,17 +215,36 @@ def parse_source(text: str, language: str) -> ParsedFile:
         obj = node_objs[idx]
         assert obj is not None  # only the root (index 0) has no node
         if kind in DEFINITION_KINDS:
+            par = parents[idx]
+            cls = par if kinds[par] in CLASS_KINDS else -1
+            if kind == "type_declaration" and language == "go":  # `type (A struct{}; B = int)`: names in specs
+                for spec_ in obj.named_children:
+                    if spec_.type in ("type_spec", "type_alias") and (name_node := spec_.child_by_field_name("name")):
+                        parsed.defs.append((idx, _text(name_node), -1))
+                continue
             name = _def_name(obj)
             if name:
-                par = parents[idx]
-                parsed.defs.append((idx, name, par if kinds[par] in CLASS_KINDS else -1))
+                parsed.defs.append((idx, name, cls))
         elif language == "python" and kind in ("import_statement", "import_from_statement"):
             parsed.imports.extend(_python_imports(obj))
 
+    if _facts.family(language) is not None:
+        index_of = {obj.id: i for i, obj in enumerate(node_objs) if obj is not None}
+        index_of[tree.root_node.id] = 0
+        triples, parsed.facts = _facts.extract(language, tree.root_node, index_of, kinds, MAX_DEPTH)
+        parsed.imports = [Import(*t) for t in triples]
+
     for callee in _captures(lang.call_query, tree.root_node, "callee"):
+        if language == "java":
+            callee = _java_callee(callee)
         if callee.end_byte - callee.start_byte > 4 * _MAX_CALLEE_CHARS:  # `f()()()...`: each holds the rest
             continue
         text_ = _text(callee)
+        if callee.type == "method_invocation":
+            args = callee.child_by_field_name("arguments")
+            raw = callee.text or b""
+            cut = raw[: args.start_byte - callee.start_byte] if args is not None else raw
+            text_ = re.sub(r"\s+", "", cut.decode("utf-8", "replace"))
         if len(text_) > _MAX_CALLEE_CHARS or not _DOTTED.match(text_):
             continue
         line = callee.start_point[0]

@@ -2,7 +2,8 @@
 
 Python is resolved through its imports (`import x`, `import x.y as z`, `from x import y`, relative imports,
 re-exports through `__init__` files, `self.method`/`cls.method`, `Class.method`, class instantiation).
-Other languages resolve by name: the file's own definitions first, then a definition whose name is unique among
+TypeScript/JavaScript, Java, Go and Rust go through their imports, packages, modules and typed receivers
+(`graph.resolve_langs`, whose docstring states the fallback rule). C and C++ resolve by name: the file's own definitions first, then a definition whose name is unique among
 the repository's files of that language; `this.m()`/`self.m()` go to the enclosing class.
 
 Each resolution records the *keys* it consulted (module names, global names), so that when a file changes only
@@ -15,8 +16,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
+from graph.facts import family
 from graph.languages import CLASS_KINDS
 from graph.parsing import Import, ParsedFile
+from graph.resolve_langs import LangResolver, index_symbols, lang_keys
 
 _MAX_REEXPORT_DEPTH = 4
 
@@ -29,12 +32,22 @@ class FileSymbols:
     is_package: bool
     top: dict[str, int] = field(default_factory=dict)  # top-level definition name -> local node
     methods: dict[int, dict[str, int]] = field(default_factory=dict)  # class node -> method name -> node
-    bindings: dict[str, Import] = field(default_factory=dict)  # python import bindings
+    bindings: dict[str, Import] = field(default_factory=dict)  # import bindings (local name -> import)
+    # the other languages' tables (graph.resolve_langs)
+    stars: list[Import] = field(default_factory=list)  # glob imports / `export *` re-exports
+    vars: dict[tuple[int, str], str] = field(default_factory=dict)  # (scope node, name) -> type info
+    fields: dict[str, str] = field(default_factory=dict)  # Go/Rust "Type.field" -> type info
+    type_methods: dict[str, dict[str, int]] = field(default_factory=dict)  # Go/Rust type -> method -> node
+    trait_impl: set[int] = field(default_factory=set)  # Rust methods of `impl Trait for Type` blocks
+    package: str = ""  # Java package, Go package name
+    default: str = ""  # TypeScript: the name `export default` exports
 
     def keys(self) -> set[str]:
         """The keys other files consult when they resolve into this one."""
         if self.parsed.language == "python":
             return {"mod:" + ".".join(self.module[i:]) for i in range(len(self.module))}
+        if family(self.parsed.language) is not None:
+            return lang_keys(self)
         lang = self.parsed.language
         return {f"name:{lang}:{name}" for _, name, _ in self.parsed.defs}
 
@@ -56,7 +69,12 @@ def make_symbols(path: str, parsed: ParsedFile) -> FileSymbols:
         elif parsed.parent[node] == 0 or parsed.language != "python":
             sym.top.setdefault(name, node)
     for imp in parsed.imports:
-        sym.bindings[imp.local] = imp
+        if parsed.language == "python":
+            sym.bindings[imp.local] = imp
+        elif imp.local != "*":  # globs are `stars` (index_symbols)
+            sym.bindings.setdefault(imp.local, imp)
+    if family(parsed.language) is not None:
+        index_symbols(sym)
     return sym
 
 
@@ -107,9 +125,14 @@ class Resolver:
         edges: list[tuple[int, str, int]] = []
         seen: set[tuple[int, str, int]] = set()
         python = sym.parsed.language == "python"
+        lang = LangResolver(self, consulted) if family(sym.parsed.language) is not None else None
         for node, parts in sym.parsed.calls:
-            target = self._resolve_python(sym, node, parts, consulted) if python else \
-                self._resolve_by_name(sym, node, parts, consulted)
+            if python:
+                target = self._resolve_python(sym, node, parts, consulted)
+            elif lang is not None:
+                target = lang.call(sym, node, parts)
+            else:
+                target = self._resolve_by_name(sym, node, parts, consulted)
             if target is not None and (target[0] != path or target[1] != node):
                 edge = (node, target[0], target[1])
                 if edge not in seen:

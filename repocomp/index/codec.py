@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 _H = TypeVar("_H", bound=Hashable)
 
-SCHEMA = 1  # bump with any change below (the store's FORMAT_VERSION covers the container)
+SCHEMA = 2  # bump with any change below (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
@@ -143,7 +143,8 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "root": str(index.root),
         "config": plain(index.config.to_dict()),
         "files": [{"path": e.path, "language": e.language, "has_errors": e.parsed.has_errors,
-                   "imports": [[i.local, i.module, i.name] for i in e.parsed.imports]} for e in entries],
+                   "imports": [[i.local, i.module, i.name] for i in e.parsed.imports],
+                   "facts": [list(f) for f in e.parsed.facts]} for e in entries],
         "kinds": kinds_table, "def_names": def_names, "call_parts": [list(p) for p in call_parts],
         "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
                   "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
@@ -210,7 +211,10 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
             calls=[(int(n), tuple(parts)) for n, parts in zip(call_node[i], call_parts[i])],
             imports=[Import(str(loc), str(mod), None if name is None else str(name))
                      for loc, mod, name in rec["imports"]],
+            facts=[(str(k), int(n), str(a), str(b)) for k, n, a, b in rec["facts"]],
             has_errors=bool(rec["has_errors"]))
+        if any(not 0 <= n < n_nodes for _, n, _, _ in parsed.facts):
+            raise ValueError(f"file {i}: a fact names no node of the file")
         path = str(rec["path"])
         node_ids = _nodes(per_node["id"][i], n_ids)
         index.files[path] = FileEntry(path, parsed.language, texts[i], parsed, windows[i].tolist(), node_ids)
