@@ -7,8 +7,9 @@
 - module constant: its assignment (first lines).
 
 Every line shown is a line of the file, unchanged, so a block knows exactly which lines it shows (`runs`): the
-prompt puts an elision mark between runs, and the evaluation counts only those lines. Other languages get the
-header lines of the definition and, for a class, of its members (no docstrings).
+prompt puts an elision mark between runs, and the evaluation counts only those lines. Other languages get
+signatures and skeletons read off their syntax trees (repocomp.skeleton: doc comment heads, fields, variants,
+interface and trait members, method signatures); where the tree does not hold the definition, its header lines.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef
 from graph.parsing import ParsedFile
+from repocomp.skeleton import skeleton_lines
 
 __all__ = ["RenderedDefinition", "render_definition", "runs_of"]
 
@@ -197,6 +199,11 @@ _RENDERERS: dict[str, Callable[[DefRef, ParsedFile, list[str], int, int], list[i
 def render_definition(ref: DefRef, parsed: ParsedFile, lines: list[str], max_lines: int = 12,
                       docstring_lines: int = 3) -> RenderedDefinition:
     """The compact block of `ref` (a definition of the file whose parse and lines are given)."""
-    numbers = _RENDERERS[ref.kind](ref, parsed, lines, max_lines, docstring_lines)
+    numbers = None
+    if parsed.language != "python" and 0 <= ref.node < parsed.n_nodes:
+        numbers = skeleton_lines(parsed.language, lines, ref.kind, parsed.kinds[ref.node],
+                                 int(parsed.start_line[ref.node]), ref.name, max_lines, docstring_lines)
+    if numbers is None:
+        numbers = _RENDERERS[ref.kind](ref, parsed, lines, max_lines, docstring_lines)
     numbers = sorted({n for n in numbers if 0 <= n < len(lines)})
     return RenderedDefinition(ref.path, tuple((n, lines[n]) for n in numbers))
