@@ -75,6 +75,7 @@ class _Scanner:
         self.in_comment = False  # inside a block comment
         self.fed = 0  # characters fed so far
         self.comment_at = -1  # where the open block comment started (counted in characters fed)
+        self.code = 0  # characters of code seen (outside comments, spaces not counted)
 
     def feed(self, text: str) -> None:
         i, n = 0, len(text)
@@ -107,6 +108,8 @@ class _Scanner:
         if rules.block_comment is not None and text.startswith(rules.block_comment[0], i):
             self.in_comment, self.comment_at = True, self.fed + i
             return i + len(rules.block_comment[0])
+        if not c.isspace():
+            self.code += 1
         if rules.raw_strings and c in "rb":
             m = _RUST_RAW.match(text, i)
             if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
@@ -178,16 +181,15 @@ def _cut_statement(text: str, line_prefix: str, rules: LexicalRules = PYTHON) ->
     sc = _Scanner(open_brackets(line_prefix, rules.name), rules)
     lines = text.split("\n")
     out: list[str] = []
-    prose = rules.braces  # comment-only lines before the statement do not end it (brace languages)
+    prose = rules.braces  # comment lines before the statement's code do not end it (brace languages)
     for i, line in enumerate(lines):
         out.append(line)
-        was_in_comment = sc.in_comment
+        code = sc.code
         sc.feed(line + ("\n" if i < len(lines) - 1 else ""))
         if not line.strip() and not "".join(out).strip():
             continue  # blank lines before the statement starts do not end it
-        if prose and (was_in_comment or rules.is_comment_line(line)) and sc.depth <= open_brackets(line_prefix):
-            if all(not ln.strip() or rules.is_comment_line(ln) for ln in out) or was_in_comment:
-                continue
+        if prose and sc.code == code == 0:
+            continue  # nothing but comments so far
         if sc.depth <= 0 and not sc.quote and not sc.in_comment and not line.rstrip().endswith("\\"):
             break
     return "\n".join(out)

@@ -89,3 +89,10 @@ def test_rust_function_with_lifetimes_and_chars() -> None:
     prefix = "fn first<'a>(s: &'a str) -> char {\n"
     raw = "    let c = s.chars().next().unwrap_or('}');\n    c\n}\n\nfn other() {}"
     assert postprocess(raw, "auto", prefix, "\n", "rust") == "    let c = s.chars().next().unwrap_or('}');\n    c"
+
+
+def test_a_block_comment_inside_a_statement_does_not_extend_it() -> None:
+    raw = "foo(a, /* the\n   b */ b)\nnext()"
+    assert postprocess(raw, "statement", "\t", "", "go") == "foo(a, /* the\n   b */ b)"
+    raw = "/* why */ x := 1\ny := 2"
+    assert postprocess(raw, "statement", "\t", "", "go") == "/* why */ x := 1"
