@@ -343,7 +343,9 @@ def _strip_suffix_duplicate(text: str, suffix: str, rules: LexicalRules = PYTHON
     return text
 
 
-def _cut(text: str, kind: str, prefix: str, rules: LexicalRules = PYTHON) -> str:
+def _cut(text: str, kind: str, prefix: str, rules: LexicalRules = PYTHON, close: bool = True) -> str:
+    """`text` cut for `kind`; with `close`, a block comment left open is cut off where it starts (is_finished
+    asks without: more text may still close the comment)."""
     if kind not in KINDS:
         raise ValueError(f"unknown completion kind {kind!r}: use one of {', '.join(KINDS)}")
     if kind == "auto":
@@ -355,7 +357,7 @@ def _cut(text: str, kind: str, prefix: str, rules: LexicalRules = PYTHON) -> str
         out = _cut_statement(text, line_prefix, rules)
     else:
         out = _cut_function(text, prefix, rules)
-    return _close_comment(out, line_prefix, rules) if rules.braces else out
+    return _close_comment(out, line_prefix, rules) if rules.braces and close else out
 
 
 def is_finished(text: str, kind: str, prefix: str, language: str | None = None) -> bool:
@@ -373,7 +375,7 @@ def is_finished(text: str, kind: str, prefix: str, language: str | None = None) 
         if following is not None:  # the line was complete: done once the next statement is
             return is_finished(following, "statement", "", rules.name)
         return "\n" in text  # the cursor line has code: it ends at its first line break
-    cut = _cut(text, kind, prefix, rules)
+    cut = _cut(text, kind, prefix, rules, close=False)
     if not cut.strip():
         return False
     rest = text[text.find(cut) + len(cut):]

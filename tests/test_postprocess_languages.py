@@ -96,3 +96,10 @@ def test_a_block_comment_inside_a_statement_does_not_extend_it() -> None:
     assert postprocess(raw, "statement", "\t", "", "go") == "foo(a, /* the\n   b */ b)"
     raw = "/* why */ x := 1\ny := 2"
     assert postprocess(raw, "statement", "\t", "", "go") == "/* why */ x := 1"
+
+
+def test_an_open_block_comment_is_not_finished_while_streaming() -> None:
+    assert not is_finished("x := f(a, /* b", "statement", "\t", "go")
+    assert not is_finished("x := 1 /* start\n more", "statement", "\t", "go")
+    assert is_finished("x := 1 /* start\n more */\ny", "statement", "\t", "go")
+    assert postprocess("x := 1 /* start\n more */\ny", "statement", "\t", "", "go") == "x := 1 /* start\n more */"
