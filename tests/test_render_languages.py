@@ -98,3 +98,12 @@ def test_elision_marks_between_runs_in_the_prompt(language: str, src: str, name:
     shown = render(language, src, name)
     block = render_definition_block("f", shown.lines)
     assert block.count("...") == len(shown.runs) - 1
+
+
+def test_typescript_type_alias_lines() -> None:
+    from repocomp.skeleton import skeleton_lines
+
+    src = "/** Ids. */\nexport type Id =\n  | string\n  | number;\nconst x = 1;"
+    assert skeleton_lines("typescript", src.split("\n"), "class", "type_alias_declaration", 1, "Id", 12, 3) == \
+        [0, 1, 2, 3]
+    assert skeleton_lines("typescript", src.split("\n"), "class", "type_alias_declaration", 4, "Id", 12, 3) is None
