@@ -31,7 +31,8 @@ When a name cannot be resolved this way, the rule is (the same for the four lang
 - Only when nothing is known of `x` (an untyped parameter, a chained expression, a variable the syntax does not
   declare) may the call resolve by name, and only to a *method* that is the one definition named `m` in the
   repository's files of that language. A method implementing a trait that is not the repository's own
-  (`impl Clone for Error { fn clone }`) never qualifies: every type outside the repository has that method too.
+  (`impl Clone for Error { fn clone }`) never qualifies: every type outside the repository has that method too;
+  nor does one overriding a method the language gives every value (`toString`, `equals`, Go's `Error`).
 
 No list of "common" method names is used: `push`, `clone`, `send`, `is` are excluded by what the code says about
 the receiver, not by their spelling.
@@ -173,6 +174,14 @@ def index_symbols(sym: FileSymbols) -> None:
             sym.type_methods.setdefault(owners[node][0], {}).setdefault(name, node)
             if sym.top.get(name) == node:
                 del sym.top[name]
+    if parsed.language == "rust":  # a trait's own (default) methods: keyed by the trait
+        for node, name, cls in parsed.defs:
+            parent = int(parsed.parent[node])
+            if cls < 0 and parent > 0 and parsed.kinds[parent] == "trait_item":
+                trait = _name_of(sym, parent)
+                sym.type_methods.setdefault(trait, {}).setdefault(name, node)
+                if sym.top.get(name) == node:
+                    del sym.top[name]
     if family(parsed.language) == "go":
         for node, name, cls in parsed.defs:
             if node not in owners and cls < 0:
@@ -185,7 +194,9 @@ class LangResolver:
 
     def __init__(self, resolver: Resolver, consulted: set[str]) -> None:
         self.r = resolver
-        self.consulted = consulted
+        self.consulted = consulted  # shared by everything this instance answers (and its memo)
+        self._depth = 0  # variable types being resolved now (`x := x.Next()` would loop)
+        self._memo: dict[tuple[str, int, str], Target] = {}
 
     def _paths(self, key: str) -> list[str]:
         self.consulted.add(key)
@@ -297,7 +308,7 @@ class LangResolver:
                     return Inst(found.path, found.node, owner)  # the impl's own spelling
                 return EXTERNAL if isinstance(found, External) else None
             if kind in ("class_declaration", "abstract_class_declaration", "enum_declaration",
-                        "record_declaration", "interface_declaration"):
+                        "record_declaration", "interface_declaration", "trait_item"):
                 name = next((n for d, n, _ in parsed.defs if d == at), "")
                 return Inst(sym.path, at, name)
             at = int(parsed.parent[at])
@@ -316,8 +327,23 @@ class LangResolver:
         return sym.vars.get((0, name))
 
     def _info_target(self, sym: FileSymbols, node: int, info: str, depth: int = 0) -> Target:
-        if info.startswith("X:"):
-            return EXTERNAL
+        if info.startswith("X:") or not info:
+            return EXTERNAL if info else None
+        key = (sym.path, node, info)
+        if key in self._memo:
+            return self._memo[key]
+        if self._depth >= _MAX_HOPS:
+            return None
+        self._memo[key] = None  # a cycle back here means: unknown
+        self._depth += 1
+        try:
+            found = self._info_target_uncached(sym, node, info, depth)
+        finally:
+            self._depth -= 1
+        self._memo[key] = found
+        return found
+
+    def _info_target_uncached(self, sym: FileSymbols, node: int, info: str, depth: int) -> Target:
         if info.startswith("T:"):
             return self._type(sym, node, info[2:], depth)
         if info.startswith("C:") and depth < _MAX_HOPS:
@@ -413,6 +439,12 @@ class LangResolver:
             if found:
                 _, _, path, method = min(found)
                 return Def(path, method)
+            for trait in sorted({b for f in files for k, n, a, b in f.parsed.facts if k == "owner" and a == name
+                                 and b}):  # a default method of a trait the type implements
+                for f in self._files(f"rsimpl:{root}|{trait}"):
+                    method = f.type_methods.get(trait, {}).get(attr)
+                    if method is not None and f.parsed.kinds[int(f.parsed.parent[method])] == "trait_item":
+                        return Def(f.path, method)
             info = owner.fields.get(f"{name}.{attr}")
             if info is not None and instance:
                 return self._info_target(owner, node, info)
@@ -571,16 +603,25 @@ class LangResolver:
         """A `use` path's module part, from `sym`'s module."""
         root, mods = rust_module(sym.path)
         first, rest = segs[0], segs[1:]
-        target: Target
+        base: tuple[str, ...] | None = None
         if first == "crate":
-            target = self._rust_mod(root, ())
+            base = ()
         elif first == "self":
-            target = self._rust_mod(root, mods)
+            base = mods
         elif first == "super":
             up = 1
             while rest and rest[0] == "super":
                 up, rest = up + 1, rest[1:]
-            target = self._rust_mod(root, mods[: max(0, len(mods) - up)])
+            base = mods[: max(0, len(mods) - up)]
+        target: Target = None
+        if base is not None:
+            for k in range(len(rest), -1, -1):  # the longest module path that is a file, then its members
+                target = self._rust_mod(root, base + tuple(rest[:k]))
+                if target is not None:
+                    rest = rest[k:]
+                    break
+            if target is None:
+                return None
         else:
             target = self._rust_mod(root, mods + (first,))
             if target is None and first in sym.top:
@@ -626,12 +667,24 @@ class LangResolver:
         is_method = cls >= 0 or any(node in m.values() for m in other.type_methods.values())
         if not is_method or other.parsed.kinds[node] in _TYPE_KINDS:
             return None
+        if name in _EVERY_VALUE_HAS.get(family(sym.parsed.language) or "", ()):
+            return None  # overrides a method every value of the language has
         if node in other.trait_impl:
             trait = next((b for k, n, _, b in other.parsed.facts if k == "owner" and n == cls), "")
             if not self._paths(f"name:{sym.parsed.language}:{trait}"):
                 return None  # implements a trait from outside the repository
         return other.path, node
 
+
+# The methods the language gives every value (Java's java.lang.Object, JavaScript's Object.prototype, Go's
+# built-in `error` interface): a repository method of that name overrides one that every receiver has.
+_EVERY_VALUE_HAS = {
+    "java": frozenset({"toString", "equals", "hashCode", "getClass", "clone", "finalize", "notify", "notifyAll",
+                       "wait"}),
+    "ts": frozenset({"toString", "toLocaleString", "valueOf", "hasOwnProperty", "isPrototypeOf",
+                     "propertyIsEnumerable", "constructor"}),
+    "go": frozenset({"Error"}),
+}
 
 _TYPE_KINDS = frozenset({"class_declaration", "abstract_class_declaration", "interface_declaration",
                          "enum_declaration", "record_declaration", "struct_item", "enum_item", "trait_item",

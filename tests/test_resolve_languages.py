@@ -267,3 +267,15 @@ def test_rust_use_trees_reexports_and_impl_methods():
 def test_rust_unknown_receiver_skips_external_trait_methods():
     resolver = _resolver({**RUST, "src/x.rs": "fn f(a: impl Sized) { let b = a; b.clone(); b.touch(); }\n"})
     assert _targets(resolver, "src/x.rs") == {("src/value/mod.rs", "touch")}
+
+
+def test_rust_trait_default_methods_and_object_methods():
+    resolver = _resolver({
+        "src/math.rs": "pub trait Math {\n    fn limbs(&self);\n    fn imul(&mut self) { self.limbs(); }\n}\n"
+                       "pub struct Big;\nimpl Math for Big {\n    fn limbs(&self) {}\n}\n",
+        "src/use.rs": "use crate::math::Big;\nfn f() {\n    let b = Big::new();\n    b.imul();\n}\n",
+    })
+    assert _edges(resolver, "src/use.rs")[(4, "b.imul")] == ("src/math.rs", "imul")
+    java = _resolver({"A.java": "class A {\n  public String toString() { return \"\"; }\n}\n",
+                      "B.java": "class B {\n  void f(Object o, Thing t) {\n    t.x().toString();\n  }\n}\n"})
+    assert _targets(java, "B.java") == set()
