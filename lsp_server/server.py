@@ -504,10 +504,23 @@ class RepocompServer(LanguageServer):
                 "cut_by_time": self.stats.cut_by_time, "rss_bytes": rss_bytes(), "memory": self.sessions.stats()
                 | {"consulted": self.stats.memory_consulted, "skipped": self.stats.memory_skipped},
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
-                "backends_loading": len(self._loading),
+                "backends_loading": len(self._loading), "prefix_cache": self.prefix_cache_stats(),
                 "handlers_running": len(self.protocol._request_futures),  # flat over a session (no leaked futures)
                 # buffers waiting for a pause plus changes queued or being applied (tests wait for 0)
                 "updates_pending": len(self._buffer_syncs) + (self.indexes.pending() if self.indexes else 0)}
+
+    def prefix_cache_stats(self) -> list[dict[str, Any]]:
+        """Prefix reuse of each in-process model: its backend's `cache_stats()` (requests, hits, hit_rate,
+        reused_tokens, prefilled_tokens, entries, tokens) with its `backend`, `model` and `dtype`; the backends of
+        one model share its cache, so they are one entry. None for backends without one (vLLM, extractive)."""
+        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for backend in list(self._backends.values()):
+            inner = getattr(backend, "primary", backend)
+            cache_stats = getattr(inner, "cache_stats", None)
+            if callable(cache_stats):
+                key = (inner.name, str(getattr(inner, "model_name", "")), str(getattr(inner, "dtype", "")))
+                out[key] = {"backend": key[0], "model": key[1], "dtype": key[2], **cache_stats()}
+        return list(out.values())
 
     async def shutdown_all(self) -> None:
         await self.close_engines()

@@ -555,3 +555,25 @@ async def test_real_vllm_backend_completes_and_superseded_stream_is_aborted(
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"repocomp": options}))
     assert await asyncio.wait_for(second, 60) == ""
     await vllm_server.wait_for_log("Aborted request", aborted + 1, 60, "vLLM aborted the second request")
+
+
+@pytest.mark.slow
+async def test_stats_report_the_in_process_models_prefix_reuse(
+        client: LanguageClient, repo: Path, tiny_model_dir: Path) -> None:
+    """`repocomp/stats` carries the in-process backend's prefix cache (what `bench typing --backend local` prints):
+    a second request in the same document reuses the first one's computed prefix (the tiny random model, float32)."""
+    options = {"backend": {"name": "transformers", "model": str(tiny_model_dir), "dtype": "float32",
+                           "maxNewTokens": 4, "timeoutS": 120},
+               "server": {"requestTimeoutMs": 120_000}}
+    await initialize(client, repo, options)
+    await wait_ready(client)
+    uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
+    await asyncio.wait_for(inline(client, uri, end_of(CHECKOUT)), 150)
+    # one character to the left: not the first request plus typing (which the finished generation could serve)
+    moved = types.Position(line=end_of(CHECKOUT).line, character=end_of(CHECKOUT).character - 1)
+    await asyncio.wait_for(inline(client, uri, moved), 150)
+    s = await stats(client)
+    (cache,) = s["prefix_cache"]
+    assert (cache["backend"], cache["model"], cache["dtype"]) == ("transformers", str(tiny_model_dir), "float32")
+    assert s["failed"] == 0 and cache["hits"] >= 1 and cache["reused_tokens"] > 0, s
+    assert cache["requests"] >= 2 and cache["prefilled_tokens"] > 0 and 0 < cache["hit_rate"] <= 1, cache
