@@ -4,8 +4,9 @@
 of the same machinery at request time, for any name in the code before the cursor: `np`/`m`/`pkg.mod.f`
 (imports, aliased module imports, re-exports), `self.x`/`cls.x` (the enclosing class and its bases), `Class.method`,
 a module constant (`from cfg import SCALE`), the members of a class or module that start with a prefix, and a
-method name that only one class of the repository defines. Python goes through its imports; the other indexed
-languages by name, as `graph.resolve` does for them.
+method name that only one class of the repository defines. Python goes through its imports; TypeScript/JavaScript,
+Java, Go and Rust through `graph.resolve_langs` (imports, packages, modules, typed variables at that line, methods
+keyed by their type), with the same fallback rule as their call edges; C and C++ by name.
 
 Everything is read from the resolver's per-file symbols (kept current by the index on every edit); module
 constants and class headers need the file's lines, which the caller provides.
@@ -17,8 +18,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from graph.facts import family
 from graph.languages import CLASS_KINDS
 from graph.resolve import FileSymbols, Resolver
+from graph.resolve_langs import TYPE_KINDS, Def, Inst, LangResolver, Mod, go_rank, rust_module
 
 __all__ = ["DefRef", "ModRef", "Resolution", "SymbolLookup", "Target"]
 
@@ -54,6 +57,7 @@ class Resolution:
 
     targets: tuple[Target, ...]
     complete: bool
+    settled: bool = False  # the head is known (a repository target or outside it): no by-name guess for the rest
 
     @property
     def last(self) -> Target | None:
@@ -99,8 +103,66 @@ class SymbolLookup:
             cached = (sym, {d: (n, c) for d, n, c in parsed.defs})
             self._def_info[sym.path] = cached
         name, cls = cached[1].get(node, ("", -1))
-        kind = "class" if parsed.kinds[node] in CLASS_KINDS else "method" if cls >= 0 else "function"
+        node_kind = parsed.kinds[node]
+        kind = "class" if node_kind in CLASS_KINDS or node_kind in TYPE_KINDS else \
+            "method" if cls >= 0 or any(node in m.values() for m in sym.type_methods.values()) else "function"
         return DefRef(sym.path, node, name, kind)
+
+    # -- TypeScript/JavaScript, Java, Go, Rust ------------------------------------------------------------------
+    def _lang_target(self, found: object) -> Target | None:
+        if isinstance(found, (Def, Inst)):
+            sym = self.resolver.files.get(found.path)
+            return self._def(sym, found.node) if sym is not None else None
+        if isinstance(found, Mod) and found.paths:
+            return ModRef(found.paths[0])
+        return None
+
+    def _node_at(self, sym: FileSymbols, line: int) -> int:
+        owner = sym.parsed.line_owner
+        return int(owner[min(max(line, 0), len(owner) - 1)]) if len(owner) else 0
+
+    def _resolve_lang(self, sym: FileSymbols, parts: tuple[str, ...], line: int) -> Resolution:
+        lang = LangResolver(self.resolver, set())
+        chain = lang.chain(sym, self._node_at(sym, line), parts)
+        targets: list[Target] = []
+        for found in chain:
+            target = self._lang_target(found)
+            if target is None:
+                break
+            targets.append(target)
+        if not targets and len(parts) == 1 and chain and chain[0] is None:
+            by_name = self._by_name(sym, parts[0])
+            if by_name is not None:
+                targets.append(by_name)
+        return Resolution(tuple(targets), len(targets) == len(parts), settled=bool(chain) and chain[0] is not None)
+
+    def unique_method_in(self, path: str, name: str) -> DefRef | None:
+        """What `obj.name(...)` calls in `path` when the type of `obj` is unknown: Python's `unique_method`;
+        the other languages' rule of `graph.resolve_langs` (one method of that name, not an override of a
+        method every value has, not an implementation of a foreign trait)."""
+        sym = self.resolver.files.get(path)
+        if sym is None or family(sym.parsed.language) is None:
+            return self.unique_method(name)
+        found = LangResolver(self.resolver, set()).unique_method(sym, name)
+        return self._def(self.resolver.files[found[0]], found[1]) if found is not None else None
+
+    def _type_methods(self, ref: DefRef) -> Iterator[tuple[FileSymbols, str, int]]:
+        """Go/Rust: the methods keyed by the type `ref` (its package's files, its crate's impl blocks)."""
+        sym = self.resolver.files.get(ref.path)
+        if sym is None:
+            return
+        lang = sym.parsed.language
+        if lang == "go":
+            folder = ref.path.rpartition("/")[0]
+            files = sorted(self.resolver._names.get("godir:" + folder, []), key=go_rank)
+        elif lang == "rust":
+            files = sorted(self.resolver._names.get(f"rsimpl:{rust_module(ref.path)[0]}|{ref.name}", []))
+        else:
+            return
+        for path in files:
+            other = self.resolver.files[path]
+            for name, node in other.type_methods.get(ref.name, {}).items():
+                yield other, name, node
 
     def _target(self, found: object) -> Target | None:
         """A resolver answer (("def", path, node) or ("mod", FileSymbols)) as a Target."""
@@ -174,6 +236,11 @@ class SymbolLookup:
 
     def class_member(self, ref: DefRef, name: str) -> DefRef | None:
         """Method `name` of class `ref` or of one of its bases (nearest first)."""
+        sym = self.resolver.files.get(ref.path)
+        if sym is not None and family(sym.parsed.language) is not None:
+            found = LangResolver(self.resolver, set()).member(Def(ref.path, ref.node), name)
+            target = self._lang_target(found)
+            return target if isinstance(target, DefRef) else None
         for cls in self._class_and_bases(ref):
             sym = self.resolver.files.get(cls.path)
             node = sym.methods.get(cls.node, {}).get(name) if sym is not None else None
@@ -187,12 +254,21 @@ class SymbolLookup:
             sym = self.resolver.files.get(target.path)
             if sym is None:
                 return
-            for name, node in sym.top.items():
-                if name.startswith(prefix):
-                    yield self._def(sym, node)
+            files = [sym]
+            if sym.parsed.language == "go":  # a package: every file of its folder
+                folder = sym.path.rpartition("/")[0]
+                files = [self.resolver.files[p] for p in sorted(self.resolver._names.get("godir:" + folder, []),
+                                                                  key=go_rank)]
+            for each in files:
+                for name, node in each.top.items():
+                    if name.startswith(prefix):
+                        yield self._def(each, node)
             return
         if target.kind != "class":
             return
+        for other, name, node in self._type_methods(target):
+            if name.startswith(prefix):
+                yield DefRef(other.path, node, name, "method")
         for cls in self._class_and_bases(target):
             sym = self.resolver.files.get(cls.path)
             for name, node in (sym.methods.get(cls.node, {}) if sym is not None else {}).items():
@@ -241,6 +317,8 @@ class SymbolLookup:
             return None
         if name in ("self", "cls") or (name == "this" and sym.parsed.language != "python"):
             return self.enclosing_class(path, line)
+        if family(sym.parsed.language) is not None:
+            return self._resolve_lang(sym, (name,), line).last
         if sym.parsed.language != "python":
             return self._by_name(sym, name)
         if name in sym.top:
@@ -285,6 +363,9 @@ class SymbolLookup:
         (`enc`, `self.enc`) to the class it was assigned an instance of."""
         if not parts:
             return Resolution((), False)
+        sym = self.resolver.files.get(path)
+        if sym is not None and family(sym.parsed.language) is not None:
+            return self._resolve_lang(sym, parts, line)  # variables' types come from the parse
         chain: list[Target] = []
         current: Target | None = None
         rest = parts[1:]

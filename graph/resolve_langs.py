@@ -364,7 +364,7 @@ class LangResolver:
         owner = self.r.files[last.path]
         kind = owner.parsed.kinds[last.node]
         name = parts[-1]
-        if kind in _TYPE_KINDS:
+        if kind in TYPE_KINDS:
             return self._inst(last)
         prev = chain[-2] if len(chain) >= 2 else None
         if owner.parsed.language == "rust" and isinstance(prev, Def) and \
@@ -404,7 +404,7 @@ class LangResolver:
             if owner is None:
                 return None
             kind = owner.parsed.kinds[target.node]
-            if kind not in _TYPE_KINDS:
+            if kind not in TYPE_KINDS:
                 return None
             name = target.name if isinstance(target, Inst) else _name_of(owner, target.node)
             return self._type_member(owner, target.node, name, attr, isinstance(target, Inst))
@@ -563,7 +563,7 @@ class LangResolver:
         at = node
         while at > 0:
             inner = sym.methods.get(at, {}).get(name)
-            if inner is not None and sym.parsed.kinds[inner] in _TYPE_KINDS:
+            if inner is not None and sym.parsed.kinds[inner] in TYPE_KINDS:
                 return Def(sym.path, inner)
             at = int(sym.parsed.parent[at])
         return None
@@ -665,7 +665,7 @@ class LangResolver:
             return None
         node, cls = nodes[0]
         is_method = cls >= 0 or any(node in m.values() for m in other.type_methods.values())
-        if not is_method or other.parsed.kinds[node] in _TYPE_KINDS:
+        if not is_method or other.parsed.kinds[node] in TYPE_KINDS:
             return None
         if name in _EVERY_VALUE_HAS.get(family(sym.parsed.language) or "", ()):
             return None  # overrides a method every value of the language has
@@ -686,7 +686,7 @@ _EVERY_VALUE_HAS = {
     "go": frozenset({"Error"}),
 }
 
-_TYPE_KINDS = frozenset({"class_declaration", "abstract_class_declaration", "interface_declaration",
+TYPE_KINDS = frozenset({"class_declaration", "abstract_class_declaration", "interface_declaration",
                          "enum_declaration", "record_declaration", "struct_item", "enum_item", "trait_item",
                          "type_declaration", "class_definition"})
 

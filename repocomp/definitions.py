@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graph.facts import family
 from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef, Resolution, SymbolLookup
 from graph.maxproduct import max_product_strengths
@@ -101,6 +102,7 @@ class BufferState:
     path: str
     lines: list[str]  # the buffer's lines up to the cursor; the cursor line cut at the cursor
     cursor_line: int
+    language: str = "python"
     candidates: dict[DefRef, Candidate] = field(default_factory=dict)
     bindings: dict[str, int] = field(default_factory=dict)  # import name -> line, imports above the cursor
     types: dict[str, DefRef] = field(default_factory=dict)  # variable -> class of the instance assigned to it
@@ -141,6 +143,13 @@ class BufferState:
     def resolve(self, parts: tuple[str, ...], line: int) -> Resolution:
         """`lookup.resolve` at `line`, memoized (`self`/`cls` mean the class holding that line)."""
         assert self.lookup is not None
+        if self.language != "python":  # what a name means depends on the scope of the line (its variables)
+            sym = self.lookup.resolver.files.get(self.path)
+            scope = int(sym.parsed.line_owner[line]) if sym is not None and line < sym.parsed.n_lines else -1
+            key_: tuple[Any, ...] = (parts, scope)
+            if key_ not in self.memo:
+                self.memo[key_] = self.lookup.resolve(self.path, parts, line)
+            return self.memo[key_]
         owner = self.class_at(line) if parts[0] in ("self", "cls") else None
         key = (parts, owner)
         if key not in self.memo:
@@ -175,9 +184,20 @@ def _import_names(text: str) -> list[str]:
 
 def _source_imports(state: BufferState, index: Any, cfg: DefinitionsConfig) -> None:
     entry = index.files.get(state.path)
-    if entry is None or entry.parsed.language != "python":
+    if entry is None:
         return
     parsed = entry.parsed
+    if family(parsed.language) is not None:  # TypeScript, Java, Go, Rust: the import facts of the parse
+        for kind, node, local, _ in parsed.facts:
+            if kind == "import" and local != "*" and int(parsed.end_line[node]) <= state.cursor_line:
+                state.bindings.setdefault(local, int(parsed.start_line[node]))
+        for name, line in state.bindings.items():
+            target = state.lookup.head(state.path, name, line) if state.lookup else None
+            if isinstance(target, DefRef):
+                state.add(target, Evidence("import", line))
+        return
+    if parsed.language != "python":
+        return
     for node in range(1, parsed.n_nodes):
         if parsed.kinds[node] not in ("import_statement", "import_from_statement"):
             continue
@@ -198,6 +218,7 @@ def _scan_range(state: BufferState, cfg: DefinitionsConfig) -> range:
 
 _STRINGS = re.compile(r"(\"[^\"\n]*\"|'[^'\n]*')")
 _COMMENT = re.compile(r"#[^\n]*")
+_SLASH_COMMENT = re.compile(r"//[^\n]*")
 
 
 def _code_lines(state: BufferState, cfg: DefinitionsConfig) -> dict[int, str]:
@@ -205,13 +226,19 @@ def _code_lines(state: BufferState, cfg: DefinitionsConfig) -> dict[int, str]:
     one regex pass over the whole range."""
     if not state.code:
         span = _scan_range(state, cfg)
-        text = _COMMENT.sub("", _STRINGS.sub('""', "\n".join(state.lines[span.start:span.stop])))
+        comment = _COMMENT if state.language == "python" else _SLASH_COMMENT
+        text = comment.sub("", _STRINGS.sub('""', "\n".join(state.lines[span.start:span.stop])))
+        if state.language == "rust":
+            text = text.replace("::", ".")  # `Type::new` is a dotted name like `m.f`
         state.code = dict(zip(span, text.split("\n")))
     return state.code
 
 
 def _source_types(state: BufferState, index: Any, cfg: DefinitionsConfig) -> None:
-    """`x = Cls(...)` / `self.x = Cls(...)` above the cursor: x holds a Cls (for `x.method`)."""
+    """`x = Cls(...)` / `self.x = Cls(...)` above the cursor: x holds a Cls (for `x.method`). (The other
+    languages' variables are typed by the parse: `graph.facts`.)"""
+    if state.language != "python":
+        return
     for i, code in _code_lines(state, cfg).items():
         if "=" not in code or "(" not in code:
             continue
@@ -234,7 +261,7 @@ def _code(line: str) -> str:
 
 def _add_unique_method(state: BufferState, name: str, line: int, written: str) -> None:
     assert state.lookup is not None
-    found = state.lookup.unique_method(name)
+    found = state.lookup.unique_method_in(state.path, name)
     if found is not None:
         state.add(found, Evidence("unique-method", line, written))
 
@@ -246,6 +273,8 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
     sym = state.lookup.resolver.files.get(state.path)
     # names that can start a chain worth resolving (a local variable or a library module resolves to nothing)
     known = set(state.bindings) | set(sym.top if sym else ()) | {"self", "cls"} | {t.split(".")[0] for t in state.types}
+    if state.language != "python" and sym is not None:  # variables, fields and parameters; this, Self, crate
+        known |= {name for _, name in sym.vars} | {"this", "Self", "crate", "super"}
     for i, text in _code_lines(state, cfg).items():
         if i in import_lines:
             continue
@@ -255,7 +284,8 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
         for m in _CHAIN.finditer(text):
             parts = tuple(m.group(0).split("."))
             called = text[m.end():m.end() + 1] == "("
-            if parts[0] not in known:
+            typed = state.language != "python" and parts[0][:1].isupper()  # a type or class name: resolvable
+            if parts[0] not in known and not typed:
                 if called and len(parts) >= 2 and parts[0] not in _SKIP:  # `obj.step(...)`, obj of unknown type
                     _add_unique_method(state, parts[-1], i, m.group(0))
                 continue
@@ -264,7 +294,7 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
             for target in found.targets[own:]:  # the enclosing class itself is not news
                 if isinstance(target, DefRef):
                     state.add(target, Evidence("reference", i, m.group(0)))
-            if called and len(parts) >= 2 and not found.complete:
+            if called and len(parts) >= 2 and not found.complete and not found.settled:
                 _add_unique_method(state, parts[-1], i, m.group(0))
         if enclosing is not None and "super(" in text:
             for m in _SUPER.finditer(text):
@@ -349,8 +379,9 @@ class DefinitionFinder:
         cut = list(lines[: cursor_line + 1])
         if cursor_line < len(cut):
             cut[cursor_line] = cut[cursor_line][:col]
-        state = BufferState(path, cut, cursor_line, lookup=self.lookup, generation=self.lookup.generation,
-                            epoch=self.index.epoch)
+        entry = self.index.files.get(path)
+        state = BufferState(path, cut, cursor_line, language=entry.parsed.language if entry else "python",
+                            lookup=self.lookup, generation=self.lookup.generation, epoch=self.index.epoch)
         sym = self.lookup.resolver.files.get(path)
         if path not in self.index.files or sym is None:
             return state
