@@ -136,6 +136,10 @@ pub fn run() -> i32 {
 string"#;
     zqxplanted_rust + s.len() as i32
 }
+
+pub fn tail(v: i32) -> i32 {
+    double(v + 1)
+}
 """,
     },
 }
@@ -143,6 +147,9 @@ CALLS = {  # an API hole: (file, ground truth, definition file, 0-indexed line o
     "java": ("src/main/java/app/App.java", "    int zqxplanted_java = Helper.triple(base);",
              "src/main/java/app/Helper.java", 9),
     "go": ("main.go", "\tzqxplanted_go := Add(x, 2) // call into util.go", "util.go", 3),
+    "typescript": ("src/main.ts", "  const name = formatName(user.first, user.last);", "src/util.ts", 1),
+    "rust": ("src/other.rs", "    let zqxplanted_rust = double(a);", "src/lib.rs", 4),
+    "rust-tail": ("src/other.rs", "    double(v + 1)", "src/lib.rs", 4),  # a tail expression: its line
 }
 
 
@@ -202,14 +209,16 @@ def test_line_holes_never_leak(lang_repo):
 
 @pytest.mark.parametrize("lang", sorted(CALLS))
 def test_api_hole_for_a_call_into_another_file(tmp_path, lang):
-    repo = _repo(tmp_path / "repo", REPOS[lang])
+    repo = _repo(tmp_path / "repo", REPOS[lang.split("-")[0]])
     path, gt, def_path, def_line = CALLS[lang]
     tasks = {(t.path, t.ground_truth): t for t in make_tasks(repo, "api", n=100, seed=0)}
     task = tasks[(path, gt)]
-    assert task.kind == "api" and task.language == lang
+    assert task.kind == "api" and task.language == lang.split("-")[0]
     assert task.api_definitions == [{"path": def_path, "line_no": def_line}]
     lines = (repo / path).read_text().splitlines()
-    assert task.prompt == "\n".join(lines[task.context_start_lineno:task.line_no]) and PLANT not in task.prompt
+    assert task.prompt == "\n".join(lines[task.context_start_lineno:task.line_no])
+    if PLANT in gt:
+        assert PLANT not in task.prompt
     for t in tasks.values():  # every API hole names definitions of another file
         assert t.api_definitions and all(d["path"] != t.path for d in t.api_definitions)
 

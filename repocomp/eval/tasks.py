@@ -517,11 +517,57 @@ def _line_start_node(tree, lines: list[str], row: int, kind: str, last_row: int)
 _STATEMENT_END = re.compile(r"^[;,]*\s*(//.*)?$")
 
 
+def _graph_api_hole(lines: list[str], tree, parsed: ParsedFile, node: int, rows: set[int], max_lines: int
+                    ) -> tuple[int, int] | None:
+    """The hole for a call edge from graph node `node` whose calls lie on `rows`: the statement (climbing to the
+    one that begins its line) when it has at most `max_lines` lines, no statement inside it, and ends its last
+    line; else the one line that holds every call of the node (the header of `if foo(x) {`, `.map(f)` in a long
+    chain, a Rust tail expression `helper(x)` of a function), never a definition's first line."""
+    kinds, starts, ends, parents = parsed.kinds, parsed.start_line, parsed.end_line, parsed.parent
+    single = next(iter(rows)) if len(rows) == 1 else None
+    stmt = node
+    while stmt > 0 and kinds[stmt] not in DEFINITION_KINDS and kinds[stmt] not in CLASS_KINDS:
+        s, e = int(starts[stmt]), int(ends[stmt])
+        if _line_start_node(tree, lines, s, kinds[stmt], e - 1) is not None:
+            break
+        parent = int(parents[stmt])
+        if parent <= 0 or int(starts[parent]) != s:
+            stmt = 0
+            break
+        stmt = parent
+    if stmt <= 0 or kinds[stmt] in DEFINITION_KINDS or kinds[stmt] in CLASS_KINDS:
+        # a call no statement of its own holds (a Rust tail expression, a TS arrow body): its line
+        if single is None or single == int(starts[node]) or single == 0 or single >= len(lines):
+            return None
+        return single, single + 1
+    s, e = int(starts[stmt]), int(ends[stmt])
+    if s == 0 or e > len(lines):
+        return None
+    ts_node = _line_start_node(tree, lines, s, kinds[stmt], e - 1)
+    assert ts_node is not None  # the climb above stopped on it
+    nested = False
+    for k in range(stmt + 1, len(kinds)):
+        if starts[k] >= e:
+            break
+        if starts[k] > s:
+            p = int(parents[k])
+            while p > stmt:
+                p = int(parents[p])
+            if p == stmt:
+                nested = True
+                break
+    tail = lines[e - 1].encode("utf-8", "surrogatepass")[ts_node.end_point.column:].decode("utf-8", "replace")
+    if e - s <= max_lines and not nested and _STATEMENT_END.match(tail.strip()):
+        return s, e
+    if single is not None and single < len(lines):
+        return single, single + 1  # every call of the statement is on this line
+    return None
+
+
 def _graph_api_candidates(rel: str, lines: list[str], tree, language: str, calls: _IndexCalls, max_lines: int
                           ) -> Iterator[tuple[int, int, str, list[dict[str, Any]]]]:
-    """A statement with a call the index resolves into another file: the whole statement when it has at most
-    `max_lines` lines and no statement inside it, else its first line when every call it holds lies there
-    (the header of `if foo(x) {`, `items.forEach(x => {`); a statement must begin its line and end its last."""
+    """A statement with a call the index resolves into another file (`_graph_api_hole`); `api_definitions`
+    lists what its calls reach."""
     parsed = calls.parsed.get(rel)
     if parsed is None:
         return
@@ -535,43 +581,10 @@ def _graph_api_candidates(rel: str, lines: list[str], tree, language: str, calls
         row = callee.start_point.row
         if row < parsed.n_lines:
             call_rows.setdefault(int(parsed.line_owner[row]), set()).add(row)
-    kinds, starts, ends, parents = parsed.kinds, parsed.start_line, parsed.end_line, parsed.parent
     found: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for node, target_path, target_node in edges:
-        stmt = node
-        while stmt > 0 and kinds[stmt] not in DEFINITION_KINDS and kinds[stmt] not in CLASS_KINDS:
-            s, e = int(starts[stmt]), int(ends[stmt])
-            if _line_start_node(tree, lines, s, kinds[stmt], e - 1) is not None:
-                break
-            parent = int(parents[stmt])
-            if parent <= 0 or int(starts[parent]) != s:
-                stmt = 0
-                break
-            stmt = parent
-        if stmt <= 0 or kinds[stmt] in DEFINITION_KINDS or kinds[stmt] in CLASS_KINDS:
-            continue
-        s, e = int(starts[stmt]), int(ends[stmt])
-        if s == 0 or e > len(lines):
-            continue
-        ts_node = _line_start_node(tree, lines, s, kinds[stmt], e - 1)
-        assert ts_node is not None
-        nested = False
-        for k in range(stmt + 1, len(kinds)):
-            if starts[k] >= e:
-                break
-            if starts[k] > s:
-                p = int(parents[k])
-                while p > stmt:
-                    p = int(parents[p])
-                if p == stmt:
-                    nested = True
-                    break
-        tail = lines[e - 1].encode("utf-8", "surrogatepass")[ts_node.end_point.column:].decode("utf-8", "replace")
-        if e - s <= max_lines and not nested and _STATEMENT_END.match(tail.strip()):
-            hole = (s, e)
-        elif e - s > 1 and call_rows.get(node) == {s}:
-            hole = (s, s + 1)  # the header: every call of the statement is on its first line
-        else:
+        hole = _graph_api_hole(lines, tree, parsed, node, call_rows.get(node, set()), max_lines)
+        if hole is None:
             continue
         defs = found.setdefault(hole, [])
         entry = {"path": target_path, "line_no": calls.definition_line(target_path, target_node)}
