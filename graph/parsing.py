@@ -72,8 +72,9 @@ class ParsedFile:
         return np.bincount(self.line_owner, weights=self.line_len, minlength=self.n_nodes).astype(np.float64)
 
 
-def _text(node: Node) -> str:
-    return node.text.decode("utf-8", "replace") if node.text is not None else ""
+def _text(src: bytes, node: Node) -> str:
+    """The source of `node` (sliced: `node.text` re-reads a tree parsed from pieces, slowly)."""
+    return src[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
 
 def _field(node: Node, name: str) -> Node:
@@ -83,44 +84,44 @@ def _field(node: Node, name: str) -> Node:
     return child
 
 
-def _def_name(node: Node) -> str | None:
+def _def_name(src: bytes, node: Node) -> str | None:
     name = node.child_by_field_name("name")
     if name is not None:
-        return _text(name)
+        return _text(src, name)
     decl = node.child_by_field_name("declarator")  # C/C++: int *f(int x) -> declarator chain to the identifier
     for _ in range(MAX_DEPTH):  # `int ****...f` nests as deep as it is long
         if decl is None:
             break
         if decl.type in ("identifier", "field_identifier", "qualified_identifier"):
-            return _text(decl).split("::")[-1]
+            return _text(src, decl).split("::")[-1]
         decl = decl.child_by_field_name("declarator")
     return None
 
 
-def _python_imports(node: Node) -> list[Import]:
+def _python_imports(src: bytes, node: Node) -> list[Import]:
     out: list[Import] = []
     if node.type == "import_statement":
         for child in node.children_by_field_name("name"):
             if child.type == "aliased_import":
-                module = _text(_field(child, "name"))
-                out.append(Import(_text(_field(child, "alias")), module, None))
+                module = _text(src, _field(child, "name"))
+                out.append(Import(_text(src, _field(child, "alias")), module, None))
             else:
-                module = _text(child)
+                module = _text(src, child)
                 out.append(Import(module.split(".")[0], module.split(".")[0], None))
     elif node.type == "import_from_statement":
         module_node = node.child_by_field_name("module_name")
-        module = _text(module_node).replace(" ", "") if module_node is not None else ""
+        module = _text(src, module_node).replace(" ", "") if module_node is not None else ""
         if any(c.type == "wildcard_import" for c in node.children):
             out.append(Import("*", module, "*"))
         for child in node.children_by_field_name("name"):
             if child.type == "aliased_import":
-                out.append(Import(_text(_field(child, "alias")), module, _text(_field(child, "name"))))
+                out.append(Import(_text(src, _field(child, "alias")), module, _text(src, _field(child, "name"))))
             else:
-                out.append(Import(_text(child), module, _text(child)))
+                out.append(Import(_text(src, child), module, _text(src, child)))
     return out
 
 
-def _java_callee(name: Node) -> Node:
+def _java_callee(src: bytes, name: Node) -> Node:
     """Java's `method_invocation` holds the method's name and its object apart: the callee is the whole call up
     to the arguments (`foo.bar`, `this.x.m`); a call on a computed object keeps its name (`a().b()` -> `b`)."""
     call = name.parent
@@ -129,7 +130,7 @@ def _java_callee(name: Node) -> Node:
     obj = call.child_by_field_name("object")
     assert obj is not None
     if obj.type in ("identifier", "this", "field_access", "scoped_identifier", "super") and \
-            _DOTTED.match(_text(obj)) is not None:
+            _DOTTED.match(_text(src, obj)) is not None:
         return call  # its text is "obj.name(args)": cut below
     return name
 
@@ -220,31 +221,32 @@ def parse_source(text: str, language: str) -> ParsedFile:
             if kind == "type_declaration" and language == "go":  # `type (A struct{}; B = int)`: names in specs
                 for spec_ in obj.named_children:
                     if spec_.type in ("type_spec", "type_alias") and (name_node := spec_.child_by_field_name("name")):
-                        parsed.defs.append((idx, _text(name_node), -1))
+                        parsed.defs.append((idx, _text(source, name_node), -1))
                 continue
-            name = _def_name(obj)
+            name = _def_name(source, obj)
             if name:
                 parsed.defs.append((idx, name, cls))
         elif language == "python" and kind in ("import_statement", "import_from_statement"):
-            parsed.imports.extend(_python_imports(obj))
+            parsed.imports.extend(_python_imports(source, obj))
 
     if _facts.family(language) is not None:
         index_of = {obj.id: i for i, obj in enumerate(node_objs) if obj is not None}
         index_of[tree.root_node.id] = 0
-        triples, parsed.facts = _facts.extract(language, tree.root_node, index_of, kinds, MAX_DEPTH)
+        triples, parsed.facts = _facts.extract(language, source, tree.root_node, index_of, kinds, MAX_DEPTH)
         parsed.imports = [Import(*t) for t in triples]
 
     for callee in _captures(lang.call_query, tree.root_node, "callee"):
+        end = callee.end_byte
         if language == "java":
-            callee = _java_callee(callee)
-        if callee.end_byte - callee.start_byte > 4 * _MAX_CALLEE_CHARS:  # `f()()()...`: each holds the rest
+            callee = _java_callee(source, callee)
+            if callee.type == "method_invocation":  # the callee is the call up to its arguments
+                args = callee.child_by_field_name("arguments")
+                end = args.start_byte if args is not None else callee.end_byte
+        if end - callee.start_byte > 4 * _MAX_CALLEE_CHARS:  # `f()()()...`: each holds the rest
             continue
-        text_ = _text(callee)
+        text_ = source[callee.start_byte:end].decode("utf-8", "replace")
         if callee.type == "method_invocation":
-            args = callee.child_by_field_name("arguments")
-            raw = callee.text or b""
-            cut = raw[: args.start_byte - callee.start_byte] if args is not None else raw
-            text_ = re.sub(r"\s+", "", cut.decode("utf-8", "replace"))
+            text_ = re.sub(r"\s+", "", text_)
         if len(text_) > _MAX_CALLEE_CHARS or not _DOTTED.match(text_):
             continue
         line = callee.start_point[0]

@@ -197,6 +197,7 @@ class LangResolver:
         self.consulted = consulted  # shared by everything this instance answers (and its memo)
         self._depth = 0  # variable types being resolved now (`x := x.Next()` would loop)
         self._memo: dict[tuple[str, int, str], Target] = {}
+        self._bound: dict[tuple[str, object], Target] = {}  # (file, import) -> where it leads
 
     def _paths(self, key: str) -> list[str]:
         self.consulted.add(key)
@@ -492,7 +493,14 @@ class LangResolver:
 
     # -- imports -------------------------------------------------------------------------------------------------
     def binding(self, sym: FileSymbols, imp, depth: int = 0) -> Target:
-        """Where an import of `sym` leads (None: outside the repository or not found)."""
+        """Where an import of `sym` leads (None: outside the repository or not found); memoized."""
+        key = (sym.path, imp)
+        if key not in self._bound:
+            self._bound[key] = None  # an import cycle means: not found
+            self._bound[key] = self._binding(sym, imp, depth)
+        return self._bound[key]
+
+    def _binding(self, sym: FileSymbols, imp, depth: int) -> Target:
         fam = family(sym.parsed.language)
         if fam == "ts":
             mod = self._ts_module(sym, imp.module)
