@@ -279,3 +279,39 @@ def test_rust_trait_default_methods_and_object_methods():
     java = _resolver({"A.java": "class A {\n  public String toString() { return \"\"; }\n}\n",
                       "B.java": "class B {\n  void f(Object o, Thing t) {\n    t.x().toString();\n  }\n}\n"})
     assert _targets(java, "B.java") == set()
+
+
+# ------------------------------------------------------------------------------------ through the index
+
+
+def _index_targets(index, path: str) -> set[tuple[str, str]]:
+    graph = index.graph
+    out = set()
+    for _src, dst in graph.files[path].call_edges.tolist():
+        owner = graph.owner[dst]
+        local = dst - int(index.files[owner].node_ids[0])
+        out.add((owner, next(n for d, n, _ in index.files[owner].parsed.defs if d == local)))
+    return out
+
+
+def test_index_updates_an_importers_edges_and_round_trips_the_facts(tmp_path):
+    from repocomp.config import Config
+    from repocomp.index import Index
+
+    for rel, text in {**TS, **{p: t for p, t in GO.items() if p.endswith(".go")}}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    index = Index.build(tmp_path, Config())
+    assert ("src/util.ts", "helper") in _index_targets(index, "src/main.ts")
+    index.update_file("src/util.ts", text=TS["src/util.ts"].replace("helper", "helper2"))
+    assert ("src/util.ts", "helper") not in _index_targets(index, "src/main.ts")
+    assert not any(name.startswith("helper") for _, name in _index_targets(index, "src/main.ts"))
+    index.update_file("src/util.ts", text=TS["src/util.ts"])
+    assert ("src/util.ts", "helper") in _index_targets(index, "src/main.ts")
+
+    index.save()
+    loaded = Index.load(tmp_path, Config())
+    assert loaded.files["command.go"].parsed.facts == index.files["command.go"].parsed.facts
+    for path in ("src/main.ts", "command.go"):
+        assert loaded.resolver.resolve(path) == index.resolver.resolve(path)
+    assert ("validate.go", "Validate") in _index_targets(loaded, "command.go")
