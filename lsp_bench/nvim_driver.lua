@@ -12,7 +12,9 @@
 --                                       records the time from the last keystroke and the text shown
 --   {"key": "<Tab>"}                    one key (Neovim notation)
 --   {"sleep": ms}
--- The result: {"records": [...], "lines": buffer lines, "error": message or nil}. Every wait is bounded.
+--   {"stats": ms}                       the server's `repocomp/stats` (waited for at most ms), kept as "stats"
+-- The result: {"records": [...], "lines": buffer lines, "stats": ..., "error": message or nil}. Every wait is
+-- bounded.
 local plan = vim.json.decode(table.concat(vim.fn.readfile(vim.env.PLAN), "\n"))
 local uv = vim.uv or vim.loop
 local result = { records = {}, lines = {} }
@@ -127,6 +129,14 @@ run_step = function(i)
     next_step(i)
   elseif step.sleep then
     vim.defer_fn(function() next_step(i) end, step.sleep)
+  elseif step.stats then
+    local c, got = client(), false
+    if not c then return finish("no repocomp client to ask for its stats") end
+    c:request("repocomp/stats", {}, function(_, res) result.stats = res; got = true end, buf)
+    poll(step.stats, function() return got end, function(ok)
+      if not ok then return finish("the server did not answer repocomp/stats within " .. step.stats .. " ms") end
+      next_step(i)
+    end)
   else
     finish("unknown step " .. vim.inspect(step))
   end
