@@ -6,7 +6,8 @@
 -- "limit_ms": the whole run's bound, "steps": [...]}, steps:
 --   {"ready": ms}                       until the repocomp client is attached, its folders indexed and its
 --                                       model loaded (the server's `repocomp/stats`)
---   {"insert": true}                    enter insert mode at (line, col)
+--   {"insert": true, "line": L, "col": C} enter insert mode at (L, C), the plan's (line, col) by default; a col
+--                                       at or past the line's end appends (`A`)
 --   {"type": "abc", "gaps_ms": [...]}   keystrokes through nvim_input, gaps_ms[i] before key i (default 0)
 --   {"ghost": ms, "expect": "..."}      until ghost text shows (text starting with `expect` when given);
 --                                       records the time from the last keystroke and the text shown
@@ -92,12 +93,13 @@ run_step = function(i)
       next_step(i)
     end)
   elseif step.insert then
-    local line = vim.api.nvim_buf_get_lines(buf, plan.line - 1, plan.line, true)[1]
-    if plan.col >= #line then
-      vim.api.nvim_win_set_cursor(0, { plan.line, math.max(0, #line - 1) })
+    local row, col = step.line or plan.line, step.col or plan.col
+    local line = vim.api.nvim_buf_get_lines(buf, row - 1, row, true)[1]
+    if col >= #line then
+      vim.api.nvim_win_set_cursor(0, { row, math.max(0, #line - 1) })
       vim.api.nvim_input("A")
     else
-      vim.api.nvim_win_set_cursor(0, { plan.line, plan.col })
+      vim.api.nvim_win_set_cursor(0, { row, col })
       vim.api.nvim_input("i")
     end
     next_step(i)

@@ -1,0 +1,101 @@
+"""`repocomp bench line-ends REPO FILE`: what Neovim 0.12 shows at the end of complete lines.
+
+Neovim, configured with the documented snippet (`lsp_bench.nvim`) and the server's default backend (the local
+model where this user prepared it), opens FILE and, for each of `--lines` code lines drawn with a seed, leaves insert
+mode, appends at the end of the line (`A`) and waits for ghost text. At a line end the answer is the next line (a
+line break, then the line as the model indents it). Figures: line ends answered (any ghost text), answers equal
+to the file's next non-blank line, and the time from entering insert mode to the ghost text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lsp_bench.nvim import run_plan
+from repocomp.local_model import default_model_dir
+
+LOAD_MS = 600_000  # indexing and loading (and warming) the local model on a busy 2-core machine
+
+
+@dataclass
+class LineEndsResult:
+    file: str
+    lines: list[int]  # 1-based lines whose end was completed
+    answered: int
+    next_line_right: int
+    latency_p50_ms: float
+    latency_max_ms: float
+    answers: list[str | None]  # per line: the ghost text, None when none showed
+    error: str | None
+
+
+def pick_lines(text: str, n: int, seed: int) -> list[int]:
+    """`n` code lines (1-based, seeded): not blank, not a comment, not the file's last non-blank line."""
+    rows = text.splitlines()
+    last = max((i for i, row in enumerate(rows) if row.strip()), default=-1)
+    code = [i + 1 for i, row in enumerate(rows[:last])
+            if row.strip() and not row.lstrip().startswith(("#", "//", "/*", "*"))]
+    return sorted(random.Random(seed).sample(code, min(n, len(code))))
+
+
+def _next_line(rows: list[str], line: int) -> str:
+    return next((row for row in rows[line:] if row.strip()), "")
+
+
+def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: int = 120_000) -> LineEndsResult:
+    text = file.read_text(encoding="utf-8")
+    rows = text.splitlines()
+    lines = pick_lines(text, n, seed)
+    steps: list[dict[str, Any]] = [{"ready": LOAD_MS}]
+    for line in lines:
+        steps += [{"key": "<Esc>"}, {"sleep": 50}, {"insert": True, "line": line, "col": len(rows[line - 1])},
+                  {"ghost": ghost_ms}]
+    with tempfile.TemporaryDirectory(prefix="repocomp-line-ends-") as work:
+        # Neovim runs with its own HOME: point the server at this user's local model
+        run = run_plan(repo, file, lines[0], 0, steps, Path(work), env={"REPOCOMP_MODEL_DIR": str(default_model_dir())},
+                       limit_s=(LOAD_MS + len(lines) * (ghost_ms + 500)) / 1000)
+    records = run.result.get("records", [])
+    answers: list[str | None] = [r["text"] if r["ghost"] else None for r in records]
+    latencies = [r["latency_ms"] for r in records if r["ghost"]]
+    right = sum(1 for line, answer in zip(lines, answers, strict=False)
+                if answer is not None and answer.strip() == _next_line(rows, line).strip())
+    return LineEndsResult(str(file), lines, sum(a is not None for a in answers), right,
+                          round(statistics.median(latencies), 1) if latencies else 0.0,
+                          round(max(latencies), 1) if latencies else 0.0, answers, run.result.get("error"))
+
+
+def format_table(r: LineEndsResult) -> str:
+    n = len(r.lines)
+    rows = [("line ends answered (ghost text)", f"{r.answered} of {n}"),
+            ("answer == the file's next line", f"{r.next_line_right} of {n}"),
+            ("insert mode -> ghost text p50 / max", f"{r.latency_p50_ms:.0f} / {r.latency_max_ms:.0f} ms")]
+    rows += [("error", r.error)] if r.error else []
+    width = max(len(a) for a, _ in rows)
+    return "\n".join([f"repocomp bench line-ends {r.file} (Neovim 0.12)"] + [f"{a:<{width}}  {b}" for a, b in rows])
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("line-ends", help="Neovim at the end of complete lines: how many get a next-line answer")
+    p.add_argument("repo", type=Path, help="the repository (Neovim's working folder)")
+    p.add_argument("file", type=Path, help="a file in it")
+    p.add_argument("--lines", type=int, default=30, help="line ends tried (default 30)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ghost-ms", type=int, default=120_000, help="wait for ghost text per line end (default 120 s)")
+    p.add_argument("--json", type=Path, metavar="F", help="also write the figures and answers as JSON")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lsp_bench.bench import report
+
+    file = args.file if args.file.is_absolute() else args.repo / args.file
+    if not file.is_file():
+        raise SystemExit(f"{file}: no such file")
+    result = run_line_ends(args.repo.resolve(), file.resolve(), args.lines, args.seed, args.ghost_ms)
+    return report(result, format_table(result), args.json)
