@@ -2,7 +2,8 @@
 
 What each language resolves (the syntax facts come from `graph.facts`):
 
-- TypeScript/JavaScript: relative ES imports (`import {a as b}`, default, `* as m`), re-exports (`export {a} from`,
+- TypeScript/JavaScript: relative ES imports (`import {a as b}`, default, `* as m`), a package's imports of its
+  own subpaths (`zod/v4/core`: the one module whose path ends with `v4/core`), re-exports (`export {a} from`,
   `export * from`, followed up to `_MAX_HOPS` files), specifiers tried as `.ts .tsx .js .mjs .jsx .cjs .d.ts`,
   then `index.*`; `this.m()`, `this.field.m()`, `x.m()` where `x` is typed (`x: Foo`, `new Foo()`, a parameter
   property, a class field); `Class.staticMethod()`.
@@ -52,6 +53,7 @@ from graph.facts import family
 if TYPE_CHECKING:
     from graph.resolve import FileSymbols, Resolver
 
+_MAX_SUBPATH = 3  # segments of a bare specifier's subpath matched against the repository's module paths
 _MAX_HOPS = 6  # re-export hops, field and type steps followed
 _TS_EXTS = (".ts", ".tsx", ".js", ".mjs", ".jsx", ".cjs", ".mts", ".cts")
 _GO_PLATFORMS = frozenset(
@@ -133,7 +135,11 @@ def lang_keys(sym: FileSymbols) -> set[str]:
     fam = family(lang)
     keys = {f"name:{lang}:{name}" for _, name, _ in parsed.defs}
     if fam == "ts":
-        keys |= {"ts:" + s for s in ts_stems(sym.path)}
+        stems = ts_stems(sym.path)
+        keys |= {"ts:" + s for s in stems}
+        for stem in stems:  # a package's own subpath imports (`zod/v4/core`) end with these
+            segs = stem.split("/")
+            keys |= {"tssub:" + "/".join(segs[-k:]) for k in range(1, min(_MAX_SUBPATH, len(segs)) + 1)}
     elif fam == "java":
         keys.add("jpkg:" + sym.package)
         for name in sym.top:
@@ -528,7 +534,7 @@ class LangResolver:
 
     def _ts_module(self, sym: FileSymbols, spec: str) -> Mod | None:
         if not spec.startswith("."):
-            return None
+            return self._ts_package_module(spec)
         target = posixpath.normpath(posixpath.join(posixpath.dirname(sym.path), spec))
         for ext in (*_TS_EXTS, ".d.ts"):
             if target.endswith(ext) and ext != ".d.ts":
@@ -539,6 +545,24 @@ class LangResolver:
             return None
         best = min(paths, key=_ts_rank)
         return Mod((best,), "ts")
+
+    def _ts_package_module(self, spec: str) -> Mod | None:
+        """A bare specifier with a subpath, `pkg/a/b` (`@scope/pkg/a/b`): the one module of the repository whose
+        path ends with `a/b` (a package importing itself by name, a monorepo's sibling package); a bare package
+        name, or a subpath that several modules end with, is not resolved."""
+        segs = spec.split("/")
+        sub = segs[2 if spec.startswith("@") else 1:]
+        if not sub or len(sub) > _MAX_SUBPATH or any(s in ("", ".", "..") for s in sub):
+            return None
+        last = sub[-1]
+        for ext in _TS_EXTS:
+            if last.endswith(ext):
+                sub[-1] = last[: -len(ext)]
+                break
+        paths = self._paths("tssub:" + "/".join(sub))
+        if not paths or len({ts_stems(p)[0].removesuffix("/index") for p in paths}) != 1:
+            return None
+        return Mod((min(paths, key=_ts_rank),), "ts")
 
     def _java_class(self, dotted: str) -> Target:
         paths = self._paths("jcls:" + dotted)

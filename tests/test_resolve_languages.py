@@ -315,3 +315,10 @@ def test_index_updates_an_importers_edges_and_round_trips_the_facts(tmp_path):
     for path in ("src/main.ts", "command.go"):
         assert loaded.resolver.resolve(path) == index.resolver.resolve(path)
     assert ("validate.go", "Validate") in _index_targets(loaded, "command.go")
+
+
+def test_typescript_package_subpath_import():
+    resolver = _resolver({**TS, "src/v4/core/index.ts": "export function parse() {}\n",
+                          "test/a.test.ts": "import * as core from 'zod/v4/core';\nimport * as x from 'other';\n"
+                                            "core.parse();\nx.helper();\n"})
+    assert _targets(resolver, "test/a.test.ts") == {("src/v4/core/index.ts", "parse")}
