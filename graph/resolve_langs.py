@@ -203,6 +203,7 @@ class LangResolver:
         self.consulted = consulted  # shared by everything this instance answers (and its memo)
         self._depth = 0  # variable types being resolved now (`x := x.Next()` would loop)
         self._memo: dict[tuple[str, int, str], Target] = {}
+        self._sorted: dict[str, list[str]] = {}  # godir key -> its files, preferred first
         self._bound: dict[tuple[str, object], Target] = {}  # (file, import) -> where it leads
 
     def _paths(self, key: str) -> list[str]:
@@ -429,7 +430,7 @@ class LangResolver:
             return None
         if fam == "go":
             folder = owner.path.rpartition("/")[0]
-            files = sorted(self._files("godir:" + folder), key=lambda s: go_rank(s.path))
+            files = [self.r.files[p] for p in self._go_files(folder)]
             for f in files:
                 method = f.type_methods.get(name, {}).get(attr)
                 if method is not None:
@@ -613,11 +614,18 @@ class LangResolver:
                 return Mod(tuple(sorted(paths, key=go_rank)), "go")
         return None
 
+    def _go_files(self, folder: str) -> list[str]:
+        """The files of a Go package, those without a platform suffix first (memoized per resolver)."""
+        key = "godir:" + folder
+        if key not in self._sorted:
+            self._sorted[key] = sorted(self._paths(key), key=go_rank)
+        return self._sorted[key]
+
     def _go_package_name(self, sym: FileSymbols, name: str) -> Target:
         return self._go_in_package(sym.path.rpartition("/")[0], name, exclude=sym.path)
 
     def _go_in_package(self, folder: str, name: str, exclude: str = "") -> Target:
-        paths = sorted(self._paths("godir:" + folder), key=go_rank)
+        paths = self._go_files(folder)
         return self._go_in_package_paths(tuple(p for p in paths if p != exclude), name)
 
     def _go_in_package_paths(self, paths: tuple[str, ...], name: str) -> Target:
