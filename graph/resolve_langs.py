@@ -689,10 +689,8 @@ class LangResolver:
             paths = sorted(paths, key=go_rank)[:1]
         if len(paths) == 1:
             other = self.r.files[paths[0]]
-            node = other.top.get(name)
-            if node is None:
-                node = next(n for n, d, _ in other.parsed.defs if d == name)
-            return other.path, node
+            found = other.top.get(name)
+            return other.path, found if found is not None else next(n for n, d, _ in other.parsed.defs if d == name)
         return None
 
     def unique_method(self, sym: FileSymbols, name: str) -> tuple[str, int] | None:

@@ -19,7 +19,7 @@ def _resolver(files: dict[str, str]) -> Resolver:
 def _edges(resolver: Resolver, path: str) -> dict[tuple[int, str], tuple[str, str]]:
     """(line of the call, callee as written) -> (target file, target name) for the calls of `path` that resolve."""
     sym = resolver.files[path]
-    calls = {}
+    calls: dict[int, list[str]] = {}
     for node, parts in sym.parsed.calls:
         calls.setdefault(node, []).append(".".join(parts))
     out = {}
