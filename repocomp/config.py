@@ -150,8 +150,14 @@ class RetrievalConfig:
     # RepoCoder rounds (1 = vanilla retrieve-then-generate); 0 = the model's: 2, or 1 for the in-process local
     # model on CPU (repocomp.model_defaults)
     iterations: int = 0
+    # MemGPT's model-directed paging: after the last round, the repository names the draft uses that the prompt
+    # does not define are looked up (their definitions) for one more round; no such name, no extra round. Off by
+    # default: not yet measured (`repocomp eval --paging`).
+    paging: bool = False
+    paging_max: int = 4  # definitions paged in at most
 
     def validate(self) -> None:
+        check_setting(1 <= self.paging_max <= 100, "paging_max must be in 1..100")
         check_setting(self.similarity in SIMILARITIES, f"similarity must be one of {', '.join(SIMILARITIES)}")
         check_setting(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
         check_setting(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")

@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import keyword
 import logging
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -105,6 +107,7 @@ class RoundTrace:
     draft: str
     blocks: list[ContextBlock]  # retrieved, best-first (the ones that made it into the prompt are in context)
     at_time_limit: bool = False  # the backend's max_time_s cut the draft
+    paged: tuple[str, ...] = ()  # a paging round: the names of the draft whose definitions it paged in
 
 
 @dataclass
@@ -308,6 +311,29 @@ class _Order:
     keys: tuple[tuple[str, int, int], ...]
 
 
+_CHAIN = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def draft_names(partial: str, draft: str) -> list[tuple[str, ...]]:
+    """The dotted names (`a.b.c` as parts) a draft writes, in order, once each: read as the cursor line's code
+    continued (`self.ta` + `ble.get(` is `self.table.get`), those ending in the draft; keywords left out."""
+    text = partial + draft
+    out: list[tuple[str, ...]] = []
+    for m in _CHAIN.finditer(text):
+        parts = tuple(m.group(0).split("."))
+        if m.end() <= len(partial) or keyword.iskeyword(parts[0]) or parts in out:
+            continue
+        out.append(parts)
+    return out
+
+
+def _defines(text: str, name: str) -> bool:
+    """Whether `text` (a prompt) defines `name`: a `def`/`class` of it or an assignment to it at a line's start
+    (comment-prefixed lines of the prompt's sections count)."""
+    n = re.escape(name)
+    return re.search(rf"\b(?:def|class)\s+{n}\b|^[#\s]*(?:self\.)?{n}\s*(?::[^=\n]*)?=(?!=)", text, re.M) is not None
+
+
 _ORDER_ENTRIES = 128  # (document, round) pairs whose last block order is remembered: 64 documents of 2 rounds
 _ORDER_LINES = 1  # a request at most this many lines from the document's previous one keeps its block order
 _CAP_SLACK = 4  # tokens: a draft this close to max_new_tokens was stopped by the cap
@@ -462,6 +488,8 @@ class Completer:
             run.draft, run.backend_name, run.error = answer.text, answer.backend, answer.error
             run.prompt = round_prompt
             run.rounds.append(RoundTrace(query, run.draft, blocks, at_time_limit=answer.at_time_limit))
+        if self.config.retrieval.paging and run.rounds and run.draft and time.monotonic() < req.deadline:
+            await self._page(req, run, state, generating, timings)
         return self._result(req, run, timings)
 
     # -- stages ---------------------------------------------------------------------------------------------
@@ -530,13 +558,14 @@ class Completer:
         return state, ranked, self._definition_sources(ranked, hole.path, hole.line)
 
     def _prompt(self, req: _Request, blocks: list[ContextBlock], def_sources: list[DefinitionSource],
-                memory: MemoryDecision | None) -> Prompt:
+                memory: MemoryDecision | None, max_definitions: int | None = None) -> Prompt:
         sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
         dc, hole = self.config.definitions, req.hole
         recent = [RecentSource(e.kind, e.path, e.start_line, tuple(e.lines)) for e in memory.entries] \
             if memory is not None and memory.consulted else []
         return build_prompt(sources, hole.prefix, hole.suffix, self.config.prompt, self.count_tokens,
-                            definitions=def_sources, definitions_share=dc.share, max_definitions=dc.max_definitions,
+                            definitions=def_sources, definitions_share=dc.share,
+                            max_definitions=dc.max_definitions if max_definitions is None else max_definitions,
                             definitions_first=dc.position == "first", hole=(hole.path, hole.line),
                             recent=recent, recent_tokens=memory.budget_tokens if recent and memory is not None else 0)
 
@@ -557,6 +586,65 @@ class Completer:
         while len(self._orders) > _ORDER_ENTRIES:
             self._orders.popitem(last=False)
         return prompt
+
+    async def _page(self, req: _Request, run: _Run, state: Any, generating: Callable[[], Any] | None,
+                    timings: _Timings) -> None:
+        """MemGPT's model-directed paging: the repository names the last draft uses that its prompt does not
+        define are paged in from the archive (the index: their definitions) for one more round on the last round's
+        blocks, whose draft becomes the answer; a draft using no such name costs nothing more."""
+        assert run.prompt is not None
+        with timings("paging_lookup"):
+            paged = self._paged_definitions(req, run, state)
+        if not paged:
+            return
+        r = len(run.rounds) + 1
+        names = tuple(src.name for src in paged)
+        shown = {(src.path, src.name) for src in paged}
+        sources = paged + [src for src in run.def_sources if (src.path, src.name) not in shown]
+        blocks = run.rounds[-1].blocks
+        with timings(f"prompt_{r}"):
+            dc = self.config.definitions
+            prompt = self._keep_order(req, r, self._prompt(req, blocks, sources, run.memory,
+                                                           max(dc.max_definitions, len(paged))))
+        if not any((m.path, m.name) in shown for d in prompt.definitions for m in d.members):
+            return  # no room for any of them: the draft stands
+        with timings(f"generate_{r}"):
+            answer = await self._generate_round(req, r, prompt, blocks, generating, run)
+        if answer is None:
+            return
+        run.draft, run.backend_name, run.error = answer.text, answer.backend, answer.error
+        run.prompt, run.def_sources = prompt, sources
+        run.rounds.append(RoundTrace("", run.draft, blocks, at_time_limit=answer.at_time_limit, paged=names))
+
+    def _paged_definitions(self, req: _Request, run: _Run, state: Any) -> list[DefinitionSource]:
+        """The definitions of the repository names the draft uses (`a.b.c` chains, resolved as if written at the
+        cursor: the file's imports, `self`, assigned types) that the prompt defines nowhere (no `def`/`class` of
+        the name, no assignment to it, in any section: the session memory's shown entries are in the prompt too),
+        at most `[retrieval] paging_max`."""
+        from repocomp.definitions import RankedDefinition
+
+        if self.finder is None or run.prompt is None:
+            return []
+        hole = req.hole
+        if state is None or not self.finder.is_current(state):
+            state = self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
+        if state.lookup is None:
+            return []
+        text = run.prompt.text
+        ranked: list[RankedDefinition] = []
+        seen: set[Any] = set()
+        for parts in draft_names(hole.partial, "\n".join(draft_query_lines(run.draft))):
+            target = state.resolve(parts, hole.line).last
+            if target is None and len(parts) >= 2:  # `obj.method(...)` with obj of unknown type
+                target = state.lookup.unique_method(parts[-1])
+            ref = target if target is not None and hasattr(target, "name") else None
+            if ref is None or ref in seen or _defines(text, ref.name):
+                continue
+            seen.add(ref)
+            ranked.append(RankedDefinition(ref, 1.0, {}, (f"the draft uses {'.'.join(parts)}",)))
+            if len(ranked) >= self.config.retrieval.paging_max:
+                break
+        return self._definition_sources(ranked, hole.path, hole.line)[: self.config.retrieval.paging_max]
 
     def _recall(self, req: _Request) -> MemoryDecision | None:
         """The session memory's controller (SCM) for this cursor: whether the session is consulted, what it shows

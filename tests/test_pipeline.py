@@ -338,3 +338,42 @@ def test_the_best_block_stays_last_and_a_far_cursor_gets_the_plain_order() -> No
     assert _block_order(comp.complete("hole.py", HOLE, 5, col, cache_key="k").prompt) == ["c", "a", "b"]
     # the cursor moved three lines: RepoCoder's order again
     assert _block_order(comp.complete("hole.py", HOLE, 2, 0, cache_key="k").prompt) == ["a", "c", "b"]
+
+
+def test_paging_pages_in_what_the_draft_uses_and_the_prompt_does_not_define(tmp_path: Path) -> None:
+    """MemGPT's model-directed paging ([retrieval] paging): the draft calls a repository function that no section
+    of its prompt defines, so its definition is looked up and a second round sees it; a draft whose names the
+    prompt defines (or that are not the repository's) costs no extra round."""
+    from repocomp.index import Index
+
+    (tmp_path / "lib.py").write_text(LIB + "\n")
+    (tmp_path / "util.py").write_text("def normalize_items(raw, strict=False):\n    return sorted(raw)\n")
+    hole = "from util import normalize_items\n" + HOLE + "\n"
+    (tmp_path / "hole.py").write_text(hole)
+    cfg = small_config(window=4, stride=2, iterations=1, top_k=1).replace("retrieval", paging=True)
+    idx = Index.build(tmp_path, cfg.replace("index", dir=str(tmp_path / ".idx")))
+    col = len("    cfg = ")
+    backend = ScriptedBackend(["normalize_items(data)", "normalize_items(data, strict=True)"])
+    res = Completer(idx, cfg, backend).complete("hole.py", hole, 6, col, definitions=False)
+    assert len(backend.requests) == 2 and [r.paged for r in res.rounds] == [(), ("normalize_items",)]
+    assert "def normalize_items" not in backend.requests[0].prompt
+    assert "# def normalize_items(raw, strict=False):" in backend.requests[1].prompt
+    assert res.text == "normalize_items(data, strict=True)" and res.prompt == backend.requests[1].prompt + " "
+    # `main` is defined in view, `dict` is no repository name: one round
+    backend = ScriptedBackend(["dict(main(path))"])
+    res = Completer(idx, cfg, backend).complete("hole.py", hole, 6, col, definitions=False)
+    assert len(backend.requests) == 1 and [r.paged for r in res.rounds] == [()]
+    # paging off (the default): one round whatever the draft uses
+    backend = ScriptedBackend(["normalize_items(data)"])
+    off = cfg.replace("retrieval", paging=False)
+    Completer(idx, off, backend).complete("hole.py", hole, 6, col, definitions=False)
+    assert len(backend.requests) == 1
+
+
+def test_draft_names_continue_the_cursor_line() -> None:
+    from repocomp.pipeline import _defines, draft_names
+
+    assert draft_names("    x = self.ta", "ble.get(key) if not None else util.load(x)") == [
+        ("self", "table", "get"), ("key",), ("util", "load"), ("x",)]
+    assert _defines("# def load(path):\n", "load") and _defines("#     LIMIT = 3\n", "LIMIT")
+    assert not _defines("x = load(path)\nif load == 2:\n", "load")

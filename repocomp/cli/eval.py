@@ -50,6 +50,9 @@ def run_parser() -> argparse.ArgumentParser:
                    help="none = retrieval only (prediction empty, EM/ES null)")
     p.add_argument("--kind", choices=("line", "api", "function", "session"),
                    help="task kind when the file does not say (default: guessed)")
+    p.add_argument("--paging", action="store_true",
+                   help="MemGPT's model-directed paging: the repository names a draft uses that its prompt does not "
+                        "define are paged in for one more round ([retrieval] paging)")
     p.add_argument("--no-memory", action="store_true",
                    help="session tasks: no session memory (buffers synced, nothing remembered of the edits)")
     # ablations of the session memory's parts (session tasks)
@@ -134,6 +137,8 @@ def _evaluate(a: argparse.Namespace) -> int:
                                  ("relations", False if a.no_memory_relations else None)) if v is not None}
     if ablated:
         config = config.replace("memory", **ablated)
+    if a.paging:
+        config = config.replace("retrieval", paging=True)
     options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
                           backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None,
                           memory=not a.no_memory)
