@@ -488,7 +488,8 @@ class Completer:
             run.draft, run.backend_name, run.error = answer.text, answer.backend, answer.error
             run.prompt = round_prompt
             run.rounds.append(RoundTrace(query, run.draft, blocks, at_time_limit=answer.at_time_limit))
-        if self.config.retrieval.paging and run.rounds and run.draft and time.monotonic() < req.deadline:
+        if (self.config.retrieval.paging and req.mode != "infile" and run.rounds and run.draft
+                and time.monotonic() < req.deadline):
             await self._page(req, run, state, generating, timings)
         return self._result(req, run, timings)
 
