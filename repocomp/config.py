@@ -273,6 +273,9 @@ class BackendConfig:
     device: str = "cpu"  # transformers backend
     # transformers backend: "auto" (the checkpoint's; float32 on a CPU without native bf16), "float32" or "bfloat16"
     dtype: str = "auto"
+    # transformers backend, greedy on CPU in bf16: pick each undrafted token through a float16 copy of the output
+    # matrix, certified to be the full lm_head's token (else it runs); 335 MB more memory (output_head.py)
+    fast_output_head: bool = False
 
     def validate(self) -> None:
         check_setting(self.name in BACKEND_NAMES, f"name must be one of {', '.join(BACKEND_NAMES)}")

@@ -37,6 +37,9 @@ class _LoadedModel:
     gen_lock: threading.Lock = field(default_factory=threading.Lock)  # a model is not safe to share across threads
     # the KV caches of recent prompts, shared (and bounded) across the backends that share the model
     prefix_cache: Any = None
+    # output_head.OutputHead, built at the first load by a backend that asks for it; None where it does not apply
+    output_head: Any = None
+    output_head_built: bool = False
 
 
 # transformers' loading is not thread-safe (lazy imports, meta-device initialisation are process-wide state: two
@@ -70,15 +73,17 @@ def auto_dtype(device: str, native_bf16: bool) -> Any:
 class TransformersBackend:
     name = "transformers"
 
-    def __init__(self, model: str, device: str = "cpu", dtype: str = "auto") -> None:
+    def __init__(self, model: str, device: str = "cpu", dtype: str = "auto", fast_output_head: bool = True) -> None:
         self.model_name = model
         self.device = device
         self.dtype = dtype
+        self.fast_output_head = fast_output_head
         self._loaded: _LoadedModel | None = None
 
     @classmethod
     def from_config(cls, config: BackendConfig) -> TransformersBackend:
-        return cls(model=config.model, device=config.device, dtype=config.dtype)
+        return cls(model=config.model, device=config.device, dtype=config.dtype,
+                   fast_output_head=config.fast_output_head)
 
     async def _ensure_loaded(self) -> None:
         # The worker thread stores what it loaded itself: a request cancelled while waiting (timeout, a newer
@@ -95,6 +100,11 @@ class TransformersBackend:
 
                 loaded = _LoadedModel(*self._load(), prefix_cache=PrefixCache())
                 _LOADED[key] = loaded
+            if self.fast_output_head and not loaded.output_head_built:  # the fp16 copy: once, off the request path
+                from repocomp.backends.output_head import OutputHead
+
+                loaded.output_head = OutputHead.for_model(loaded.model)
+                loaded.output_head_built = True
             self._loaded = loaded
 
     def _load(self) -> tuple[Any, Any]:
@@ -209,8 +219,10 @@ class TransformersBackend:
                 )
             else:
                 # generate(prompt_lookup_num_tokens=...) cannot start from a filled cache: the same loop, which can
+                head = loaded.output_head if self.fast_output_head else None
                 out = prefix_cache.generate_greedy(model, input_ids, reuse.cache, reuse.reused,
-                                                   request.max_new_tokens, stop, kwargs["prompt_lookup_num_tokens"])
+                                                   request.max_new_tokens, stop, kwargs["prompt_lookup_num_tokens"],
+                                                   head=head)
             # kept only after a generation that ran to its end (a stop, cancelled included): its cache is whole
             cached.put(key, out[0, :reuse.cache.get_seq_length()], n_in, reuse.cache, reuse)
         new = out[0, n_in:]
@@ -247,6 +259,12 @@ class TransformersBackend:
             return {"requests": 0, "hits": 0, "hit_rate": 0.0, "reused_tokens": 0, "prefilled_tokens": 0,
                     "entries": 0, "tokens": 0}
         return self._loaded.prefix_cache.stats()
+
+    def output_head_stats(self) -> dict[str, int | float]:
+        """The fast output head's steps so far (output_head.py), over the backends sharing this model: accepted
+        (the fp16 pass certified the token), fallbacks (the full lm_head ran), fallback_rate; zeros without one."""
+        head = self._loaded.output_head if self._loaded is not None else None
+        return head.stats() if head is not None else {"accepted": 0, "fallbacks": 0, "fallback_rate": 0.0}
 
     async def aclose(self) -> None:
         self._loaded = None  # the weights go when no other backend holds them

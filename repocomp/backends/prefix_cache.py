@@ -34,9 +34,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from repocomp.backends.output_head import OutputHead
 
 MIN_REUSE = 16  # tokens: a shorter common prefix (BOS, a shared header) is not counted or used as a hit
 SUPERSEDE = 16  # an entry whose prompt the new one repeats but for at most this many last tokens is replaced
@@ -182,11 +185,14 @@ def eos_ids(model: Any) -> torch.Tensor | None:
 
 
 def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, max_new_tokens: int,
-                    stop: Callable[[torch.Tensor, Any], bool], draft_tokens: int = 10) -> torch.Tensor:
+                    stop: Callable[[torch.Tensor, Any], bool], draft_tokens: int = 10,
+                    head: OutputHead | None = None) -> torch.Tensor:
     """Greedy decoding with prompt lookup drafts, `input_ids` (1, n) after `cache`, which holds the keys and values
     of its first `reused` tokens (0 <= reused < n). Returns the sequence (1, n + generated); `cache` then holds
     every position but the last. Stops at EOS, after `max_new_tokens`, or when `stop(sequence, None)` says so
-    (called once per forward pass, after the accepted tokens are added, as `generate` calls stopping criteria)."""
+    (called once per forward pass, after the accepted tokens are added, as `generate` calls stopping criteria).
+    With `head` (output_head.py), a pass without a draft picks its token through it (the same token, certified;
+    the full lm_head where it cannot certify); the base model's pass, and so the cache, is the same."""
     from transformers.generation.candidate_generator import (
         PromptLookupCandidateGenerator,
     )
@@ -199,6 +205,7 @@ def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     lookup = PromptLookupCandidateGenerator(eos_token_id=eos, num_output_tokens=draft_tokens, max_length=max_length)
     kwargs: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
     keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+    base_kwargs = dict(kwargs)  # the same dict's cache: the base model's pass fills it as the full forward does
     seq, fed = input_ids, reused  # fed: the positions the cache holds
     while True:
         cur = seq.shape[1]
@@ -207,8 +214,14 @@ def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
         draft = candidate.shape[1] - cur
         if keep_logits:
             kwargs["logits_to_keep"] = draft + 1
-        logits = model(input_ids=candidate[:, fed:], **kwargs).logits[0, -draft - 1:]
-        selected = logits.float().argmax(-1)
+        if head is not None and draft == 0:
+            hidden = model.model(input_ids=candidate[:, fed:], **base_kwargs).last_hidden_state[:, -1:]
+            token = head.argmax(hidden[0, 0])
+            # the fallback: what the model's forward computes from this hidden state (Gemma3ForCausalLM.forward)
+            selected = model.lm_head(hidden)[0].float().argmax(-1) if token is None else torch.tensor([token])
+        else:
+            logits = model(input_ids=candidate[:, fed:], **kwargs).logits[0, -draft - 1:]
+            selected = logits.float().argmax(-1)
         n_matches = int((candidate[0, cur:] == selected[:draft]).cumprod(0).sum()) if draft else 0
         valid = selected[: n_matches + 1][: max_length - cur]
         hit_eos = False
