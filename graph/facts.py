@@ -217,6 +217,15 @@ def _add_import(imports: list, facts: list[Fact], node: int, local: str, module:
 
 
 # -- TypeScript / JavaScript -----------------------------------------------------------------------------------
+def _add_specifiers(imports: list, facts: list[Fact], node: int, clause, kind: str, src: bytes, module: str) -> None:
+    """`{a, b as c}` of an import or a re-export: each name bound under its alias, if any."""
+    for spec_ in clause.named_children:
+        if spec_.type == kind:
+            name = _text(src, spec_.child_by_field_name("name"))
+            alias = spec_.child_by_field_name("alias")
+            _add_import(imports, facts, node, _text(src, alias) if alias else name, module, name)
+
+
 def _ts(caps, scopes: _Scopes, imports: list, facts: list[Fact], src: bytes) -> None:
     for stmt in caps.get("import", []):
         module = _unquote(src, stmt.child_by_field_name("source"))
@@ -231,11 +240,7 @@ def _ts(caps, scopes: _Scopes, imports: list, facts: list[Fact], src: bytes) -> 
                 ident = next((c for c in part.named_children if c.type == "identifier"), None)
                 _add_import(imports, facts, node, _text(src, ident), module, None)
             elif part.type == "named_imports":
-                for spec_ in part.named_children:
-                    if spec_.type == "import_specifier":
-                        name = _text(src, spec_.child_by_field_name("name"))
-                        alias = spec_.child_by_field_name("alias")
-                        _add_import(imports, facts, node, _text(src, alias) if alias else name, module, name)
+                _add_specifiers(imports, facts, node, part, "import_specifier", src, module)
     for stmt in caps.get("export", []):
         source = stmt.child_by_field_name("source")
         node = scopes.node(stmt)
@@ -256,11 +261,7 @@ def _ts(caps, scopes: _Scopes, imports: list, facts: list[Fact], src: bytes) -> 
             else:
                 _add_import(imports, facts, node, "*", module, "*")
             continue
-        for spec_ in clause.named_children:
-            if spec_.type == "export_specifier":
-                name = _text(src, spec_.child_by_field_name("name"))
-                alias = spec_.child_by_field_name("alias")
-                _add_import(imports, facts, node, _text(src, alias) if alias else name, module, name)
+        _add_specifiers(imports, facts, node, clause, "export_specifier", src, module)
     for decl in caps.get("var", []):
         name = decl.child_by_field_name("name")
         if name is None or name.type != "identifier":
