@@ -79,9 +79,19 @@ class LanguageSpec:
     call_query: Query  # captures @callee: the callee expression of every call site
 
 
+# languages whose code reads alike (a TypeScript file imports JavaScript; C++ includes C headers)
+_FAMILIES = {"javascript": "js", "typescript": "js", "tsx": "js", "c": "c", "cpp": "c"}
+
+
 def language_for(path: str) -> str | None:
     dot = path.rfind(".")
     return EXTENSIONS.get(path[dot:].lower()) if dot >= 0 else None
+
+
+def family_for(path: str) -> str | None:
+    """The language family of `path` (`js` for JavaScript and TypeScript, `c` for C and C++), None if unknown."""
+    language = language_for(path)
+    return _FAMILIES.get(language, language) if language is not None else None
 
 
 @cache

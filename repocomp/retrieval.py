@@ -7,6 +7,10 @@ stay. Removed fragment ids are never returned.
 FragRel's environment (Eq. 9) also hears the hole's file's windows wholly before the cursor: excluded from the
 prompt by the leak rule, they still lend their similarity to the fragments they relate to (see scoring.py).
 
+Similar code of another language is not retrieved: a hole in a TypeScript file of a repository with a Go service
+gets TypeScript (and JavaScript) fragments, never Go ones (`graph.languages.family_for`; a path of no known
+language takes any fragment). FragRel's environment still hears every fragment.
+
 Query-side relations (beyond the paper): the lines just before the cursor are themselves nodes of the code graph;
 with weight w > 0, `s_rel += w * strength(region, candidate)`, the strongest max-product path from the region
 [max(0, cursor_line - window), cursor_line) of the hole's file to a node of the candidate (a definition the
@@ -24,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from graph.languages import family_for
 from repocomp.config import Config
 from repocomp.index.fragments import Fragment, Location
 from repocomp.index.term_index import TermIndex
@@ -181,18 +186,29 @@ class Retriever:
              path: str | None, prompt_start: int) -> list[Hit]:
         ranked = np.where(available & (s_rel > 0), s_rel, -np.inf)
         n_ok = int(np.isfinite(ranked).sum())
-        k = min(k, n_ok)
-        if k <= 0:
-            return []
-        cand = np.argpartition(-ranked, k - 1)[:k] if k < len(ranked) else np.arange(len(ranked))
-        cand = cand[np.isfinite(ranked[cand])]
-        cand = cand[np.lexsort((cand, -ranked[cand]))]  # by score, ties by id: deterministic
-        hits = []
-        for i in cand.tolist():
-            frag = self.index.fragments[i]
-            if frag is None:  # defensive: alive mask and fragments disagree mid-update
-                continue
-            locs = tuple(sorted(frag.locations))
-            shown = next((loc for loc in locs if loc.path != path or loc.end_line <= prompt_start), locs[0])
-            hits.append(Hit(i, float(s_ind[i]), float(s_env[i]), float(s_rel[i]), shown, locs))
+        family = family_for(path) if path is not None else None
+        hits: list[Hit] = []
+        pool = min(k, n_ok)
+        while pool > 0:  # widen the pool until k hits of the hole's language family are found (or none is left)
+            cand = np.argpartition(-ranked, pool - 1)[:pool] if pool < len(ranked) else np.arange(len(ranked))
+            cand = cand[np.isfinite(ranked[cand])]
+            cand = cand[np.lexsort((cand, -ranked[cand]))]  # by score, ties by id: deterministic
+            hits = []
+            for i in cand.tolist():
+                frag = self.index.fragments[i]
+                if frag is None:  # defensive: alive mask and fragments disagree mid-update
+                    continue
+                locs = tuple(sorted(frag.locations))
+                if family is not None:  # the hole's language family first, then files of no known language
+                    locs = tuple(sorted((loc for loc in locs if family_for(loc.path) in (family, None)),
+                                        key=lambda loc: (family_for(loc.path) is None, loc)))
+                    if not locs:
+                        continue
+                shown = next((loc for loc in locs if loc.path != path or loc.end_line <= prompt_start), locs[0])
+                hits.append(Hit(i, float(s_ind[i]), float(s_env[i]), float(s_rel[i]), shown, locs))
+                if len(hits) == k:
+                    return hits
+            if pool >= n_ok:
+                break
+            pool = min(n_ok, pool * 4)
         return hits

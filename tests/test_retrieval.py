@@ -239,3 +239,19 @@ def test_hole_file_windows_before_the_cursor_lend_but_are_not_shown() -> None:
     # with the cursor on line 2, `before` ([0,2)) still lends; with the cursor on line 1 it is not written yet
     np.testing.assert_allclose(r.retrieve(q, path="hole.py", cursor_line=2).hits[0].s_env, 0.8, rtol=1e-6)
     assert all(h.s_env == 0.0 for h in r.retrieve(q, path="hole.py", prompt_start_line=0, cursor_line=1).hits)
+
+
+def test_similar_code_of_another_language_is_not_retrieved() -> None:
+    """A TypeScript hole in a repository that also holds Go: the Go window that says the same thing is never a
+    hit, the JavaScript one is (one family), and a file of no known language is not filtered."""
+    same = "\n".join(f"const total_{i} = compute(items, {i});" for i in range(4))
+    files = {"svc/total.go": same, "web/total.js": same + "\n// js", "notes/total.txt": same + "\n# txt",
+             "web/other.ts": _lines("beta", 4), "web/hole.ts": _lines("gamma", 4)}
+    idx = FakeIndex(files, small_config(window=4, stride=2, alpha=0.0))
+    hits = Retriever(idx).retrieve(same, path="web/hole.ts", prompt_start_line=0, top_k=3).hits
+    paths = {loc.path for h in hits for loc in h.locations}
+    assert "svc/total.go" not in paths and {"web/total.js", "notes/total.txt"} <= paths
+    # a Go hole gets the Go window first (all three hold the same text: one fragment, its Go location shown)
+    go_hits = Retriever(idx).retrieve(same, path="svc/hole.go", prompt_start_line=0, top_k=3).hits
+    assert go_hits[0].location.path == "svc/total.go"
+    assert all(loc.path != "web/total.js" for h in go_hits for loc in h.locations)
