@@ -268,3 +268,29 @@ def test_fragrel_switch_turns_every_relation_off_and_records_what_ran(tmp_path):
     assert off["query_relations"] == 0.0 and off["fragrel"] is False and off["definitions"] is False
     assert read_results(tmp_path / "on.jsonl")[0]["fragrel"] is True
     assert read_results(tmp_path / "on.jsonl")[0]["query_relations"] == 0.5
+
+
+def test_the_evaluation_waits_for_a_slow_backend_unless_told_otherwise(tmp_path):
+    """The editor's 30 s deadline would let a busy machine empty answers in a batch run; `repocomp eval` waits up
+    to `--timeout` (600 s by default) for each completion."""
+    from lsp_bench.slow_backend import SlowBackend
+    from repocomp.cli import main
+
+    repos = tmp_path / "repos"
+    shutil.copytree(FIXTURE, repos / "eval_repo")
+    tasks = tmp_path / "line.jsonl"
+    assert main(["eval", "make-tasks", str(repos / "eval_repo"), "--kind", "line", "--n", "1", "--out", str(tasks)]) == 0
+    source = "\n".join(p.read_text() for p in sorted((repos / "eval_repo").rglob("*.py")))
+    slow = SlowBackend(source, latency_s=1.5)
+    config = tmp_path / "slow.toml"
+    config.write_text(f'[backend]\nname = "vllm"\nendpoints = ["{slow.start()}"]\nmodel = "slow"\n'
+                      "[retrieval]\niterations = 1\n")
+    try:
+        for extra, out in (([], "waited.jsonl"), (["--timeout", "0.3"], "cut.jsonl")):
+            main(["eval", str(tasks), "--repos", str(repos), "--backend", "vllm", "--config", str(config),
+                  "--out", str(tmp_path / out), "--no-progress", *extra])
+    finally:
+        slow.stop()
+    (waited,), (cut,) = read_results(tmp_path / "waited.jsonl"), read_results(tmp_path / "cut.jsonl")
+    assert waited["em"] == 1.0 and waited["prediction"].strip()
+    assert cut["prediction"] is None and cut["em"] is None and "no answer" in cut["error"]  # failed, not scored 0

@@ -65,6 +65,9 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the summary here")
     p.add_argument("--workers", type=int, default=1, help="files evaluated concurrently (for vLLM)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="each completion's deadline in seconds (default 600: an evaluation measures answers, and the "
+                        "editor's 30 s would let a busy machine empty some)")
     p.add_argument("--config", type=Path, metavar="FILE", help="repocomp TOML config (default: built-in)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -128,6 +131,8 @@ def _evaluate(a: argparse.Namespace) -> int:
 
     if a.limit is not None and a.limit < 1:
         raise RepocompError(f"--limit must be >= 1, got {a.limit}")
+    if not 0 < a.timeout <= 86_400:
+        raise RepocompError(f"--timeout must be in (0, 86400] seconds, got {a.timeout:g}")
     tasks = load_tasks(a.tasks, kind=a.kind)
     if a.limit is not None:
         tasks = tasks[: a.limit]
@@ -139,6 +144,7 @@ def _evaluate(a: argparse.Namespace) -> int:
         config = config.replace("memory", **ablated)
     if a.paging:
         config = config.replace("retrieval", paging=True)
+    config = config.replace("backend", timeout_s=a.timeout)
     options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
                           backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None,
                           memory=not a.no_memory)

@@ -135,6 +135,9 @@ def error_record(task: Task, options: EvalOptions, error: str) -> dict[str, Any]
 
 def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: dict[str, float]) -> dict[str, Any]:
     scored = options.backend != "none"
+    if scored and not result.text and (getattr(result, "cut_by_time", False) or getattr(result, "error", "")):
+        # the deadline or a failing backend left it empty: not the model's answer, a failure a rerun retries
+        return error_record(task, options, f"no answer: {getattr(result, 'error', '') or 'the deadline passed'}")
     prediction = result.text if scored else ""
     return {
         **_run_fields(task, options),

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graph.languages import language_for
 from repocomp.config import user_cache_dir
 from repocomp.errors import RepocompError
 from repocomp.eval.tasks import SESSION_KIND, Task, _non_code_rows, _parser, _prompt_for
@@ -395,7 +396,7 @@ def _commit_tasks(name: str, commit: str, parent: str, changes: list[FileChange]
                        "before_hole": "".join(before), "files": partial.files, "events": partial.events}
             tasks.append(Task(task_id=f"{name}/session/{commit[:12]}/{len(tasks)}", repo=name, path=fc.path,
                               prompt=prompt, ground_truth=h.inserted[j].rstrip("\n"), line_no=hole,
-                              context_start_lineno=start, kind=SESSION_KIND,
+                              context_start_lineno=start, kind=SESSION_KIND, language=language_for(fc.path) or "",
                               metadata={"seed": seed, "session": session}))
             next_hole = next(want)
         replay.type_hunk(fc.path, at, h.removed, h.inserted)
