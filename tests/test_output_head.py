@@ -128,9 +128,9 @@ def test_tiny_model_kernel_bounds() -> None:
 def code_prompts() -> list[str]:
     out = []
     for name, cut in (("repocomp/backends/prefix_cache.py", 5200), ("repocomp/config.py", 4100),
-                      ("repocomp/backends/hf.py", 6100), ("repocomp/text.py", 1500)):
+                      ("repocomp/backends/hf.py", 6100)):
         text = (REPO_ROOT / name).read_text()
-        out.append(text[max(0, cut - 2500):cut])
+        out.append(text[max(0, cut - 1500):cut])
     return out
 
 
