@@ -27,12 +27,12 @@ import keyword
 import logging
 import re
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from repocomp.backends import Generation, GenerationRequest
+from repocomp.block_order import BlockOrders
 from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.languages import rules_for_path
@@ -42,7 +42,6 @@ from repocomp.prompt import (
     BlockSource,
     DefinitionSource,
     Prompt,
-    PromptBlock,
     RecentSource,
     TokenCounter,
     build_prompt,
@@ -261,56 +260,6 @@ def _drop_space(text: str, space: str) -> str:
     return text.lstrip(" \t") if space else text
 
 
-def _block_key(block: PromptBlock) -> tuple[str, int, int]:
-    return block.source.paths[0], block.source.start_line, block.source.end_line
-
-
-def stable_order(blocks: tuple[PromptBlock, ...], previous: tuple[tuple[str, int, int], ...],
-                 ) -> tuple[PromptBlock, ...]:
-    """`blocks` (prompt order, best last) laid so that the longest run of them starts the section as the previous
-    prompt of the document started it (`previous`: its blocks' keys, in prompt order): those first, in their
-    previous order, then the others in rank order. The best block always stays last, nearest the code
-    (RepoCoder's order: a model copies most from what is nearest), so only the less similar blocks ever move."""
-    if len(blocks) < 3 or not previous:
-        return blocks  # with two blocks the best-last rule leaves one order
-    movable = {_block_key(b): b for b in blocks[:-1]}
-    kept: list[PromptBlock] = []
-    for key in previous:
-        block = movable.pop(key, None)
-        if block is None:  # the previous prompt had another block here: the shared prefix ends anyway
-            break
-        kept.append(block)
-    if not kept:
-        return blocks
-    taken = {id(b) for b in kept}
-    return (*kept, *(b for b in blocks if id(b) not in taken))
-
-
-def _reordered(prompt: Prompt, blocks: tuple[PromptBlock, ...]) -> Prompt:
-    """`prompt` with its similar-code blocks laid in the order `blocks` (the same blocks): every other character
-    stays where it was (the blocks' rendered texts are one run of the prompt's text, found before the in-file
-    context)."""
-    old, new = "".join(b.rendered for b in prompt.blocks), "".join(b.rendered for b in blocks)
-    at = prompt.text.find(old)
-    if at < 0 or old == new:
-        return prompt
-    index = {id(b): i for i, b in enumerate(blocks)}
-    moved = {i: index[id(b)] for i, b in enumerate(prompt.blocks)}
-    shown = tuple(replace(run, block=moved[run.block]) if run.kind == "similar" else run for run in prompt.shown)
-    defs = tuple(run for run in shown if run.kind != "similar")
-    similar = tuple(sorted((run for run in shown if run.kind == "similar"), key=lambda run: run.block))
-    return replace(prompt, text=prompt.text[:at] + new + prompt.text[at + len(old):], blocks=blocks,
-                   shown=defs + similar)
-
-
-@dataclass(frozen=True)
-class _Order:
-    """The similar-code blocks of a document's last prompt (per round), and the cursor line it was for."""
-
-    line: int
-    keys: tuple[tuple[str, int, int], ...]
-
-
 _CHAIN = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
@@ -334,8 +283,6 @@ def _defines(text: str, name: str) -> bool:
     return re.search(rf"\b(?:def|class)\s+{n}\b|^[#\s]*(?:self\.)?{n}\s*(?::[^=\n]*)?=(?!=)", text, re.M) is not None
 
 
-_ORDER_ENTRIES = 128  # (document, round) pairs whose last block order is remembered: 64 documents of 2 rounds
-_ORDER_LINES = 1  # a request at most this many lines from the document's previous one keeps its block order
 _CAP_SLACK = 4  # tokens: a draft this close to max_new_tokens was stopped by the cap
 _IN_VIEW_LINES = 100  # the memory skips hunks already in view: at most the in-file context's lines
 _MEMO_CHARS = 400  # token counts of texts up to this long are memoized (a line; not a whole context)
@@ -364,7 +311,7 @@ class Completer:
         self._finder: DefinitionFinder | None = None
         self._line_cache: dict[str, tuple[object, list[str]]] = {}
         self._rendered: dict[object, tuple[object, Any]] = {}  # definition -> (its file's parse, rendering)
-        self._orders: OrderedDict[tuple[str, int], _Order] = OrderedDict()  # (cache_key, round) -> last order
+        self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
 
     @property
     def finder(self) -> DefinitionFinder | None:
@@ -571,22 +518,9 @@ class Completer:
                             recent=recent, recent_tokens=memory.budget_tokens if recent and memory is not None else 0)
 
     def _keep_order(self, req: _Request, r: int, prompt: Prompt) -> Prompt:
-        """Consecutive prompts of one document (its `cache_key`) a few keystrokes apart share their longest prefix:
-        when the previous request of the document was on the same line or the next, the blocks both show keep
-        their previous order (`stable_order`; the best block stays last). What the prompt shows is unchanged, only
-        its order: a backend that reuses the computed prefix of the previous prompt (the in-process model, vLLM's
-        prefix caching) then computes less. Requests without a key (the CLI, evaluation) keep RepoCoder's order."""
-        if req.cache_key is None:
-            return prompt
-        slot = (req.cache_key, r)
-        previous = self._orders.get(slot)
-        if previous is not None and abs(previous.line - req.hole.line) <= _ORDER_LINES:
-            prompt = _reordered(prompt, stable_order(prompt.blocks, previous.keys))
-        self._orders[slot] = _Order(req.hole.line, tuple(_block_key(b) for b in prompt.blocks))
-        self._orders.move_to_end(slot)
-        while len(self._orders) > _ORDER_ENTRIES:
-            self._orders.popitem(last=False)
-        return prompt
+        """The prompt in the block order that shares the longest prefix with its document's previous one
+        (`repocomp.block_order`); requests without a key (the CLI, evaluation) keep RepoCoder's order."""
+        return prompt if req.cache_key is None else self._orders.keep((req.cache_key, r), req.hole.line, prompt)
 
     async def _page(self, req: _Request, run: _Run, state: Any, generating: Callable[[], Any] | None,
                     timings: _Timings) -> None:
