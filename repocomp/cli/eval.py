@@ -65,9 +65,10 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the summary here")
     p.add_argument("--workers", type=int, default=1, help="files evaluated concurrently (for vLLM)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                   help="each completion's deadline in seconds (default 600: an evaluation measures answers, and the "
-                        "editor's 30 s would let a busy machine empty some)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="each completion's deadline in seconds (default: the --config file's [backend] timeout_s "
+                        "when it sets one, else 600: an evaluation measures answers, and the editor's 30 s would "
+                        "let a busy machine empty some)")
     p.add_argument("--config", type=Path, metavar="FILE", help="repocomp TOML config (default: built-in)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -124,14 +125,17 @@ def run(args: argparse.Namespace) -> int:
     return _evaluate(run_parser().parse_args(argv))
 
 
+_EVAL_TIMEOUT_S = 600.0  # a completion's deadline in an evaluation, unless the --config file or --timeout says
+
+
 def _evaluate(a: argparse.Namespace) -> int:
-    from repocomp.config import Config, load_config
+    from repocomp.config import BackendConfig, Config, load_config
     from repocomp.eval.runner import EvalOptions, run_eval
     from repocomp.eval.tasks import load_tasks
 
     if a.limit is not None and a.limit < 1:
         raise RepocompError(f"--limit must be >= 1, got {a.limit}")
-    if not 0 < a.timeout <= 86_400:
+    if a.timeout is not None and not 0 < a.timeout <= 86_400:
         raise RepocompError(f"--timeout must be in (0, 86400] seconds, got {a.timeout:g}")
     tasks = load_tasks(a.tasks, kind=a.kind)
     if a.limit is not None:
@@ -144,7 +148,8 @@ def _evaluate(a: argparse.Namespace) -> int:
         config = config.replace("memory", **ablated)
     if a.paging:
         config = config.replace("retrieval", paging=True)
-    config = config.replace("backend", timeout_s=a.timeout)
+    if a.timeout is not None or config.backend.timeout_s == BackendConfig().timeout_s:
+        config = config.replace("backend", timeout_s=a.timeout or _EVAL_TIMEOUT_S)
     options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
                           backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None,
                           memory=not a.no_memory)
