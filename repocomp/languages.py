@@ -22,6 +22,8 @@ class LexicalRules:
     quotes: tuple[str, ...]  # string delimiters, longest first ('"""' before '"')
     raw_strings: bool = False  # Rust's r"..." / r#"..."# (no escapes inside)
     braces: bool = False  # blocks are `{ ... }` (else indentation, Python)
+    raw_quotes: tuple[str, ...] = ()  # those of `quotes` whose strings have no escapes (Go's backticks)
+    lifetimes: bool = False  # `'` starts a char literal or a lifetime (`'a`), never a string (Rust)
 
     def is_comment_line(self, line: str) -> bool:
         """A line that holds nothing but a comment (or a block comment's `*` continuation)."""
@@ -44,8 +46,8 @@ _RULES: dict[str, LexicalRules] = {
     "javascript": LexicalRules("javascript", "//", ("/*", "*/"), ('"', "'", "`"), braces=True),
     "typescript": LexicalRules("typescript", "//", ("/*", "*/"), ('"', "'", "`"), braces=True),
     "tsx": LexicalRules("tsx", "//", ("/*", "*/"), ('"', "'", "`"), braces=True),
-    "go": LexicalRules("go", "//", ("/*", "*/"), ('"', "'", "`"), braces=True),
-    "rust": LexicalRules("rust", "//", ("/*", "*/"), ('"',), raw_strings=True, braces=True),
+    "go": LexicalRules("go", "//", ("/*", "*/"), ('"', "'", "`"), braces=True, raw_quotes=("`",)),
+    "rust": LexicalRules("rust", "//", ("/*", "*/"), ('"',), raw_strings=True, braces=True, lifetimes=True),
     "c": LexicalRules("c", "//", ("/*", "*/"), _C_LIKE, braces=True),
     "cpp": LexicalRules("cpp", "//", ("/*", "*/"), _C_LIKE, braces=True),
 }

@@ -115,12 +115,12 @@ class _Scanner:
             if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
                 self.quote, self.raw = '"' + m.group(1), True
                 return m.end()
-        if rules.name == "rust" and c == "'":
+        if rules.lifetimes and c == "'":
             m = _RUST_CHAR.match(text, i)
             return m.end() if m else i + 1  # a char literal, else a lifetime (`'a`)
         for q in rules.quotes:
             if text.startswith(q, i):
-                self.quote, self.raw = q, q == "`" and rules.name == "go"
+                self.quote, self.raw = q, q in rules.raw_quotes
                 return i + len(q)
         if c in _OPEN:
             self.depth += 1
