@@ -579,7 +579,7 @@ class Completer:
             ranked.append(RankedDefinition(ref, 1.0, {}, (f"the draft uses {'.'.join(parts)}",)))
             if len(ranked) >= self.config.retrieval.paging_max:
                 break
-        return self._definition_sources(ranked, hole.path, hole.line)[: self.config.retrieval.paging_max]
+        return self._definition_sources(ranked, hole.path, hole.line)  # at most one per ranked name
 
     def _recall(self, req: _Request) -> MemoryDecision | None:
         """The session memory's controller (SCM) for this cursor: whether the session is consulted, what it shows
