@@ -291,17 +291,21 @@ def _text(node) -> str:
     return node.text.decode("utf-8", "replace")
 
 
+def _string_rows(node, last: int) -> range:
+    """The rows a string node (ending on row `last`) takes from code: all of a bare string statement (a docstring,
+    `'use strict';`), else the inside of a multi-line string (none for a one-line one)."""
+    first, parent = node.start_point.row, node.parent
+    if parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1:
+        return range(first, last + 1)
+    return range(first + 1, last + 1)
+
+
 def _non_code_rows(tree) -> set[int]:
     """Rows that hold only a docstring or the inside of a multi-line string."""
     rows: set[int] = set()
     for node in _walk(tree.root_node):
         if node.type == "string":
-            parent = node.parent
-            first = node.start_point.row
-            if parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1:
-                rows.update(range(first, node.end_point.row + 1))  # a docstring or bare string statement
-            elif node.end_point.row > first:
-                rows.update(range(first + 1, node.end_point.row + 1))
+            rows.update(_string_rows(node, node.end_point.row))
     return rows
 
 
@@ -345,11 +349,7 @@ def _non_code_rows_other(tree, lines: list[str]) -> set[int]:
                 rows.add(first)
             rows.update(range(first + 1, last + 1))
         elif _is_string(node):
-            parent = node.parent
-            if parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1:
-                rows.update(range(first, last + 1))
-            elif last > first:
-                rows.update(range(first + 1, last + 1))
+            rows.update(_string_rows(node, last))
     return rows
 
 
