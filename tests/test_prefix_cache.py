@@ -1,6 +1,7 @@
 """Prefix reuse in the in-process backend (repocomp/backends/prefix_cache.py): a cache cut to a common prefix and
-then prefilled gives the logits and the greedy tokens of a fresh prefill, past and inside Gemma 3's sliding window;
-answers do not change; keys never cross; memory stays bounded; hits are counted.
+then prefilled gives the logits and the greedy tokens of a fresh prefill, past and inside Gemma 3's sliding window
+(in bf16 bit for bit, through aligned chunks); answers do not change; keys never cross; memory stays bounded;
+hits are counted.
 
 Most tests use a tiny random Gemma 3 with sliding-window layers (window 32) built on the spot with the tiny test
 model's tokenizer (tests/tiny_model.py builds a Llama: no sliding window); the `local_model` ones the real model.
@@ -143,6 +144,28 @@ def test_a_stop_ends_the_loop_with_the_cache_holding_all_but_the_last_token() ->
         pc.generate_greedy(model, ids, cache, 70, 4, lambda s, _: False)  # nothing left to prefill
 
 
+def aligned_logits(model, ids: torch.Tensor, cache, reused: int, chunk: int) -> torch.Tensor:
+    """The next token's logits after `ids`, prefilled from `cache` (holding its first `reused` tokens) as
+    generate_greedy prefills: aligned chunks, then one pass that computes logits."""
+    fed = pc.prefill_aligned(model, ids, cache, reused, chunk)
+    return model(ids[:, fed:], cache=cache, use_cache=True).logits[:, -1]
+
+
+def test_in_bf16_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit() -> None:
+    chunk = 64
+    g = torch.Generator().manual_seed(6)
+    first = torch.randint(7, 500, (1, 5 * chunk + 20), generator=g)
+    model = tiny_gemma3(500).to(torch.bfloat16)
+    with torch.inference_mode():
+        full = pc.empty_cache()
+        aligned_logits(model, first, full, 0, chunk)
+        for common in (chunk, 2 * chunk + 1, 4 * chunk - 1, 5 * chunk + 5):  # then the prompts part
+            second = torch.cat([first[:, :common], torch.randint(7, 500, (1, 50), generator=g)], 1)
+            fresh = aligned_logits(model, second, pc.empty_cache(), 0, chunk)
+            cut = min(common, pc.aligned_end(first.shape[1], chunk)) // chunk * chunk
+            assert torch.equal(aligned_logits(model, second, pc.cut(full, cut), cut, chunk), fresh), common
+
+
 # ---- the backend: answers, keys, bounds, counts ------------------------------------------------------------
 
 PROMPTS = [SOURCE[:n] for n in (900, 1500, 2100)] + [SOURCE[3000:4200]]
@@ -154,7 +177,18 @@ def typing(prompt: str) -> list[str]:
     return [prompt, prompt + "x", prompt + "xy", prompt + "x", prompt + "x = f(", prompt[:cut] + "#" + prompt[cut:]]
 
 
-def test_answers_after_a_reused_prefix_are_the_answers_without_reuse(backend: TransformersBackend) -> None:
+@pytest.fixture(scope="module")
+def bf16_backend(tiny_gemma_dir: Path) -> TransformersBackend:
+    b = TransformersBackend(model=str(tiny_gemma_dir), dtype="bfloat16")
+    b._load_once()
+    assert b._loaded.prefix_cache.chunk == pc.CHUNK
+    b._loaded.prefix_cache = pc.PrefixCache(chunk=64)  # the tiny tokenizer's prompts are a few chunks of 64 long
+    return b
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_answers_after_a_reused_prefix_are_the_answers_without_reuse(dtype: str, request) -> None:
+    backend = request.getfixturevalue("backend" if dtype == "float32" else "bf16_backend")
     before = backend.cache_stats()
     for i, prompt in enumerate(PROMPTS):
         for p in typing(prompt):
@@ -215,8 +249,7 @@ def test_sampling_reuses_the_prefix_too(backend: TransformersBackend) -> None:
 
 @pytest.fixture(scope="module")
 def local_backend(local_model: lm.LocalModel) -> TransformersBackend:
-    # float32, as an AVX2-only CPU runs it (auto): in bf16 a prefill's rounding depends on how it is chunked
-    # (with or without reuse, and already with prompt lookup's verification passes against one token at a time)
+    # float32, as an AVX2-only CPU runs it (auto): bf16 without native kernels is ten times slower
     b = TransformersBackend(model=str(local_model.path), dtype="float32")
     b._load_once()
     return b
@@ -231,19 +264,28 @@ def local_prompt(backend: TransformersBackend, tokens: int) -> str:
 
 @pytest.mark.local_model
 @pytest.mark.slow
-def test_local_model_a_cut_cache_gives_the_logits_of_a_fresh_prefill(local_backend: TransformersBackend) -> None:
+def test_local_model_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit(
+        local_backend: TransformersBackend) -> None:
     model = local_backend._loaded.model
     window = model.config.sliding_window
     ids = local_backend.encode(local_prompt(local_backend, 1100))["input_ids"]
     assert ids.shape[1] > 2 * window
     with torch.inference_mode():
-        fresh_and_reused(model, ids, [200, window - 1, window + 1, 900, ids.shape[1] - 3], keep=8)
+        full = pc.empty_cache()
+        aligned_logits(model, ids, full, 0, pc.CHUNK)
+        for common in (pc.CHUNK + 7, window + 1, ids.shape[1] - 3):  # the second prompt parts inside, past the window
+            second = torch.cat([ids[:, :common], ids[:, 100:140]], 1)
+            fresh = aligned_logits(model, second, pc.empty_cache(), 0, pc.CHUNK)
+            cut = min(common, pc.aligned_end(ids.shape[1], pc.CHUNK)) // pc.CHUNK * pc.CHUNK
+            assert cut >= pc.CHUNK
+            assert torch.equal(aligned_logits(model, second, pc.cut(full, cut), cut, pc.CHUNK), fresh), common
 
 
 @pytest.mark.local_model
 @pytest.mark.slow
 def test_local_model_answers_the_same_with_reuse(local_backend: TransformersBackend) -> None:
     prompt = local_prompt(local_backend, 1000)
+    n = local_backend.encode(prompt)["input_ids"].shape[1]
     before = local_backend.cache_stats()
     for p in typing(prompt)[:3]:
         assert text(local_backend, p, "folder\0doc", n=12) == text(local_backend, p, None, n=12)
@@ -254,4 +296,23 @@ def test_local_model_answers_the_same_with_reuse(local_backend: TransformersBack
     got = local_backend._loaded.tokenizer.decode(want[0, ids.shape[1]:], skip_special_tokens=True)
     assert text(local_backend, prompt + "x", "folder\0doc", n=12) == got
     stats = local_backend.cache_stats()
-    assert stats["hits"] - before["hits"] == 3 and stats["reused_tokens"] - before["reused_tokens"] > 2900
+    # each hit reused the aligned chunks of the previous prompt: all but its last, partial one
+    assert stats["hits"] - before["hits"] == 3
+    assert stats["reused_tokens"] - before["reused_tokens"] == 3 * pc.aligned_end(n, pc.CHUNK) > 2 * n
+
+
+def test_bench_prefill_reports_exact_aligned_reuse_and_the_cuts_each_rule_allows() -> None:
+    from repocomp.bench.prefill import CHUNKS, _prompts, format_table, prefill_bench
+
+    model = tiny_gemma3(500).to(torch.bfloat16)
+    first, second = _prompts(None, 500, 600)
+    res = prefill_bench(model, first, second, reps=1)
+    assert res["tokens"] == 600 and res["shared"] >= 550 and res["dtype"] == "bfloat16"
+    assert [c["chunk"] for c in res["chunks"]] == list(CHUNKS) and all(c["bitwise_equal"] for c in res["chunks"])
+    # the typed request reuses all it shares unsplit, and down to a chunk boundary the aligned prefill reached
+    assert res["typed_ms"]["unsplit"]["reused"] == res["shared"]
+    assert {k: v["reused"] for k, v in res["typed_ms"].items() if k != "unsplit"} == {"128": 512, "256": 512,
+                                                                                       "512": 512}
+    assert set(res["cold_ms"]) == {"unsplit", "128", "256", "512"} and res["decode_step_ms"] >= 0
+    table = format_table(res)
+    assert "chunks of 256: reuse of 512 bit for bit the fresh prefill: yes" in table

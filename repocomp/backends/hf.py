@@ -202,12 +202,12 @@ class TransformersBackend:
         stop = _Stop()
         cached = loaded.prefix_cache
         with loaded.gen_lock, torch.inference_mode():
-            # a cache holding the prompt's longest common prefix with a recent prompt of this key (or nothing).
-            # Only in float32: in bf16 a prefill split differently rounds differently (logits moved by up to 0.6
-            # at one cut), and a near-tie could turn a greedy token, so an answer would depend on the cache.
-            key = request.cache_key if model.dtype == torch.float32 else None
-            reuse = cached.take(key, input_ids[0])
+            # a cache holding the prompt's longest common prefix with a recent prompt of this key (or nothing), cut
+            # to an aligned chunk boundary, the rest prefilled in aligned chunks: the answer is the one a fresh
+            # prefill gives, bit for bit (prefix_cache's docstring)
+            reuse = cached.take(request.cache_key, input_ids[0])
             if sampling:
+                prefix_cache.prefill_aligned(model, input_ids, reuse.cache, reuse.reused, cached.chunk)
                 out = model.generate(
                     input_ids,
                     attention_mask=enc["attention_mask"].to(self.device),
@@ -222,9 +222,9 @@ class TransformersBackend:
                 head = loaded.output_head if self.fast_output_head else None
                 out = prefix_cache.generate_greedy(model, input_ids, reuse.cache, reuse.reused,
                                                    request.max_new_tokens, stop, kwargs["prompt_lookup_num_tokens"],
-                                                   head=head)
+                                                   head=head, chunk=cached.chunk)
             # kept only after a generation that ran to its end (a stop, cancelled included): its cache is whole
-            cached.put(key, out[0, :reuse.cache.get_seq_length()], n_in, reuse.cache, reuse)
+            cached.put(request.cache_key, out[0, :reuse.cache.get_seq_length()], n_in, reuse.cache, reuse)
         new = out[0, n_in:]
         return tok.decode(new, skip_special_tokens=True), int(new.shape[0]), stop.at_time_limit
 

@@ -11,6 +11,13 @@ token prefix with one of them: only the tokens after it are prefilled.
 - Bounded: at most `max_entries` entries and `max_tokens` tokens over all of them, least recently used evicted
   first. A token of the local model costs 18 layers x 2 x 256 floats = 36 KiB in float32 (18 KiB in bf16): the
   defaults (8 entries, 8,192 tokens) hold at most 288 MiB.
+- Exact, bit for bit. A prefill split where a fresh one was not rounds differently (bf16 on a CPU with native
+  bf16: logits moved by up to 0.6 at one cut; float32 on an AVX2 CPU: by 4e-4), and a near-tie could turn a
+  greedy token. So every prompt is prefilled in chunks of `CHUNK` tokens aligned at absolute positions (0, CHUNK,
+  2 CHUNK, ...), up to the last boundary before its last token, and a cache is reused only up to such a boundary
+  that its own aligned chunks reached: a chunk is then computed from the same numbers with the same shapes whether
+  the positions before it came from a cache or were just computed, so its keys and values are those of a fresh
+  prefill, and an answer never depends on what was cached before it (`repocomp bench prefill` shows both).
 - An entry that the new prompt repeats but for its last few tokens (`SUPERSEDE`: typing, a small edit at the end)
   is replaced by the new one; one that shares less (another retrieval round's prompt) stays, for its own next turn.
 - Exact with sliding-window layers (Gemma 3): the cache keeps every position of every layer (`DynamicCache()`
@@ -41,7 +48,10 @@ import torch
 if TYPE_CHECKING:
     from repocomp.backends.output_head import OutputHead
 
-MIN_REUSE = 16  # tokens: a shorter common prefix (BOS, a shared header) is not counted or used as a hit
+# tokens a prefill pass computes (a cache is reused up to a multiple of it). A 950-token prefill on 2 cores, one pass
+# against chunks of 256 (fastest of 5, `repocomp bench prefill`): AMX bf16 543 / 456 ms, AVX2 float32 2,571 /
+# 2,576 ms; chunks of 128 cost up to 10% more
+CHUNK = 256
 SUPERSEDE = 16  # an entry whose prompt the new one repeats but for at most this many last tokens is replaced
 MAX_ENTRIES = 8
 MAX_TOKENS = 8192
@@ -51,7 +61,7 @@ MAX_TOKENS = 8192
 class Entry:
     key: str
     tokens: torch.Tensor  # 1-D: the tokens whose keys and values `cache` holds (prompt, then generated)
-    prompt_len: int  # of those, the prompt's
+    prompt_len: int  # of those, the prompt's (its first `aligned_end(prompt_len, chunk)` came from aligned chunks)
     cache: Any  # a transformers DynamicCache of plain (full-length) layers
 
 
@@ -62,14 +72,17 @@ class Reuse:
     cache: Any
     reused: int
     source: Entry | None
+    shared: int = 0  # tokens the prompt shares with `source` (more than `reused` where reuse stops at a chunk)
 
 
 class PrefixCache:
-    """The KV caches of recent prompts, bounded in entries and tokens (see the module's docstring)."""
+    """The KV caches of recent prompts, bounded in entries and tokens, reused up to multiples of `chunk` (see the
+    module's docstring)."""
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_tokens: int = MAX_TOKENS) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_tokens: int = MAX_TOKENS, chunk: int = CHUNK) -> None:
         self.max_entries = max_entries
         self.max_tokens = max_tokens
+        self.chunk = chunk
         self._entries: OrderedDict[int, Entry] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
         self.requests = self.hits = self.reused_tokens = self.prefilled_tokens = 0
@@ -89,28 +102,31 @@ class PrefixCache:
                     "entries": len(self._entries), "tokens": self.tokens}
 
     def take(self, key: str | None, ids: torch.Tensor) -> Reuse:
-        """A cache for prompt `ids` (1-D): holding its longest common prefix with an entry of `key` (at most all
-        but its last token: the prefill must compute the next token's logits), or empty. Counts the request.
+        """A cache for prompt `ids` (1-D): holding its longest common prefix with an entry of `key`, cut down to a
+        chunk boundary that the entry's aligned prefill reached and that leaves the prompt's last token to prefill
+        (it computes the next token's logits), or empty. Counts the request.
         The entry itself is not changed (the new cache holds views of its tensors; the prefill makes new ones)."""
         n = ids.shape[0]
-        best, reused = None, 0
+        best, reused, shared = None, 0, 0
         with self._lock:
             self.requests += 1
             if key is not None and supports_reuse():
                 for entry in self._entries.values():
                     if entry.key == key:
-                        common = common_prefix(entry.tokens, ids)
+                        same = min(common_prefix(entry.tokens, ids), n - 1)
+                        common = min(same, aligned_end(entry.prompt_len, self.chunk))
+                        common -= common % self.chunk
                         if common > reused:
-                            best, reused = entry, common
-            reused = min(reused, n - 1)
-            if best is None or reused < MIN_REUSE:
+                            best, reused, shared = entry, common, same
+            if best is None or reused == 0:
                 best, reused = None, 0
             else:
                 self._entries.move_to_end(id(best))
                 self.hits += 1
             self.reused_tokens += reused
             self.prefilled_tokens += n - reused
-        return Reuse(cache=empty_cache() if best is None else cut(best.cache, reused), reused=reused, source=best)
+        return Reuse(cache=empty_cache() if best is None else cut(best.cache, reused), reused=reused, source=best,
+                     shared=shared)
 
     def put(self, key: str | None, tokens: torch.Tensor, prompt_len: int, cache: Any, reuse: Reuse) -> None:
         """Keep `cache` (holding `tokens`, 1-D, of which the first `prompt_len` are the prompt) under `key`."""
@@ -118,7 +134,7 @@ class PrefixCache:
             return
         with self._lock:
             source = reuse.source
-            if source is not None and id(source) in self._entries and source.prompt_len - reuse.reused <= SUPERSEDE:
+            if source is not None and id(source) in self._entries and source.prompt_len - reuse.shared <= SUPERSEDE:
                 del self._entries[id(source)]
             if tokens.shape[0] > self.max_tokens:
                 return
@@ -132,6 +148,12 @@ class PrefixCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def aligned_end(n: int, chunk: int) -> int:
+    """Where the aligned chunks of an `n`-token prompt's prefill end: the last chunk boundary before its last token
+    (the pass that computes the next token's logits starts there)."""
+    return (n - 1) // chunk * chunk
 
 
 def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -184,12 +206,27 @@ def eos_ids(model: Any) -> torch.Tensor | None:
     return torch.tensor([eos] if isinstance(eos, int) else list(eos), dtype=torch.long)
 
 
+def prefill_aligned(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, chunk: int | None) -> int:
+    """Fill `cache` (holding the first `reused` tokens of `input_ids`, (1, n)) chunk by aligned chunk up to
+    `aligned_end(n, chunk)`: keys and values only (the base model, no output layer); nothing without a chunk.
+    Returns the positions it holds."""
+    if not chunk:
+        return reused
+    fed, end = reused, aligned_end(input_ids.shape[1], chunk)
+    while fed < end:
+        step = chunk - fed % chunk
+        model.model(input_ids=input_ids[:, fed:fed + step], **{cache_argument(model): cache, "use_cache": True})
+        fed += step
+    return max(fed, reused)
+
+
 def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, max_new_tokens: int,
                     stop: Callable[[torch.Tensor, Any], bool], draft_tokens: int = 10,
-                    head: OutputHead | None = None) -> torch.Tensor:
+                    head: OutputHead | None = None, chunk: int | None = None) -> torch.Tensor:
     """Greedy decoding with prompt lookup drafts, `input_ids` (1, n) after `cache`, which holds the keys and values
-    of its first `reused` tokens (0 <= reused < n). Returns the sequence (1, n + generated); `cache` then holds
-    every position but the last. Stops at EOS, after `max_new_tokens`, or when `stop(sequence, None)` says so
+    of its first `reused` tokens (0 <= reused < n); with `chunk`, the prompt is prefilled in aligned chunks (the
+    module's docstring) before the first pass that computes logits. Returns the sequence (1, n + generated); `cache`
+    then holds every position but the last. Stops at EOS, after `max_new_tokens`, or when `stop(sequence, None)` says so
     (called once per forward pass, after the accepted tokens are added, as `generate` calls stopping criteria).
     With `head` (output_head.py), a pass without a draft picks its token through it (the same token, certified;
     the full lm_head where it cannot certify); the base model's pass, and so the cache, is the same."""
@@ -206,7 +243,8 @@ def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     kwargs: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
     keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
     base_kwargs = dict(kwargs)  # the same dict's cache: the base model's pass fills it as the full forward does
-    seq, fed = input_ids, reused  # fed: the positions the cache holds
+    seq = input_ids
+    fed = prefill_aligned(model, input_ids, cache, reused, chunk)  # the positions the cache holds
     while True:
         cur = seq.shape[1]
         # transformers annotates LongTensor, torch's legacy tensor type that no Tensor matches statically
