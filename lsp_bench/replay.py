@@ -10,11 +10,11 @@ Neovim is configured with the documented snippet (`lsp_bench.nvim`). Figures:
 - from the last keystroke before a pause to the right ghost text (median, p90, max), and pauses without it.
 
 `--backend local` replays the same typing against the in-process local model instead (`repocomp model prepare`;
-`--config FILE` adds the user's settings, e.g. `[backend] dtype = "float32"`, the dtype in which the model reuses
-a prefix). A small model rarely writes exactly what the file says, so a pause waits for any ghost text
-(`GHOST_WAIT_LOCAL_MS` at most) and counts the right ones apart. It also prints the CPU's flags (AMX, AVX-512 BF16,
-AVX2), the server's completion requests, and the model's prefix reuse from the server's `repocomp/stats`
-(requests that reused the prefix computed for an earlier one, prompt tokens reused and computed).
+`--config FILE` adds the user's settings, e.g. `[backend] dtype = "float32"`). A small model rarely writes exactly
+what the file says, so a pause waits for any ghost text (`GHOST_WAIT_LOCAL_MS` at most) and counts the right ones
+apart. It also prints the CPU's flags (AMX, AVX-512 BF16, AVX2), the server's completion requests, and the model's
+prefix reuse from the server's `repocomp/stats` (requests that reused the prefix computed for an earlier one,
+prompt tokens reused and computed).
 """
 
 from __future__ import annotations

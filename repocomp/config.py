@@ -273,7 +273,7 @@ class BackendConfig:
     device: str = "cpu"  # transformers backend
     # transformers backend: "auto" (the checkpoint's; float32 on a CPU without native bf16), "float32" or "bfloat16"
     dtype: str = "auto"
-    # transformers backend, greedy on CPU in bf16: pick each undrafted token through a float16 copy of the output
+    # transformers backend, greedy on CPU (bf16 or float32): pick each token through a float16 copy of the output
     # matrix, certified to be the full lm_head's token (else it runs); 335 MB more memory (output_head.py)
     fast_output_head: bool = False
 

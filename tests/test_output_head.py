@@ -1,7 +1,7 @@
 """The fast output head (repocomp/backends/output_head.py): greedy decoding through it gives exactly the tokens of
-the model's own lm_head, with a tiny random bf16 Gemma 3 and with the local model; forced fallbacks keep them too
-and are counted; the kernel assumptions its bound rests on hold for real hidden states (every entry of the full
-bf16 lm_head inside the certified interval, the fp16 pass inside its error bound)."""
+the model's own lm_head, with a tiny random Gemma 3 and with the local model, in bf16 and float32; forced fallbacks
+keep them too and are counted; the kernel assumptions its bound rests on hold for real hidden states (every entry of
+the full lm_head inside the certified interval, the fp16 pass inside its error bound)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from repocomp.backends.output_head import OutputHead, _bf16_round
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def tiny_bf16_gemma3(vocab: int = 4096) -> transformers.Gemma3ForCausalLM:
+def tiny_bf16_gemma3(vocab: int = 4096, dtype: torch.dtype = torch.bfloat16) -> transformers.Gemma3ForCausalLM:
     torch.manual_seed(0)
     config = transformers.Gemma3TextConfig(
         vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, sliding_window=32,
         layer_types=["sliding_attention"] * 3 + ["full_attention"], max_position_embeddings=4096,
         bos_token_id=0, eos_token_id=1, pad_token_id=1, attn_implementation=hf_attention.register())
-    model = transformers.Gemma3ForCausalLM(config).eval().to(torch.bfloat16)
+    model = transformers.Gemma3ForCausalLM(config).eval().to(dtype)
     with torch.no_grad():  # no weights that float16 holds only as subnormals (the head refuses such a matrix)
         w = model.model.embed_tokens.weight
         w[w.abs() < 2.0 ** -14] = 0
@@ -50,8 +50,9 @@ def random_prompts(vocab: int) -> list[torch.Tensor]:
     return out
 
 
-def test_tiny_model_greedy_tokens_are_the_same() -> None:
-    model = tiny_bf16_gemma3()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_tiny_model_greedy_tokens_are_the_same(dtype: torch.dtype) -> None:
+    model = tiny_bf16_gemma3(dtype=dtype)
     head = OutputHead.for_model(model)
     assert head is not None
     for ids in random_prompts(model.config.vocab_size):
@@ -91,12 +92,17 @@ def test_a_matrix_float16_cannot_hold_is_refused() -> None:
     w = torch.full((10, 4), 2.0 ** -20, dtype=torch.bfloat16)
     with pytest.raises(ValueError):
         OutputHead(w)
+    with pytest.raises(ValueError):  # float32 beyond float16's range
+        OutputHead(torch.full((10, 4), 1e5))
+    assert OutputHead(torch.full((10, 4), 2.0 ** -20), k=4)._conversion_max > 0  # flushed: the bound widens
     assert OutputHead.for_model(torch.nn.Linear(4, 4)) is None
 
 
 def check_kernel_bounds(head: OutputHead, hidden: torch.Tensor) -> None:
-    """Every entry of the full bf16 lm_head inside [rnd(z - gS), rnd(z + gS)], and the fp16 pass within its bound."""
+    """Every entry of the full lm_head inside [z - gS, z + gS] (in bf16 rounded outwards), and the fp16 pass within
+    its bound."""
     w = head.weight
+    outwards = _bf16_round if w.dtype == torch.bfloat16 else (lambda x, down: x - 2.0 ** -24 if down else x + 2.0 ** -24)
     for h in hidden:
         full = torch.nn.functional.linear(h[None], w)[0].double()
         h16 = h.to(torch.float16)
@@ -107,16 +113,18 @@ def check_kernel_bounds(head: OutputHead, hidden: torch.Tensor) -> None:
             z = rows @ h.double()
             s = rows.abs() @ h.double().abs()
             g = head._gamma
-            assert bool((full[lo:lo + 32768] >= _bf16_round(z - g * s, down=True)).all())
-            assert bool((full[lo:lo + 32768] <= _bf16_round(z + g * s, down=False)).all())
-            z16 = rows @ h16.double()
-            s16 = rows.abs() @ h16.double().abs()
+            assert bool((full[lo:lo + 32768] >= outwards(z - g * s, down=True)).all())
+            assert bool((full[lo:lo + 32768] <= outwards(z + g * s, down=False)).all())
+            rows16 = head.weight16[lo:lo + 32768].double()
+            z16 = rows16 @ h16.double()
+            s16 = rows16.abs() @ h16.double().abs()
             err = (approx[lo:lo + 32768] - z16).abs()
             assert bool((err <= 2.0 ** -11 * approx[lo:lo + 32768].abs() + 2.0 ** -24 + g * s16).all())
 
 
-def test_tiny_model_kernel_bounds() -> None:
-    model = tiny_bf16_gemma3()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_tiny_model_kernel_bounds(dtype: torch.dtype) -> None:
+    model = tiny_bf16_gemma3(dtype=dtype)
     head = OutputHead.for_model(model)
     assert head is not None
     with torch.inference_mode():
@@ -176,3 +184,26 @@ def test_local_model_kernel_bounds(local_bf16: TransformersBackend) -> None:
     with torch.inference_mode():
         hidden = loaded.model.model(input_ids=ids).last_hidden_state[0, -3:]
         check_kernel_bounds(loaded.output_head, hidden)
+
+
+@pytest.fixture(scope="module")
+def local_f32(local_model: lm.LocalModel) -> TransformersBackend:
+    b = TransformersBackend(model=str(local_model.path), dtype="float32")
+    b._load_once()
+    return b
+
+
+@pytest.mark.local_model
+def test_local_model_in_float32_greedy_tokens_and_kernel_bounds(local_f32: TransformersBackend) -> None:
+    """float32, as an AVX2 CPU runs the local model: the head certifies against the float32 product."""
+    loaded = local_f32._loaded
+    assert loaded is not None
+    head = OutputHead.for_model(loaded.model)
+    assert head is not None
+    for prompt in code_prompts():
+        ids = local_f32.encode(prompt)["input_ids"]
+        assert greedy(loaded.model, ids, 40, head) == greedy(loaded.model, ids, 40, None), prompt[-200:]
+    assert head.stats()["accepted"] > 3 * 10  # every pass verifies a draft: most positions are certified
+    with torch.inference_mode():
+        hidden = loaded.model.model(input_ids=local_f32.encode(code_prompts()[2])["input_ids"]).last_hidden_state
+        check_kernel_bounds(head, hidden[0, -3:])

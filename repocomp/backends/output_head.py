@@ -1,33 +1,40 @@
 """A cheaper output layer for greedy decoding on CPU that provably picks the token the model's own lm_head picks.
 
 The local model's output matrix (tied to the embeddings) is 262,144 x 640 = 168M parameters, read once per
-generated token. On a CPU with AVX-512 BF16 but no AVX512-FP16, torch's float16 matrix-vector kernel reads the same
-bytes about twice as fast as its bfloat16 one (one [1,640]x[640,262144] product, idle: fp16 24 ms, bf16 49 ms,
-float32 57 ms). `OutputHead` keeps a float16 copy of the matrix (made once at load: 335 MB) and, for one hidden
-state (one position: the fp16 kernel is slower than bf16 from two rows on, so drafts keep the full path):
+position whose next token is wanted. torch's float16 matrix-vector kernel reads it faster than the model's own
+(one [1,640]x[640,262144] product on 2 cores: AVX-512 BF16, idle: fp16 24 ms, bf16 49 ms, float32 57 ms; AVX2:
+fp16 23 ms, bf16 31 ms, float32 76 ms, and for 4 rows 75 / 78 / 174 ms). `OutputHead` keeps a float16 copy of the
+matrix (made once at load: 335 MB) and, for one hidden state:
 
 1. computes approximate logits `a = fp16(h) . W16` and takes the top k + 1;
-2. recomputes the k candidates' logits in float64 (k x 640 products of the same bf16 numbers: exact up to 1e-13);
-3. bounds what the model's own bf16 lm_head returns for every token, and accepts the best candidate only when it
-   must be the full path's argmax (lowest index on ties, as `argmax` picks); otherwise says None and the caller
-   runs the full lm_head (a fallback, counted).
+2. recomputes the k candidates' logits in float64 (k x 640 products of the model's numbers: exact up to 1e-13);
+3. bounds what the model's own lm_head (bf16 or float32) returns for every token, and accepts the best candidate
+   only when it must be the full path's argmax (lowest index on ties, as `argmax` picks); otherwise says None and
+   the caller runs the full lm_head (a fallback, counted).
 
-The bounds. Products of bf16 (or fp16) numbers are exact in float32, and the kernels accumulate in float32 (any
-order): a computed dot product c of n terms is within g * S of the exact one z, with g = n u / (1 - n u),
-u = 2^-24 and S = sum_j |h_j| |w_ij| (Higham, Accuracy and Stability of Numerical Algorithms, 3.1); flushed
-denormals add at most n 2^-126. The bf16 lm_head then rounds c to nearest bf16 (monotone), so its output for
-token i lies in [rnd(z_i - g S_i), rnd(z_i + g S_i)]. The fp16 pass: the bf16 weights convert to fp16 exactly (checked
-at build: otherwise no head), h converts with error d = fp16(h) - h (fp16 subnormals are zeroed first, so no
-kernel can flush them), and the fp16 output rounding adds 2^-11 |a| (+ 2^-24 near zero); so every token j outside
-the top k has z_j <= a_(k+1) + 2^-11 |a_(k+1)| + 2^-24 + g S16_j + |d . w_j|, with S_j <= ||h||_2 ||w_j||_2 and
-|d . w_j| <= ||d||_2 ||w_j||_2 (Cauchy-Schwarz, the largest row norm precomputed). The candidate b chosen (highest
-lower bound, lowest index) wins when rnd(lo_b) exceeds rnd(hi) of every candidate before it and of the whole
-rest, and is at least rnd(hi) of every candidate after it. For the local model ||h||_2 is about 150 and the
-largest row norm 1.03: g S is about 0.006, against a bf16 spacing of 0.125 for logits in [16, 32).
+A pass of prompt lookup decoding verifies a draft of up to 10 tokens: `prefix_cache.generate_greedy` asks the head
+position by position and stops at the first position that rejects its draft token (the model's lm_head computes
+every position; most drafts are rejected early).
+
+The bounds. The kernels accumulate in float32 (any order): a computed dot product c of n terms is within g * S of
+the exact one z, with g = n u / (1 - n u), u = 2^-24 and S = sum_j |h_j| |w_ij| (Higham, Accuracy and Stability of
+Numerical Algorithms, 3.1: products rounded or exact, as for bf16 numbers); flushed denormals add at most n 2^-126.
+A bf16 lm_head then rounds c to nearest bf16 (monotone), so its output for token i lies in [rnd(z_i - g S_i),
+rnd(z_i + g S_i)]; a float32 one in [z_i - g S_i, z_i + g S_i]. The fp16 pass: bf16 weights convert to fp16 exactly
+(checked at build: otherwise no head); float32 ones are rounded (fp16 subnormals zeroed), with error e_j = w_j -
+w16_j; h converts with error d = fp16(h) - h (fp16 subnormals are zeroed first, so no kernel can flush them), and
+the fp16 output rounding adds 2^-11 |a| (+ 2^-24 near zero); so every token j outside the top k has z_j <= a_(k+1)
++ 2^-11 |a_(k+1)| + 2^-24 + g S16_j + |d . w16_j| + |h . e_j|, with S_j <= ||h||_2 ||w_j||_2, |d . w16_j| <=
+||d||_2 ||w16_j||_2 and |h . e_j| <= ||h||_2 ||e_j||_2 (Cauchy-Schwarz, the largest row norms precomputed). The
+candidate b chosen (highest lower bound, lowest index) wins when lo_b exceeds hi of every candidate before it and of
+the whole rest, and is at least hi of every candidate after it (rounded to bf16 for a bf16 lm_head). For the local
+model ||h||_2 is about 150 and the largest row norm 1.03: g S is about 0.006, against a bf16 spacing of 0.125 for
+logits in [16, 32); its float32 weights are bf16 numbers, so e is 0 there.
 
 The assumptions (float32 accumulation and round-to-nearest bf16 output of the bf16 kernel, float32 accumulation
-in the fp16 one) are about torch's CPU kernels, not the model: tests/test_output_head.py checks that every entry
-of the full lm_head lies in the interval above, and that the fp16 pass lies within its bound, on real hidden states.
+in the fp16 and float32 ones) are about torch's CPU kernels, not the model: tests/test_output_head.py checks that
+every entry of the full lm_head lies in the interval above, and that the fp16 pass lies within its bound, on real
+hidden states.
 """
 
 from __future__ import annotations
@@ -47,40 +54,50 @@ _TOP_K = 16
 
 
 class OutputHead:
-    """The argmax of `hidden . weight^T` for one hidden state, certified against the bf16 product (module docstring)."""
+    """The argmax of `hidden . weight^T` for one hidden state, certified against the model's own product in its
+    dtype, bf16 or float32 (module docstring)."""
 
     def __init__(self, weight: torch.Tensor, k: int = _TOP_K) -> None:
-        if weight.dtype != torch.bfloat16 or weight.dim() != 2:
-            raise ValueError("OutputHead needs a 2-D bfloat16 output matrix")
+        if weight.dtype not in (torch.bfloat16, torch.float32) or weight.dim() != 2:
+            raise ValueError("OutputHead needs a 2-D bfloat16 or float32 output matrix")
         if not 1 <= k < weight.shape[0]:
             raise ValueError(f"k must be in 1..{weight.shape[0] - 1}")
         w16 = weight.detach().to(torch.float16)
-        # exact conversion, and no fp16 subnormals a kernel could flush: else the bound above does not hold
-        if not torch.equal(w16.float(), weight.detach().float()) or bool(
-                ((w16 != 0) & (w16.abs() < _FP16_MIN_NORMAL)).any()):
-            raise ValueError("the output matrix does not convert to float16 exactly")
+        if weight.dtype == torch.bfloat16:
+            # exact conversion, and no fp16 subnormals a kernel could flush: else the bound above does not hold
+            if not torch.equal(w16.float(), weight.detach().float()) or bool(
+                    ((w16 != 0) & (w16.abs() < _FP16_MIN_NORMAL)).any()):
+                raise ValueError("the output matrix does not convert to float16 exactly")
+        else:  # float32 rounds to fp16: fp16 subnormals flushed here (no kernel flushes), the error bounded per row
+            w16 = torch.where(w16.abs() < _FP16_MIN_NORMAL, torch.zeros_like(w16), w16)
+            if not bool(torch.isfinite(w16).all()):
+                raise ValueError("the output matrix overflows float16")
         self.weight = weight.detach()
         self.weight16 = w16
         self.k = k
         n = weight.shape[1]
         self._gamma = n * _U32 / (1 - n * _U32)
         self._tiny = n * 2.0 ** -126 + 2.0 ** -24  # flushed float32 denormals; fp16 output near zero
-        norms = torch.linalg.vector_norm(weight.detach().double(), dim=1)
+        wd, w16d = weight.detach().double(), w16.double()
+        norms = torch.maximum(torch.linalg.vector_norm(wd, dim=1), torch.linalg.vector_norm(w16d, dim=1))
         self._row_norm_max = float(norms.max()) * (1 + 1e-9)
+        # |h . (w_j - w16_j)| <= ||h||_2 ||w_j - w16_j||_2: 0 where the conversion is exact (bf16)
+        self._conversion_max = float(torch.linalg.vector_norm(wd - w16d, dim=1).max()) * (1 + 1e-9)
+        self._rounded = weight.dtype == torch.bfloat16  # the model's product rounds its float32 sums to bf16
         self._lock = threading.Lock()
         self.accepted = self.fallbacks = 0
         self.slack = 0.0  # widens every bound: tests force fallbacks with it
 
     @classmethod
     def for_model(cls, model: Any, k: int = _TOP_K) -> OutputHead | None:
-        """A head for `model`'s lm_head, or None where it does not apply (not a bf16 CPU model whose logits are the
-        plain lm_head product of the base model's last hidden state)."""
+        """A head for `model`'s lm_head, or None where it does not apply (not a bf16 or float32 CPU model whose
+        logits are the plain lm_head product of the base model's last hidden state)."""
         head = getattr(model, "lm_head", None)
         weight = getattr(head, "weight", None)
         config = getattr(model, "config", None)
         if (weight is None or getattr(model, "model", None) is None or getattr(head, "bias", None) is not None
                 or not isinstance(head, torch.nn.Linear) or weight.device.type != "cpu"
-                or weight.dtype != torch.bfloat16
+                or weight.dtype not in (torch.bfloat16, torch.float32)
                 or getattr(config, "final_logit_softcapping", None) is not None):
             return None
         from repocomp.backends.prefix_cache import cache_argument
@@ -107,8 +124,9 @@ class OutputHead:
                 self.fallbacks += 1
 
     def argmax(self, hidden: torch.Tensor) -> int | None:
-        """The token the bf16 product `hidden . weight^T` (then argmax, lowest index on ties) picks, for one hidden
-        state (1-D, bf16); None when it cannot be certified (the caller then runs the full product)."""
+        """The token the model's product `hidden . weight^T` (then argmax, lowest index on ties) picks, for one
+        hidden state (1-D, the weight's dtype); None when it cannot be certified (the caller then runs the full
+        product)."""
         token = self._certified(hidden, self.slack)
         self._count(token is not None)
         return token
@@ -133,13 +151,18 @@ class OutputHead:
         h_norm = float(torch.linalg.vector_norm(hd))
         d_norm = float(torch.linalg.vector_norm(h16.double() - hd))
         g = self._gamma * (1 + 1e-9) + 1e-12  # + the float64 sums' own error
-        # the rest: z_j <= a_j + 2^-11 |a_j| + 2^-24 + g S16_j + |d . w_j|, then the bf16 product adds g S_j
+        # the rest: z_j <= a_j + 2^-11 |a_j| + 2^-24 + g S16_j + |d . w16_j| + |h . (w_j - w16_j)|, then the
+        # model's product adds g S_j (and in bf16 its rounding)
         h16_norm = float(torch.linalg.vector_norm(h16.double()))
-        rest_hi = (a_next + _U16 * abs(a_next) + self._tiny + g * (h16_norm + h_norm) * r + d_norm * r + slack)
+        rest_hi = (a_next + _U16 * abs(a_next) + self._tiny + g * (h16_norm + h_norm) * r + d_norm * r
+                   + h_norm * self._conversion_max + slack)
         margin = g * s + self._tiny + slack
-        lo = _bf16_round(z - margin, down=True)
-        hi = _bf16_round(z + margin, down=False)
-        rest = float(_bf16_round(torch.tensor([rest_hi], dtype=torch.float64), down=False)[0])
+        if self._rounded:
+            lo = _bf16_round(z - margin, down=True)
+            hi = _bf16_round(z + margin, down=False)
+            rest = float(_bf16_round(torch.tensor([rest_hi], dtype=torch.float64), down=False)[0])
+        else:
+            lo, hi, rest = z - margin, z + margin, rest_hi
         # b: the highest lower bound, lowest token id among equals
         order = sorted(range(self.k), key=lambda i: (-float(lo[i]), int(idx[i])))
         b = order[0]

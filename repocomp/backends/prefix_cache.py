@@ -220,6 +220,22 @@ def prefill_aligned(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     return max(fed, reused)
 
 
+def _verified(model: Any, head: OutputHead, hidden: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """The greedy tokens after each of `hidden`'s positions (1, d + 1, dim) for a pass that verified the `draft`
+    tokens (d): through the certified head one position at a time, up to the first that rejects its draft token
+    (the rest are never used); where the head cannot certify, the model's own product over every position, as its
+    forward computes it (Gemma3ForCausalLM.forward), so the tokens are those of that product either way."""
+    out: list[int] = []
+    for i in range(hidden.shape[1]):
+        token = head.argmax(hidden[0, i])
+        if token is None:
+            return model.lm_head(hidden)[0].float().argmax(-1)
+        out.append(token)
+        if i < draft.shape[0] and token != int(draft[i]):
+            break
+    return torch.tensor(out)
+
+
 def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, max_new_tokens: int,
                     stop: Callable[[torch.Tensor, Any], bool], draft_tokens: int = 10,
                     head: OutputHead | None = None, chunk: int | None = None) -> torch.Tensor:
@@ -228,8 +244,8 @@ def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     module's docstring) before the first pass that computes logits. Returns the sequence (1, n + generated); `cache`
     then holds every position but the last. Stops at EOS, after `max_new_tokens`, or when `stop(sequence, None)` says so
     (called once per forward pass, after the accepted tokens are added, as `generate` calls stopping criteria).
-    With `head` (output_head.py), a pass without a draft picks its token through it (the same token, certified;
-    the full lm_head where it cannot certify); the base model's pass, and so the cache, is the same."""
+    With `head` (output_head.py), each pass picks its tokens through it (the same tokens, certified; the full
+    lm_head where it cannot certify); the base model's pass, and so the cache, is the same."""
     from transformers.generation.candidate_generator import (
         PromptLookupCandidateGenerator,
     )
@@ -252,15 +268,14 @@ def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
         draft = candidate.shape[1] - cur
         if keep_logits:
             kwargs["logits_to_keep"] = draft + 1
-        if head is not None and draft == 0:
-            hidden = model.model(input_ids=candidate[:, fed:], **base_kwargs).last_hidden_state[:, -1:]
-            token = head.argmax(hidden[0, 0])
-            # the fallback: what the model's forward computes from this hidden state (Gemma3ForCausalLM.forward)
-            selected = model.lm_head(hidden)[0].float().argmax(-1) if token is None else torch.tensor([token])
+        if head is not None:
+            hidden = model.model(input_ids=candidate[:, fed:], **base_kwargs).last_hidden_state[:, -draft - 1:]
+            selected = _verified(model, head, hidden, candidate[0, cur:])
         else:
             logits = model(input_ids=candidate[:, fed:], **kwargs).logits[0, -draft - 1:]
             selected = logits.float().argmax(-1)
-        n_matches = int((candidate[0, cur:] == selected[:draft]).cumprod(0).sum()) if draft else 0
+        m = min(draft, selected.shape[0])  # the head stops at the first rejected draft token
+        n_matches = int((candidate[0, cur:cur + m] == selected[:m]).cumprod(0).sum()) if m else 0
         valid = selected[: n_matches + 1][: max_length - cur]
         hit_eos = False
         if eos is not None:

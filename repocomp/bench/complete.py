@@ -10,7 +10,7 @@ a busy one) can be compared answer by answer (with `--typing`, the typed request
 
 `--typing K` then types the next K characters of each position's line one at a time, a request after each, as a
 language server sends them (the document as cache key): their latency and how many reused the prompt prefix the
-model computed for the previous keystroke (the in-process model reuses it in float32, `[backend] dtype`).
+model computed for the previous keystroke (the in-process model reuses it up to a 256-token chunk boundary).
 """
 
 from __future__ import annotations
