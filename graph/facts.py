@@ -79,6 +79,7 @@ _LITERALS = frozenset({
     "macro_invocation", "func_literal", "arrow_function", "function_expression", "lambda_expression",
     "slice_expression", "rune_literal", "char_literal",
 })
+FUNCTION_VALUES = frozenset({"arrow_function", "function_expression", "function", "generator_function"})
 _BUILTIN_TYPES = frozenset({"string", "number", "boolean", "any", "unknown", "void", "object", "String", "Object",
                             "Vec", "HashMap", "HashSet", "Option", "Result", "Box", "Rc", "Arc", "List", "Map",
                             "Set", "Array", "Promise", "Record", "Integer", "Long", "Boolean"})
@@ -263,10 +264,10 @@ def _ts(caps, scopes: _Scopes, imports: list, facts: list[Fact], src: bytes) -> 
             continue
         _add_specifiers(imports, facts, node, clause, "export_specifier", src, module)
     for decl in caps.get("var", []):
-        name = decl.child_by_field_name("name")
-        if name is None or name.type != "identifier":
-            continue
-        info = type_info(src, decl.child_by_field_name("type")) or value_info(src, decl.child_by_field_name("value"))
+        name, value = decl.child_by_field_name("name"), decl.child_by_field_name("value")
+        if name is None or name.type != "identifier" or (value is not None and value.type in FUNCTION_VALUES):
+            continue  # `const f = () => ...` is a definition (graph.parsing), its calls go to it
+        info = type_info(src, decl.child_by_field_name("type")) or value_info(src, value)
         facts.append(("var", scopes.scope(decl), _text(src, name), info))
     for param in caps.get("param", []):
         pattern = param.child_by_field_name("pattern")

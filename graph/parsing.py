@@ -84,6 +84,22 @@ def _field(node: Node, name: str) -> Node:
     return child
 
 
+_JS_LANGUAGES = frozenset({"javascript", "typescript", "tsx"})
+_JS_VARIABLES = frozenset({"lexical_declaration", "variable_declaration"})
+
+
+def _function_variable(src: bytes, node: Node) -> str | None:
+    """`const f = (x) => ...`, `let g = function () {...}`: the one variable a TypeScript or JavaScript declaration
+    binds to a function, a definition as `function f` is; None for anything else."""
+    declarators = [c for c in node.named_children if c.type == "variable_declarator"]
+    if len(declarators) != 1:
+        return None
+    name, value = declarators[0].child_by_field_name("name"), declarators[0].child_by_field_name("value")
+    if name is None or value is None or name.type != "identifier" or value.type not in _facts.FUNCTION_VALUES:
+        return None
+    return _text(src, name)
+
+
 def _def_name(src: bytes, node: Node) -> str | None:
     name = node.child_by_field_name("name")
     if name is not None:
@@ -226,6 +242,9 @@ def parse_source(text: str, language: str) -> ParsedFile:
             name = _def_name(source, obj)
             if name:
                 parsed.defs.append((idx, name, cls))
+        elif kind in _JS_VARIABLES and language in _JS_LANGUAGES:
+            if name := _function_variable(source, obj):
+                parsed.defs.append((idx, name, -1))
         elif language == "python" and kind in ("import_statement", "import_from_statement"):
             parsed.imports.extend(_python_imports(source, obj))
 

@@ -57,6 +57,10 @@ def _rows(start: int, end: int, cap: int) -> list[int]:
 def _signature(node: Node) -> list[int]:
     """From the node's first line to where its block body opens; a node without one: its lines (capped)."""
     body = node.child_by_field_name("body")
+    if body is None and node.type in ("lexical_declaration", "variable_declaration"):  # `const f = (x) => {`
+        value = next((d.child_by_field_name("value") for d in node.named_children if d.type == "variable_declarator"),
+                     None)
+        body = value.child_by_field_name("body") if value is not None else None
     start = node.start_point[0]
     if body is not None and (body.type in _BLOCKS or body.type in _CONTAINER_BODIES):
         return _rows(start, body.start_point[0], _SIGNATURE_CAP)

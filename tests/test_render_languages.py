@@ -46,6 +46,18 @@ def test_typescript_interface_class_function() -> None:
     assert texts(render("typescript", TS, "add")) == ["export function add(a: number,", "    b: number): number {"]
 
 
+def test_typescript_functions_held_by_constants_are_definitions_shown_to_their_body() -> None:
+    src = ("export const twice = async (x: number,\n    y = 2): Promise<number> => {\n  return x * y;\n};\n"
+           "const inc = function (n) {\n  return n + 1;\n};\nexport const sq = (n: number) => n * n;\n"
+           "const limit = 3, other = () => 1;\n")
+    parsed = parse_source(src, "typescript")
+    assert [name for _, name, _ in parsed.defs] == ["twice", "inc", "sq"]  # not `limit` nor a shared declaration
+    assert texts(render("typescript", src, "twice")) == ["export const twice = async (x: number,",
+                                                         "    y = 2): Promise<number> => {"]
+    assert texts(render("typescript", src, "inc")) == ["const inc = function (n) {"]
+    assert texts(render("typescript", src, "sq")) == ["export const sq = (n: number) => n * n;"]
+
+
 def test_typescript_class_members_within_max_lines_public_first() -> None:
     assert texts(render("typescript", TS, "Box", max_lines=5)) == [
         "export class Box<T> extends Base {", "  private size: number = 0;", "  label: string;",

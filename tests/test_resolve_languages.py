@@ -80,6 +80,18 @@ def test_typescript_imports_reexports_and_typed_fields():
     assert (15, "Thing.is") not in edges  # an import from outside the repository
 
 
+def test_typescript_functions_held_by_constants_resolve_in_and_across_files():
+    resolver = _resolver({
+        "src/math.ts": ("export const add = (a: number, b: number): number => a + b;\n"
+                        "export const twice = function (x: number) {\n  return add(x, x);\n};\n"),
+        "src/main.ts": ("import { add, twice as double } from './math';\n"
+                        "export function go() {\n  const n = add(1, 2);\n  return double(n);\n}\n"),
+    })
+    assert _edges(resolver, "src/math.ts") == {(3, "add"): ("src/math.ts", "add")}
+    assert _edges(resolver, "src/main.ts") == {(3, "add"): ("src/math.ts", "add"),
+                                               (4, "double"): ("src/math.ts", "twice")}
+
+
 def test_typescript_unknown_receiver_resolves_only_to_a_unique_method():
     resolver = _resolver({
         "a.ts": "export class A { only() {} push() {} }\nexport class B { push() {} }\n",

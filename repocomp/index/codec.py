@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 _H = TypeVar("_H", bound=Hashable)
 
-SCHEMA = 2  # bump with any change below (the store's FORMAT_VERSION covers the container)
+SCHEMA = 3  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
