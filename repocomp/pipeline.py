@@ -666,8 +666,8 @@ class Completer:
             if len(out) >= 3 * dc.max_definitions:  # room for those the prompt finds already visible
                 break
             entry = self.index.files.get(cand.ref.path)
-            if entry is None:
-                continue
+            if entry is None or (cand.ref.path == path and int(entry.parsed.start_line[cand.ref.node]) >= line):
+                continue  # gone, or one of the cursor's file starting on or after its line: not rendered at all
             # A file's parse is replaced, never changed, when it is edited: a rendering is good while the parse it
             # came from is the file's (held and compared by identity; an id() could be reused after a free).
             cached = self._rendered.get(cand.ref)

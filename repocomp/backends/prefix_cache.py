@@ -213,9 +213,10 @@ def prefill_aligned(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     if not chunk:
         return reused
     fed, end = reused, aligned_end(input_ids.shape[1], chunk)
+    base = getattr(model, "model", model)  # a causal LM's decoder (no output layer), where it has one
     while fed < end:
         step = chunk - fed % chunk
-        model.model(input_ids=input_ids[:, fed:fed + step], **{cache_argument(model): cache, "use_cache": True})
+        base(input_ids=input_ids[:, fed:fed + step], **{cache_argument(base): cache, "use_cache": True})
         fed += step
     return max(fed, reused)
 
