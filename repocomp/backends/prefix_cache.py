@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from repocomp.backends.output_head import OutputHead
 
 # tokens a prefill pass computes (a cache is reused up to a multiple of it). A 950-token prefill on 2 cores, one pass
-# against chunks of 256 (fastest of 5, `repocomp bench prefill`): AMX bf16 543 / 456 ms, AVX2 float32 2,571 /
-# 2,576 ms; chunks of 128 cost up to 10% more
+# against chunks of 256 (median of 5, `repocomp bench prefill`): AMX bf16 676 / 474 ms, AVX2 float32 2,270 /
+# 2,481 ms; chunks of 128 cost 10-30% more, chunks of 512 would reuse half a prompt at most
 CHUNK = 256
 SUPERSEDE = 16  # an entry whose prompt the new one repeats but for at most this many last tokens is replaced
 MAX_ENTRIES = 8
