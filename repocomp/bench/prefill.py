@@ -93,8 +93,10 @@ def prefill_bench(model: Any, first: Any, second: Any, reps: int = 5) -> dict[st
     from repocomp.backends import prefix_cache as pc
 
     def logits(ids: Any, cache: Any, reused: int, chunk: int | None) -> Any:
+        """The next token's logits after `ids`, prefilled as the backend does from a cache of `reused` tokens."""
         fed = pc.prefill_aligned(model, ids, cache, reused, chunk)
-        return model(ids[:, fed:], cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        out = model(ids[:, fed:], use_cache=True, logits_to_keep=1, **{pc.cache_argument(model): cache})
+        return out.logits[:, -1].float()
 
     def timed(fn: Callable[[], Any]) -> list[float]:
         out = []
@@ -117,6 +119,7 @@ def prefill_bench(model: Any, first: Any, second: Any, reps: int = 5) -> dict[st
             out = logits(second, pc.cut(full, cut), cut, None)
             res["split"].append({"cut": cut, "max_abs_diff": round(float((out - one).abs().max()), 4),
                                  "same_token": bool(out.argmax() == one.argmax())})
+
         def allowed(size: int) -> int:  # the reuse an aligned cache of chunks of `size` allows
             return min(common, pc.aligned_end(first.shape[1], size)) // size * size
 
