@@ -1,9 +1,9 @@
 """`repocomp bench prefill`: what a prompt's split costs and whether prefix reuse stays exact, on this CPU.
 
 A request that reuses a cached prefix prefills only the rest of its prompt, a split the fresh prefill of the same
-prompt never made. In float32 a split moves nothing here; in bf16 it rounds differently on CPUs with native bf16
-kernels, so the in-process backend prefills bf16 prompts in chunks aligned at absolute positions and reuses a
-cache only up to a chunk boundary (repocomp/backends/prefix_cache.py). This prints, for one prompt of `--tokens`
+prompt never made, and a split can round differently (bf16 on CPUs with native bf16 kernels; float32 at a few
+positions on an AVX2 CPU), so the in-process backend prefills every prompt in chunks aligned at absolute positions
+and reuses a cache only up to a chunk boundary (repocomp/backends/prefix_cache.py). This prints, for one prompt of `--tokens`
 tokens of this project's source and a second one that shares all but its last 50:
 
 - split sensitivity: the second prompt's next-token logits after reusing the first one's cache cut at a few
