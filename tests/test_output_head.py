@@ -142,6 +142,15 @@ def code_prompts() -> list[str]:
     return out
 
 
+def assert_code_prompts_decode_alike(backend: TransformersBackend, head: OutputHead) -> None:
+    """40 greedy tokens after each code prompt through `head` are those of the model's own lm_head."""
+    assert backend._loaded is not None
+    for prompt in code_prompts():
+        ids = backend.encode(prompt)["input_ids"]
+        assert greedy(backend._loaded.model, ids, 40, head) == greedy(backend._loaded.model, ids, 40, None), \
+            prompt[-200:]
+
+
 @pytest.fixture(scope="module")
 def local_bf16(local_model: lm.LocalModel) -> TransformersBackend:
     b = TransformersBackend(model=str(local_model.path), dtype="bfloat16")
@@ -155,9 +164,7 @@ def test_local_model_greedy_tokens_are_the_same(local_bf16: TransformersBackend)
     assert loaded is not None and loaded.output_head is not None
     head = loaded.output_head
     before = head.stats()
-    for prompt in code_prompts():
-        ids = local_bf16.encode(prompt)["input_ids"]
-        assert greedy(loaded.model, ids, 40, head) == greedy(loaded.model, ids, 40, None), prompt[-200:]
+    assert_code_prompts_decode_alike(local_bf16, head)
     after = head.stats()
     assert after["accepted"] - before["accepted"] > 0
     assert local_bf16.output_head_stats() == after
@@ -200,9 +207,7 @@ def test_local_model_in_float32_greedy_tokens_and_kernel_bounds(local_f32: Trans
     assert loaded is not None
     head = OutputHead.for_model(loaded.model)
     assert head is not None
-    for prompt in code_prompts():
-        ids = local_f32.encode(prompt)["input_ids"]
-        assert greedy(loaded.model, ids, 40, head) == greedy(loaded.model, ids, 40, None), prompt[-200:]
+    assert_code_prompts_decode_alike(local_f32, head)
     assert head.stats()["accepted"] > 3 * 10  # every pass verifies a draft: most positions are certified
     with torch.inference_mode():
         hidden = loaded.model.model(input_ids=local_f32.encode(code_prompts()[2])["input_ids"]).last_hidden_state

@@ -162,7 +162,7 @@ def test_in_bf16_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit() ->
         for common in (chunk, 2 * chunk + 1, 4 * chunk - 1, 5 * chunk + 5):  # then the prompts part
             second = torch.cat([first[:, :common], torch.randint(7, 500, (1, 50), generator=g)], 1)
             fresh = aligned_logits(model, second, pc.empty_cache(), 0, chunk)
-            cut = min(common, pc.aligned_end(first.shape[1], chunk)) // chunk * chunk
+            cut = pc.reusable(common, first.shape[1], chunk)
             assert torch.equal(aligned_logits(model, second, pc.cut(full, cut), cut, chunk), fresh), common
 
 
@@ -276,7 +276,7 @@ def test_local_model_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit(
         for common in (pc.CHUNK + 7, window + 1, ids.shape[1] - 3):  # the second prompt parts inside, past the window
             second = torch.cat([ids[:, :common], ids[:, 100:140]], 1)
             fresh = aligned_logits(model, second, pc.empty_cache(), 0, pc.CHUNK)
-            cut = min(common, pc.aligned_end(ids.shape[1], pc.CHUNK)) // pc.CHUNK * pc.CHUNK
+            cut = pc.reusable(common, ids.shape[1], pc.CHUNK)
             assert cut >= pc.CHUNK
             assert torch.equal(aligned_logits(model, second, pc.cut(full, cut), cut, pc.CHUNK), fresh), common
 

@@ -114,8 +114,7 @@ class PrefixCache:
                 for entry in self._entries.values():
                     if entry.key == key:
                         same = min(common_prefix(entry.tokens, ids), n - 1)
-                        common = min(same, aligned_end(entry.prompt_len, self.chunk))
-                        common -= common % self.chunk
+                        common = reusable(same, entry.prompt_len, self.chunk)
                         if common > reused:
                             best, reused, shared = entry, common, same
             if best is None or reused == 0:
@@ -154,6 +153,13 @@ def aligned_end(n: int, chunk: int) -> int:
     """Where the aligned chunks of an `n`-token prompt's prefill end: the last chunk boundary before its last token
     (the pass that computes the next token's logits starts there)."""
     return (n - 1) // chunk * chunk
+
+
+def reusable(shared: int, prompt_len: int, chunk: int) -> int:
+    """The tokens a cache of a `prompt_len`-token prompt's aligned prefill can give a prompt that shares `shared`
+    tokens with it: down to a chunk boundary its aligned chunks reached."""
+    common = min(shared, aligned_end(prompt_len, chunk))
+    return common - common % chunk
 
 
 def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -218,7 +224,7 @@ def prefill_aligned(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
         step = chunk - fed % chunk
         base(input_ids=input_ids[:, fed:fed + step], **{cache_argument(base): cache, "use_cache": True})
         fed += step
-    return max(fed, reused)
+    return fed
 
 
 def _verified(model: Any, head: OutputHead, hidden: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:

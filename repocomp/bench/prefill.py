@@ -3,8 +3,8 @@
 A request that reuses a cached prefix prefills only the rest of its prompt, a split the fresh prefill of the same
 prompt never made, and a split can round differently (bf16 on CPUs with native bf16 kernels; float32 at a few
 positions on an AVX2 CPU), so the in-process backend prefills every prompt in chunks aligned at absolute positions
-and reuses a cache only up to a chunk boundary (repocomp/backends/prefix_cache.py). This prints, for one prompt of `--tokens`
-tokens of this project's source and a second one that shares all but its last 50:
+and reuses a cache only up to a chunk boundary (repocomp/backends/prefix_cache.py). This prints, for one prompt of
+`--tokens` tokens of this project's source and a second one that shares all but its last 50:
 
 - split sensitivity: the second prompt's next-token logits after reusing the first one's cache cut at a few
   places, against one unsplit prefill (the largest difference, and whether the greedy token changed);
@@ -73,14 +73,13 @@ def _prompts(tokenizer: Any, vocab: int, n: int) -> tuple[Any, Any]:
     but its last `_TAIL` tokens."""
     import torch
 
-    g = torch.Generator().manual_seed(1)
     if tokenizer is not None:
         text = "".join(p.read_text(encoding="utf-8") for p in sorted(Path(__file__).parents[1].rglob("*.py")))
         ids = tokenizer(text, return_tensors="pt").input_ids[:, :n + _TAIL]
         if ids.shape[1] < n + _TAIL:
             raise RepocompError(f"--tokens {n}: the source holds only {ids.shape[1] - _TAIL}")
     else:
-        ids = torch.randint(10, vocab, (1, n + _TAIL), generator=g)
+        ids = torch.randint(10, vocab, (1, n + _TAIL), generator=torch.Generator().manual_seed(1))
     first = ids[:, :n]
     second = torch.cat([ids[:, :n - _TAIL], ids[:, n:]], 1)
     return first, second
@@ -120,16 +119,14 @@ def prefill_bench(model: Any, first: Any, second: Any, reps: int = 5) -> dict[st
             res["split"].append({"cut": cut, "max_abs_diff": round(float((out - one).abs().max()), 4),
                                  "same_token": bool(out.argmax() == one.argmax())})
 
-        def allowed(size: int) -> int:  # the reuse an aligned cache of chunks of `size` allows
-            return min(common, pc.aligned_end(first.shape[1], size)) // size * size
-
         res["chunks"], caches = [], {}
         for size in CHUNKS:
             caches[size] = pc.empty_cache()
             logits(first, caches[size], 0, size)
             fresh = logits(second, pc.empty_cache(), 0, size)
-            again = logits(second, pc.cut(caches[size], allowed(size)), allowed(size), size)
-            res["chunks"].append({"chunk": size, "reused": allowed(size),
+            cut = pc.reusable(common, first.shape[1], size)
+            again = logits(second, pc.cut(caches[size], cut), cut, size)
+            res["chunks"].append({"chunk": size, "reused": cut,
                                   "bitwise_equal": bool(torch.equal(again, fresh)),
                                   "vs_unsplit": round(float((fresh - one).abs().max()), 4)})
         cold: dict[str, list[float]] = {}
@@ -142,7 +139,7 @@ def prefill_bench(model: Any, first: Any, second: Any, reps: int = 5) -> dict[st
         res["cold_ms"] = {k: {"min": round(min(v)), "median": round(statistics.median(v))} for k, v in cold.items()}
         res["typed_ms"] = {}
         for rule in rules:
-            cut, cache = (common, full) if rule is None else (allowed(rule), caches[rule])
+            cut, cache = (common, full) if rule is None else (pc.reusable(common, first.shape[1], rule), caches[rule])
 
             def typed_request(rule: int | None = rule, cut: int = cut, cache: Any = cache) -> None:
                 logits(second, pc.cut(cache, cut), cut, rule)
