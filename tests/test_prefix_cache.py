@@ -144,13 +144,6 @@ def test_a_stop_ends_the_loop_with_the_cache_holding_all_but_the_last_token() ->
         pc.generate_greedy(model, ids, cache, 70, 4, lambda s, _: False)  # nothing left to prefill
 
 
-def aligned_logits(model, ids: torch.Tensor, cache, reused: int, chunk: int) -> torch.Tensor:
-    """The next token's logits after `ids`, prefilled from `cache` (holding its first `reused` tokens) as
-    generate_greedy prefills: aligned chunks, then one pass that computes logits."""
-    fed = pc.prefill_aligned(model, ids, cache, reused, chunk)
-    return model(ids[:, fed:], cache=cache, use_cache=True).logits[:, -1]
-
-
 def test_in_bf16_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit() -> None:
     chunk = 64
     g = torch.Generator().manual_seed(6)
@@ -158,12 +151,12 @@ def test_in_bf16_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit() ->
     model = tiny_gemma3(500).to(torch.bfloat16)
     with torch.inference_mode():
         full = pc.empty_cache()
-        aligned_logits(model, first, full, 0, chunk)
+        pc.next_logits(model, first, full, 0, chunk)
         for common in (chunk, 2 * chunk + 1, 4 * chunk - 1, 5 * chunk + 5):  # then the prompts part
             second = torch.cat([first[:, :common], torch.randint(7, 500, (1, 50), generator=g)], 1)
-            fresh = aligned_logits(model, second, pc.empty_cache(), 0, chunk)
+            fresh = pc.next_logits(model, second, pc.empty_cache(), 0, chunk)
             cut = pc.reusable(common, first.shape[1], chunk)
-            assert torch.equal(aligned_logits(model, second, pc.cut(full, cut), cut, chunk), fresh), common
+            assert torch.equal(pc.next_logits(model, second, pc.cut(full, cut), cut, chunk), fresh), common
 
 
 # ---- the backend: answers, keys, bounds, counts ------------------------------------------------------------
@@ -272,13 +265,13 @@ def test_local_model_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit(
     assert ids.shape[1] > 2 * window
     with torch.inference_mode():
         full = pc.empty_cache()
-        aligned_logits(model, ids, full, 0, pc.CHUNK)
+        pc.next_logits(model, ids, full, 0, pc.CHUNK)
         for common in (pc.CHUNK + 7, window + 1, ids.shape[1] - 3):  # the second prompt parts inside, past the window
             second = torch.cat([ids[:, :common], ids[:, 100:140]], 1)
-            fresh = aligned_logits(model, second, pc.empty_cache(), 0, pc.CHUNK)
+            fresh = pc.next_logits(model, second, pc.empty_cache(), 0, pc.CHUNK)
             cut = pc.reusable(common, ids.shape[1], pc.CHUNK)
             assert cut >= pc.CHUNK
-            assert torch.equal(aligned_logits(model, second, pc.cut(full, cut), cut, pc.CHUNK), fresh), common
+            assert torch.equal(pc.next_logits(model, second, pc.cut(full, cut), cut, pc.CHUNK), fresh), common
 
 
 @pytest.mark.local_model

@@ -227,6 +227,14 @@ def prefill_aligned(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     return fed
 
 
+def next_logits(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, chunk: int | None) -> torch.Tensor:
+    """The next token's logits (float32, (1, vocab)) after `input_ids` (1, n), prefilled as `generate_greedy`
+    prefills from `cache` holding its first `reused` tokens: aligned chunks, then one pass that computes logits."""
+    fed = prefill_aligned(model, input_ids, cache, reused, chunk)
+    out = model(input_ids[:, fed:], use_cache=True, logits_to_keep=1, **{cache_argument(model): cache})
+    return out.logits[:, -1].float()
+
+
 def _verified(model: Any, head: OutputHead, hidden: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     """The greedy tokens after each of `hidden`'s positions (1, d + 1, dim) for a pass that verified the `draft`
     tokens (d): through the certified head one position at a time, up to the first that rejects its draft token

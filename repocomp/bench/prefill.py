@@ -92,10 +92,7 @@ def prefill_bench(model: Any, first: Any, second: Any, reps: int = 5) -> dict[st
     from repocomp.backends import prefix_cache as pc
 
     def logits(ids: Any, cache: Any, reused: int, chunk: int | None) -> Any:
-        """The next token's logits after `ids`, prefilled as the backend does from a cache of `reused` tokens."""
-        fed = pc.prefill_aligned(model, ids, cache, reused, chunk)
-        out = model(ids[:, fed:], use_cache=True, logits_to_keep=1, **{pc.cache_argument(model): cache})
-        return out.logits[:, -1].float()
+        return pc.next_logits(model, ids, cache, reused, chunk)
 
     def timed(fn: Callable[[], Any]) -> list[float]:
         out = []
