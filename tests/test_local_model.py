@@ -259,3 +259,4 @@ def test_bench_complete_reports_request_and_generation_latency(hole_repo: Path, 
     assert result["request_ms"]["n"] == 3 and result["generate_ms"]["n"] == 3 * result["iterations"]
     assert 0 < result["request_ms"]["p50"] <= result["request_ms"]["max"]
     assert result["prompt_tokens"]["p50"] > 0
+    assert result["output_head"] == {} and result["cache"] == {}  # counters of the in-process model only

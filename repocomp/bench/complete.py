@@ -52,6 +52,7 @@ class CompleteBenchResult:
     answers: list[str] = field(default_factory=list)  # per position, in order
     typing_ms: dict[str, float] = field(default_factory=dict)  # requests after each typed character (--typing)
     cache: dict[str, float] = field(default_factory=dict)  # the backend's prefix reuse (requests, hits, tokens)
+    output_head: dict[str, float] = field(default_factory=dict)  # the fast output head's steps (accepted, fallbacks)
     typed_answers: list[str] = field(default_factory=list)  # the typed requests' answers, in order (--typing)
 
 
@@ -85,9 +86,9 @@ def cpu_flags() -> str:
 
 
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
-                 typing: int = 0) -> tuple[list, float, Any, list[tuple[float, str]], dict[str, float]]:
+                 typing: int = 0) -> tuple[list, float, Any, list[tuple[float, str]], dict[str, dict[str, float]]]:
     """(results, model load and warm-up in ms, the configuration the completer used, typed requests' (ms,
-    answer), the backend's prefix-reuse counters)."""
+    answer), the backend's counters: prefix reuse under "cache_stats", the output head under "output_head_stats")."""
     from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer
 
@@ -107,11 +108,12 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
                 t0 = time.perf_counter()
                 res = await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
                 typed.append(((time.perf_counter() - t0) * 1e3, res.text))
-        stats = getattr(getattr(backend, "primary", backend), "cache_stats", None)
-        cache = stats() if callable(stats) else {}
+        model = getattr(backend, "primary", backend)
+        counters = {name: stats() if callable(stats := getattr(model, name, None)) else {}
+                    for name in ("cache_stats", "output_head_stats")}
     finally:
         await completer.aclose()
-    return results, load, completer.config, typed, cache
+    return results, load, completer.config, typed, counters
 
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
@@ -123,7 +125,7 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
     # used: the model's defaults made concrete
-    results, load, used, typed, cache = asyncio.run(_bench(index, config, pos, typing))
+    results, load, used, typed, counters = asyncio.run(_bench(index, config, pos, typing))
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
@@ -135,7 +137,8 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         failures=sum(1 for r in results if r.backend != config.backend.name),
         at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds),
         answers=[r.text for r in results], typing_ms=_stats([ms for ms, _ in typed]) if typed else {},
-        cache=dict(cache), typed_answers=[text for _, text in typed])
+        cache=dict(counters["cache_stats"]), output_head=dict(counters["output_head_stats"]),
+        typed_answers=[text for _, text in typed])
 
 
 def format_table(res: CompleteBenchResult) -> str:
@@ -156,6 +159,10 @@ def format_table(res: CompleteBenchResult) -> str:
         c = res.cache
         lines.append(f"prefix reuse: {c['hits']:.0f} of {c['requests']:.0f} requests hit ({c['hit_rate']:.0%}); "
                      f"{c['reused_tokens']:.0f} prompt tokens reused, {c['prefilled_tokens']:.0f} computed")
+    if res.output_head:
+        h = res.output_head
+        lines.append(f"fast output head: {h['accepted']:.0f} tokens certified, {h['fallbacks']:.0f} by the full layer"
+                     if h["accepted"] + h["fallbacks"] else "fast output head: off (or not applicable to this model)")
     lines.append(f"\nmodel load and warm-up: {res.load_ms:.0f} ms; first request {res.first_request_ms:.0f} ms "
                  f"({res.first_request_ms / max(res.request_ms['p50'], 1e-9):.2f} x the median); "
                  f"fallback answers: {res.failures}; generations stopped at the time limit: {res.at_time_limit}")
