@@ -9,8 +9,18 @@ import pytest
 
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.eval.runner import EvalOptions, eval_config, read_results, run_eval, summarize, task_buffer
+from repocomp.eval.runner import (
+    AttainableLines,
+    EvalOptions,
+    eval_config,
+    read_results,
+    run_eval,
+    summarize,
+    task_buffer,
+)
 from repocomp.eval.tasks import Task, load_tasks, make_tasks
+from repocomp.index import Index
+from repocomp.index.fragments import Fragment, Location
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "eval_repo"
 
@@ -39,10 +49,11 @@ class Result:
 
 
 class FakeIndex:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, fragments=()):
         self.root = root
         self.state: dict[str, str | None] = {}
         self.calls: list[tuple[str, str | None]] = []
+        self.fragments = list(fragments)
 
     def update_file(self, path, text=None):
         self.calls.append((path, text))
@@ -84,7 +95,9 @@ TASKS = [_task("t1", "r1", 5, "line5 = 5"), _task("t2", "r1", 9, "line9 = 9"),
 
 def _factory(engines):
     def factory(root, config, options):
-        index = FakeIndex(root)
+        index = FakeIndex(root, [Fragment(i, b.text, [Location(b.path, b.start_line, b.end_line)])
+                                 for i, ((repo, _), (_, blocks)) in enumerate(SCRIPT.items()) if repo == root.name
+                                 for b in blocks])
         script = {(p, ln): v for (repo, ln), v in SCRIPT.items() if repo == root.name for p in ["a.py"]}
         completer = FakeCompleter(index, script)
         engines[root.name] = (index, completer)
@@ -97,10 +110,11 @@ def test_summary_numbers_per_repository_then_over_repositories(tmp_path):
     summary = run_eval(TASKS, _repos(tmp_path), EvalOptions(mode="vanilla", backend="extractive"), Config(),
                        out=tmp_path / "out.jsonl", summary_json=tmp_path / "s.json", progress=False,
                        engine_factory=_factory(engines))
+    # the index holds every line a script's block shows: t1's line and t3's are there, t2's is not
     assert summary["per_repo"]["r1"] == {"tasks": 2, "failed": 0, "em": 0.5, "es": 0.5, "gt_line_recall": 0.5,
-                                          "def_hit": None}
+                                          "def_hit": None, "gt_line_attainable": 0.5}
     assert summary["per_repo"]["r2"] == {"tasks": 1, "failed": 0, "em": 0.0, "es": 0.75, "gt_line_recall": 1.0,
-                                          "def_hit": 1.0}
+                                          "def_hit": 1.0, "gt_line_attainable": 1.0}
     assert summary["tasks"] == 3
     assert summary["em"] == pytest.approx(0.25) and summary["es"] == pytest.approx(0.625)
     assert summary["gt_line_recall"] == pytest.approx(0.75) and summary["def_hit"] == 1.0
@@ -160,9 +174,25 @@ def test_task_buffer_uses_the_prompt_below_the_lines_above_it():
     assert task_buffer(t, None) == ("\n\nc\nd\n", 4)
 
 
+def test_a_line_is_attainable_only_where_the_leak_rule_lets_retrieval_see_it(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shared = "total = price_cents * quantity"
+    (repo / "a.py").write_text("".join(f"a{i} = {i}\n" for i in range(60)) + f"{shared}\nonly_in_a = 1\n")
+    (repo / "b.py").write_text("".join(f"b{i} = {i}\n" for i in range(10)) + f"    {shared}\n")
+    index = Index.build(repo, Config())
+    attainable = AttainableLines()
+    assert attainable(shared, index, "a.py", 0)  # in b.py (indented there: lines compare stripped)
+    assert not attainable("only_in_a = 1", index, "a.py", 0)  # its own file's windows all reach the prompt
+    assert attainable("only_in_a = 1", index, "b.py", 0)  # from another file's hole it is there to find
+    assert attainable("a3 = 3", index, "a.py", 50)  # above the in-file context of a hole further down
+    assert not attainable("a55 = 55", index, "a.py", 50)  # a window reaching into the context is left out
+    assert not attainable("nowhere = 0", index, "a.py", 0) and not attainable("\n  \n", index, "a.py", 0)
+
+
 def test_summarize_of_nothing():
     assert summarize([]) == {"tasks": 0, "failed": 0, "em": None, "es": None, "gt_line_recall": None,
-                             "def_hit": None, "per_repo": {}}
+                             "def_hit": None, "gt_line_attainable": None, "per_repo": {}}
 
 
 # --------------------------------------------------------------------------------- the real engine: no leakage

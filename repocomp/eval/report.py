@@ -10,7 +10,8 @@ from typing import Any
 from repocomp.errors import RepocompError
 from repocomp.eval.runner import read_results, summarize
 
-METRICS = (("em", "EM"), ("es", "ES"), ("gt_line_recall", "gt_line_recall"), ("def_hit", "def_hit"))
+METRICS = (("em", "EM"), ("es", "ES"), ("gt_line_recall", "gt_line_recall"), ("def_hit", "def_hit"),
+           ("gt_line_attainable", "gt_line_attainable"))
 
 
 def run_label(record: dict[str, Any]) -> str:

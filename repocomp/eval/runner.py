@@ -112,6 +112,34 @@ def gt_line_hit(ground_truth: str, blocks: Iterable[Any]) -> bool:
     return any(first == line.strip() for b in blocks for line in b.text.splitlines())
 
 
+class AttainableLines:
+    """Could retrieval show the hole's line at all? Its stripped first line occurs as a stripped line of a fragment
+    that the leak rule leaves: the bound on `gt_line_hit` that the repository itself sets (a line it holds nowhere
+    else no retrieval can find). The lines of each fragment text are kept between tasks, the index's size."""
+
+    _MAX_TEXTS = 200_000  # a long run's replaced buffers: start over rather than grow without bound
+
+    def __init__(self) -> None:
+        self._lines: dict[str, frozenset[str]] = {}
+
+    def __call__(self, ground_truth: str, index: Any, path: str, prompt_start_line: int) -> bool:
+        first = first_gt_line(ground_truth)
+        if first is None:
+            return False
+        if len(self._lines) > self._MAX_TEXTS:
+            self._lines.clear()
+        for f in index.fragments:
+            if f is None or not f.locations or all(loc.path == path and loc.end_line > prompt_start_line
+                                                   for loc in f.locations):
+                continue  # gone, or excluded by the leak rule (retrieval.Retriever.leaked)
+            lines = self._lines.get(f.text)
+            if lines is None:
+                lines = self._lines[f.text] = frozenset(ln.strip() for ln in f.text.splitlines())
+            if first in lines:
+                return True
+        return False
+
+
 def def_hit(definitions: list[dict[str, Any]], blocks: Iterable[Any]) -> bool | None:
     """Does a fragment of the prompt cover one of the definition lines? None when the task names none."""
     if not definitions:
@@ -133,7 +161,8 @@ def error_record(task: Task, options: EvalOptions, error: str) -> dict[str, Any]
             "gt_line_hit": None, "def_hit": None}
 
 
-def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: dict[str, float]) -> dict[str, Any]:
+def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: dict[str, float],
+                attainable: bool | None = None) -> dict[str, Any]:
     scored = options.backend != "none"
     if scored and not result.text and (getattr(result, "cut_by_time", False) or getattr(result, "error", "")):
         # the deadline or a failing backend left it empty: not the model's answer, a failure a rerun retries
@@ -153,6 +182,7 @@ def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: di
         "timings_ms": {**{k: round(float(v), 3) for k, v in result.timings_ms.items()}, **extra_timings},
         "gt_line_hit": gt_line_hit(task.ground_truth, result.context),
         "def_hit": def_hit(task.api_definitions, result.context),
+        **({} if attainable is None else {"gt_line_attainable": attainable}),
     }
 
 
@@ -208,9 +238,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "es": _mean([r["es"] for r in rs if r.get("es") is not None]),
             "gt_line_recall": _mean([float(r["gt_line_hit"]) for r in rs]),
             "def_hit": _mean([float(r["def_hit"]) for r in rs if r.get("def_hit") is not None]),
+            "gt_line_attainable": _mean([float(r["gt_line_attainable"]) for r in rs
+                                         if r.get("gt_line_attainable") is not None]),
         }
     summary: dict[str, Any] = {"tasks": len(records) - sum(failed.values()), "failed": sum(failed.values())}
-    for key in ("em", "es", "gt_line_recall", "def_hit"):
+    for key in ("em", "es", "gt_line_recall", "def_hit", "gt_line_attainable"):
         summary[key] = _mean([v[key] for v in per_repo.values() if v[key] is not None])
     summary["per_repo"] = per_repo
     return summary
@@ -228,6 +260,7 @@ class RepoEvaluator:
         self.options = options
         # files done, to restore from disk with the next update (one relation update for both)
         self._pending_restore: set[str] = set()
+        self._attainable = AttainableLines()
 
     async def run(self, tasks: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
         groups: dict[str, list[Task]] = defaultdict(list)
@@ -276,9 +309,10 @@ class RepoEvaluator:
                     on_record(error_record(task, self.options, str(exc)))
                     continue
                 t2 = time.perf_counter()
+                attainable = self._attainable(task.ground_truth, self.index, path, task.context_start_lineno)
                 on_record(make_record(task, result, self.options,
                                       {"no_leak_update": round((t1 - t0) * 1e3, 3),
-                                       "task_total": round((t2 - t0) * 1e3, 3)}))
+                                       "task_total": round((t2 - t0) * 1e3, 3)}, attainable))
         finally:
             self._pending_restore.add(path)  # back to the file on disk, together with the next change
 
@@ -442,5 +476,5 @@ class _Progress:
             self._progress.advance(self._task)
 
 
-__all__ = ["EvalOptions", "run_eval", "summarize", "read_results", "make_record",
-           "error_record", "lines_outside", "task_buffer", "gt_line_hit", "def_hit", "RepoEvaluator", "eval_config"]
+__all__ = ["EvalOptions", "run_eval", "summarize", "read_results", "make_record", "error_record", "lines_outside",
+           "task_buffer", "gt_line_hit", "AttainableLines", "def_hit", "RepoEvaluator", "eval_config"]
