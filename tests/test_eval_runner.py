@@ -10,9 +10,9 @@ import pytest
 from repocomp.config import Config
 from repocomp.errors import RepocompError
 from repocomp.eval.runner import (
-    AttainableLines,
     EvalOptions,
     eval_config,
+    gt_line_attainable,
     read_results,
     run_eval,
     summarize,
@@ -181,13 +181,16 @@ def test_a_line_is_attainable_only_where_the_leak_rule_lets_retrieval_see_it(tmp
     (repo / "a.py").write_text("".join(f"a{i} = {i}\n" for i in range(60)) + f"{shared}\nonly_in_a = 1\n")
     (repo / "b.py").write_text("".join(f"b{i} = {i}\n" for i in range(10)) + f"    {shared}\n")
     index = Index.build(repo, Config())
-    attainable = AttainableLines()
-    assert attainable(shared, index, "a.py", 0)  # in b.py (indented there: lines compare stripped)
-    assert not attainable("only_in_a = 1", index, "a.py", 0)  # its own file's windows all reach the prompt
-    assert attainable("only_in_a = 1", index, "b.py", 0)  # from another file's hole it is there to find
-    assert attainable("a3 = 3", index, "a.py", 50)  # above the in-file context of a hole further down
-    assert not attainable("a55 = 55", index, "a.py", 50)  # a window reaching into the context is left out
-    assert not attainable("nowhere = 0", index, "a.py", 0) and not attainable("\n  \n", index, "a.py", 0)
+
+    def attainable(line, path, prompt_start_line):
+        return gt_line_attainable(line, index, path, prompt_start_line)
+
+    assert attainable(shared, "a.py", 0)  # in b.py (indented there: lines compare stripped)
+    assert not attainable("only_in_a = 1", "a.py", 0)  # its own file's windows all reach the prompt
+    assert attainable("only_in_a = 1", "b.py", 0)  # from another file's hole it is there to find
+    assert attainable("a3 = 3", "a.py", 50)  # above the in-file context of a hole further down
+    assert not attainable("a55 = 55", "a.py", 50)  # a window reaching into the context is left out
+    assert not attainable("nowhere = 0", "a.py", 0) and not attainable("\n  \n", "a.py", 0)
 
 
 def test_summarize_of_nothing():

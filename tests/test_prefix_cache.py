@@ -309,3 +309,9 @@ def test_bench_prefill_reports_exact_aligned_reuse_and_the_cuts_each_rule_allows
     assert set(res["cold_ms"]) == {"unsplit", "128", "256", "512"} and res["decode_step_ms"] >= 0
     table = format_table(res)
     assert "chunks of 256: reuse of 512 bit for bit the fresh prefill: yes" in table
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head]
+    flop = sum(2 * 600 * m.in_features * m.out_features for m in linears)
+    floor = res["floor"]
+    assert floor["gflop"] == round(flop / 1e9, 1) and floor["gflops"] > 0
+    assert floor["ms"] == pytest.approx(flop / 1e6 / floor["gflops"], rel=0.05, abs=1)  # rates print rounded
+    assert "the floor under a cold prefill" in table

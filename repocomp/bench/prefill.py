@@ -11,7 +11,9 @@ and reuses a cache only up to a chunk boundary (repocomp/backends/prefix_cache.p
 - for each chunk size: whether reusing an aligned cut gives the fresh chunked prefill's logits bit for bit, and
   how far the chunked prefill is from the unsplit one;
 - the cost: a cold prefill unsplit and in each chunk size (fastest and median of `--reps`), a typed request that
-  reuses what each rule allows, and one decoding step.
+  reuses what each rule allows, and one decoding step;
+- the floor under a cold prefill: the FLOPs of the layers' matrix products for the prompt, over the rate this CPU
+  reaches on one product of the model's shapes (tokens x hidden times hidden x the MLP's width).
 
 `--random-weights` builds the model from its config with random weights (a machine without the prepared model):
 the arithmetic, and so the splits' effect and the costs, is the model's; its logits are not.
@@ -145,7 +147,25 @@ def prefill_bench(model: Any, first: Any, second: Any, reps: int = 5) -> dict[st
                 timed(typed_request)))}
         step = timed(lambda: logits(second, pc.cut(full, n - 1), n - 1, None))
         res["decode_step_ms"] = round(statistics.median(step))
+        res["floor"] = _prefill_floor(model, n, timed)
     return res
+
+
+def _prefill_floor(model: Any, n: int, timed: Callable[[Callable[[], Any]], list[float]]) -> dict[str, float]:
+    """The layers' matrix products for `n` tokens (every Linear but the output layer, which a prefill applies to
+    one position) in GFLOP, the best rate of this CPU's product of the model's shapes, and their quotient."""
+    import torch
+
+    head = model.get_output_embeddings()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    gflop = sum(2 * n * m.in_features * m.out_features for m in linears) / 1e9
+    widest = max(linears, key=lambda m: m.out_features)  # the MLP's up projection: most of the work
+    x = torch.randn(n, widest.in_features, dtype=model.dtype)
+    w = torch.randn(widest.out_features, widest.in_features, dtype=model.dtype)
+    torch.nn.functional.linear(x, w)  # warm
+    ms = min(timed(lambda: torch.nn.functional.linear(x, w)))
+    rate = 2 * n * widest.in_features * widest.out_features / (ms / 1e3) / 1e9
+    return {"gflop": round(gflop, 1), "gflops": round(rate, 1), "ms": round(gflop / rate * 1e3)}
 
 
 def format_table(res: dict[str, Any]) -> str:
@@ -164,6 +184,9 @@ def format_table(res: dict[str, Any]) -> str:
         lines.append(f"| {'unsplit, any cut' if name == 'unsplit' else 'chunks of ' + name} | "
                      f"{cold['min']} / {cold['median']} | {t['reused']}, {t['median']} |")
     lines.append(f"one decoding step: {res['decode_step_ms']} ms")
+    f = res["floor"]
+    lines.append(f"the floor under a cold prefill: the layers' matrix products are {f['gflop']} GFLOP, this CPU "
+                 f"computes the model's widest one at {f['gflops']} GFLOPS: {f['ms']} ms")
     return "\n".join(lines)
 
 

@@ -112,32 +112,19 @@ def gt_line_hit(ground_truth: str, blocks: Iterable[Any]) -> bool:
     return any(first == line.strip() for b in blocks for line in b.text.splitlines())
 
 
-class AttainableLines:
-    """Could retrieval show the hole's line at all? Its stripped first line occurs as a stripped line of a fragment
-    that the leak rule leaves: the bound on `gt_line_hit` that the repository itself sets (a line it holds nowhere
-    else no retrieval can find). The lines of each fragment text are kept between tasks, the index's size."""
-
-    _MAX_TEXTS = 200_000  # a long run's replaced buffers: start over rather than grow without bound
-
-    def __init__(self) -> None:
-        self._lines: dict[str, frozenset[str]] = {}
-
-    def __call__(self, ground_truth: str, index: Any, path: str, prompt_start_line: int) -> bool:
-        first = first_gt_line(ground_truth)
-        if first is None:
-            return False
-        if len(self._lines) > self._MAX_TEXTS:
-            self._lines.clear()
-        for f in index.fragments:
-            if f is None or not f.locations or all(loc.path == path and loc.end_line > prompt_start_line
-                                                   for loc in f.locations):
-                continue  # gone, or excluded by the leak rule (retrieval.Retriever.leaked)
-            lines = self._lines.get(f.text)
-            if lines is None:
-                lines = self._lines[f.text] = frozenset(ln.strip() for ln in f.text.splitlines())
-            if first in lines:
-                return True
+def gt_line_attainable(ground_truth: str, index: Any, path: str, prompt_start_line: int) -> bool:
+    """Could retrieval show the hole's line at all: does its stripped first line occur, as a stripped line, in a
+    fragment that the leak rule leaves? The bound on `gt_line_hit` that the repository itself sets."""
+    first = first_gt_line(ground_truth)
+    if first is None:
         return False
+    for f in index.fragments:
+        if f is None or first not in f.text:  # a substring test first: most fragments fail it
+            continue
+        if f.locations and not all(loc.path == path and loc.end_line > prompt_start_line for loc in f.locations) \
+                and any(line.strip() == first for line in f.text.splitlines()):
+            return True  # outside the leak rule's exclusion (retrieval.Retriever.leaked), the line as a line
+    return False
 
 
 def def_hit(definitions: list[dict[str, Any]], blocks: Iterable[Any]) -> bool | None:
@@ -260,7 +247,6 @@ class RepoEvaluator:
         self.options = options
         # files done, to restore from disk with the next update (one relation update for both)
         self._pending_restore: set[str] = set()
-        self._attainable = AttainableLines()
 
     async def run(self, tasks: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
         groups: dict[str, list[Task]] = defaultdict(list)
@@ -309,7 +295,7 @@ class RepoEvaluator:
                     on_record(error_record(task, self.options, str(exc)))
                     continue
                 t2 = time.perf_counter()
-                attainable = self._attainable(task.ground_truth, self.index, path, task.context_start_lineno)
+                attainable = gt_line_attainable(task.ground_truth, self.index, path, task.context_start_lineno)
                 on_record(make_record(task, result, self.options,
                                       {"no_leak_update": round((t1 - t0) * 1e3, 3),
                                        "task_total": round((t2 - t0) * 1e3, 3)}, attainable))
@@ -477,4 +463,4 @@ class _Progress:
 
 
 __all__ = ["EvalOptions", "run_eval", "summarize", "read_results", "make_record", "error_record", "lines_outside",
-           "task_buffer", "gt_line_hit", "AttainableLines", "def_hit", "RepoEvaluator", "eval_config"]
+           "task_buffer", "gt_line_hit", "gt_line_attainable", "def_hit", "RepoEvaluator", "eval_config"]
