@@ -275,7 +275,7 @@ class BackendConfig:
     dtype: str = "auto"
     # transformers backend, greedy on CPU (bf16 or float32): pick each token through a float16 copy of the output
     # matrix, certified to be the full lm_head's token (else it runs); the same answers, each token about 45 ms
-    # sooner on 2 cores, for 335 MB more memory and 2-5 s more load (output_head.py)
+    # sooner on 2 cores, for 335 MB more memory and 1-2 s more load (output_head.py)
     fast_output_head: bool = True
 
     def validate(self) -> None:
