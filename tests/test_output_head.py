@@ -151,6 +151,14 @@ def assert_code_prompts_decode_alike(backend: TransformersBackend, head: OutputH
             prompt[-200:]
 
 
+def last_hidden(backend: TransformersBackend, positions: int = 3) -> torch.Tensor:
+    """The base model's last hidden states for the last `positions` of the third code prompt."""
+    assert backend._loaded is not None
+    ids = backend.encode(code_prompts()[2])["input_ids"]
+    with torch.inference_mode():
+        return backend._loaded.model.model(input_ids=ids).last_hidden_state[0, -positions:]
+
+
 @pytest.fixture(scope="module")
 def local_bf16(local_model: lm.LocalModel) -> TransformersBackend:
     b = TransformersBackend(model=str(local_model.path), dtype="bfloat16")
@@ -187,10 +195,7 @@ def test_local_model_forced_fallbacks_give_the_same_tokens(local_model: lm.Local
 def test_local_model_kernel_bounds(local_bf16: TransformersBackend) -> None:
     loaded = local_bf16._loaded
     assert loaded is not None and loaded.output_head is not None
-    ids = local_bf16.encode(code_prompts()[2])["input_ids"]
-    with torch.inference_mode():
-        hidden = loaded.model.model(input_ids=ids).last_hidden_state[0, -3:]
-        check_kernel_bounds(loaded.output_head, hidden)
+    check_kernel_bounds(loaded.output_head, last_hidden(local_bf16))
 
 
 @pytest.fixture(scope="module")
@@ -204,11 +209,9 @@ def local_f32(local_model: lm.LocalModel) -> TransformersBackend:
 def test_local_model_in_float32_greedy_tokens_and_kernel_bounds(local_f32: TransformersBackend) -> None:
     """float32, as an AVX2 CPU runs the local model: the head certifies against the float32 product."""
     loaded = local_f32._loaded
-    assert loaded is not None
-    head = OutputHead.for_model(loaded.model)
-    assert head is not None
+    assert loaded is not None and loaded.output_head is not None  # the backend's own head: on by default
+    head = loaded.output_head
+    before = head.stats()["accepted"]
     assert_code_prompts_decode_alike(local_f32, head)
-    assert head.stats()["accepted"] > 3 * 10  # every pass verifies a draft: most positions are certified
-    with torch.inference_mode():
-        hidden = loaded.model.model(input_ids=local_f32.encode(code_prompts()[2])["input_ids"]).last_hidden_state
-        check_kernel_bounds(head, hidden[0, -3:])
+    assert head.stats()["accepted"] - before > 3 * 10  # every pass verifies a draft: most positions are certified
+    check_kernel_bounds(head, last_hidden(local_f32))
