@@ -224,15 +224,16 @@ class DefinitionsConfig:
 @dataclass(frozen=True)
 class MemoryConfig:
     """Session memory (repocomp.memory): recent edit hunks, their thoughts and the recall storage, and the
-    controller that decides per request whether (and how much of) the session goes into the prompt. Off by
-    default: on 200 editing-session holes the local model's EM moved by +0.50 [-1.00, +2.00] (docs/evaluation.md)."""
+    controller that decides per request whether (and how much of) the session goes into the prompt. On by default:
+    on 400 editing-session holes it raised the local model's EM (docs/evaluation.md, Editing-session tasks)."""
 
-    enabled: bool = False
+    enabled: bool = True
     share: float = 0.25  # of the prompt budget left after the in-file context
     max_entries: int = 4  # entries (hunks or thoughts) shown per request
     max_hunks: int = 200  # recent hunks kept in the queue (older ones move to recall storage)
     max_bytes: int = 256_000  # text of the recent hunks, all together
     store_max_bytes: int = 2_000_000  # the recall storage file in the user's cache
+    replaced: bool = True  # show the code replaced at the cursor first (what the developer is rewriting)
     thoughts: bool = True  # derive thoughts (rename, signature change, repeated line shape) from hunks
     relations: bool = True  # FragRel over the session: s_rel = s_ind + alpha * s_env through the code graph
     alpha: float = 0.5  # FragRel Eq. 10 for memory entries (the paper's value)

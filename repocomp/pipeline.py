@@ -740,7 +740,7 @@ class Completer:
         # and tokens past the cut cost a model on 2 cores about 40 ms each for nothing the user sees.
         # The model-free backend copies from candidates: the session's edits shown in the prompt come first (what
         # the developer just wrote, judged related by the memory's controller), then similar code.
-        recent = tuple("\n".join(r.lines) for r in reversed(prompt.recent) if r.kind == "hunk")
+        recent = tuple("\n".join(r.lines) for r in reversed(prompt.recent) if r.kind in ("hunk", "replaced"))
         request = GenerationRequest(prompt=text, prefix=prefix, suffix=suffix,
                                     candidates=recent + tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
                                     temperature=bc.temperature,

@@ -160,18 +160,20 @@ class DefinitionSource:
 
 @dataclass(frozen=True)
 class RecentSource:
-    """A session memory entry as it may be shown: an edited run of lines (a hunk) or a thought (one line)."""
+    """A session memory entry as it may be shown: an edited run of lines (a hunk), the code the edit at the cursor
+    replaced, or a thought (one line)."""
 
-    kind: str  # "hunk" or "thought"
+    kind: str  # "hunk", "replaced" or "thought"
     path: str
     start_line: int  # 0-based, of the hunk's lines in the file as it is now; -1 for a thought
-    lines: tuple[str, ...]  # a hunk's lines; a thought's one line
+    lines: tuple[str, ...]  # a hunk's lines; the replaced lines; a thought's one line
 
     def render(self, markers: Markers = PYTHON_MARKERS) -> str:
         if self.kind == "thought":
             return "".join(markers.line(f"- {line}") + "\n" for line in self.lines)
-        return markers.line(f"{self.path} (line {self.start_line + 1}):") + "\n" + \
-            "".join(markers.line(line) + "\n" for line in self.lines)
+        where = f"{self.path} (line {self.start_line + 1})"
+        title = f"{where}, before the edit at the cursor:" if self.kind == "replaced" else f"{where}:"
+        return markers.line(title) + "\n" + "".join(markers.line(line) + "\n" for line in self.lines)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from repocomp.eval.session_tasks import (
     hole_line_ok,
     make_session_tasks,
     materialize,
+    memory_gt_hit,
     open_history,
     typed_texts,
 )
@@ -343,9 +344,22 @@ def test_eval_end_to_end_extractive(history, tmp_path, monkeypatch):
             # memory off: nothing replayed
             assert r["memory"] is memory and (r["memory_events"] > 0) is memory
             if not memory:
-                assert r["memory_consulted"] is False and r["memory_entries"] == 0
+                assert r["memory_consulted"] is False and r["memory_entries"] == 0 and r["memory_gt_hit"] is False
         with pytest.raises(Exception, match="another run"):
             run_eval(loaded, repos, EvalOptions(backend="extractive", memory=not memory), Config(), out=out,
                      progress=False)
     trees = list((tmp_path / "cache" / "repocomp" / "eval" / "trees" / "tiny").iterdir())
     assert len(trees) == len({t.metadata["session"]["parent"] for t in tasks})  # one tree per parent
+
+
+def test_memory_gt_hit_reads_the_entries_shown():
+    from repocomp.memory.session import MemoryDecision, MemoryEntry
+
+    def decision(consulted, *lines):
+        entry = MemoryEntry("hunk", "a.py", 3, list(lines), "\n".join(lines), 1.0, ())
+        return MemoryDecision(consulted, "", 10, True, (entry,))
+
+    assert memory_gt_hit("    x = f(1)\n", decision(True, "was: x = f(1)", "    y = 2"))  # a replaced line counts
+    assert memory_gt_hit("x = f(1)", decision(True, "    x = f(1)"))
+    assert not memory_gt_hit("x = f(1)", decision(True, "x = f(2)"))
+    assert not memory_gt_hit("x = f(1)", decision(False, "x = f(1)")) and not memory_gt_hit("x = f(1)", None)

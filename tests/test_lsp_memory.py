@@ -36,10 +36,8 @@ async def client(lsp_client: LanguageClient):
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """The fixture repository with the session memory switched on (it is off by default)."""
-    repo = copy_repo(tmp_path)
-    (repo / "repocomp.toml").write_text("[memory]\nenabled = true\n")
-    return repo
+    """The fixture repository (the session memory is on by default)."""
+    return copy_repo(tmp_path)
 
 
 def type_change(client: LanguageClient, uri: str, version: int, line: int, col: int, text: str) -> None:
@@ -94,3 +92,36 @@ async def test_edits_join_the_session_and_an_accepted_completion_is_recorded(
     capsys.readouterr()
     assert cli_main(["memory", "show", str(repo), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hunks"] == []
+
+
+async def test_a_retyped_line_is_completed_from_the_code_it_replaced_with_the_sessions_renames(
+        client: LanguageClient, repo: Path) -> None:
+    """Through the real server: the developer renamed `zone` to `region` in one file, then deletes a function's body
+    in another and retypes it; the code they deleted, renamed as before, is what the extractive backend copies."""
+    await initialize(client, repo, {"backend": {"name": "extractive"}})
+    await wait_ready(client)
+    zones = "def zone_name(zone):\n    return zone.title()\n"
+    zones_uri = open_doc(client, repo / "shop" / "zones.py", zones)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=zones_uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=2, character=0)),
+            text=zones.replace("zone", "region").replace("region_name", "zone_name"))]))
+    body = ('    base = 4.5 if zone == "domestic" else 12.0\n'
+            '    per_kg = 0.75 if zone == "domestic" else 2.5\n'
+            "    return round(base + per_kg * weight, 2)\n")
+    head = "def shipping_cost(weight, zone):\n"
+    uri = open_doc(client, repo / "shop" / "shipping.py", head + body)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(  # the body selected and deleted
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=1, character=0), end=types.Position(line=4, character=0)),
+            text="")]))
+    typed = '    base = 5.0 if region == "domestic" else 12.0\n    per_kg = '
+    for i, ch in enumerate(typed):
+        lines = (head + typed[:i]).split("\n")
+        type_change(client, uri, i + 3, len(lines) - 1, len(lines[-1]), ch)
+    answer = await inline(client, uri, end_of(head + typed))
+    assert answer == '0.75 if region == "domestic" else 2.5', answer
+    s = await stats(client)
+    assert s["memory"]["consulted"] >= 1 and s["memory"]["hunks"] == 2, s["memory"]

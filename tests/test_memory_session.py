@@ -278,3 +278,93 @@ def test_clear_forgets_everything():
     assert not mem.select("shop/orders.py", 4, ["amount = total(cart.items, tax_rate="], 300, count).consulted
     mem.edited(TextEdit("shop/cart.py", 0, 0, 0, 0, "", "import math\n", 3000.0))  # the open files go on
     assert len(mem.hunks()) == 1
+
+
+AREA = ["def area(shape):",
+        "    if shape.kind == 'circle':",
+        "        return 3.14 * shape.r ** 2",
+        "    if shape.kind == 'square':",
+        "        return shape.side ** 2",
+        "    raise ValueError(shape.kind)"]
+TYPED = ["def area(shape, unit=1):",
+         "    if shape.kind == 'circle':",
+         "        return math.pi * shape.r ** 2 * unit"]
+
+
+def _rewriting_area(mem: SessionMemory) -> None:
+    """The developer selects area()'s body in geo.py, deletes it and has typed three new lines so far."""
+    mem.opened("geo.py", "import math\n\n\n" + "\n".join(AREA) + "\n", 1000.0)
+    mem.edited(TextEdit("geo.py", 3, 0, 9, 0, "\n".join(AREA) + "\n", "\n".join(TYPED) + "\n", 1001.0))
+
+
+def test_the_code_replaced_at_the_cursor_comes_first_from_the_line_being_rewritten():
+    mem = _session()
+    _rewriting_area(mem)
+    prefix = ["import math", "", ""] + TYPED
+    d = mem.select("geo.py", 6, prefix, 300, count, relation=lambda p1, l1, p2, l2: 0.0)
+    assert d.consulted and "the code replaced at the cursor" in d.reason
+    first = d.entries[0]
+    # the last typed line rewrites AREA[2]: the window starts two lines above its successor, AREA[3]
+    assert first.kind == "replaced" and first.path == "geo.py" and first.start_line == 3
+    assert first.lines == AREA[1:] and first.reasons == ("replaced at the cursor",)
+    assert prompt_form(first).startswith("# geo.py (line 4), before the edit at the cursor:\n#     if shape.kind")
+    assert d.budget_tokens == sum(count(prompt_form(e)) for e in d.entries) <= 300
+    # a budget for the title and two lines: the window is cut from its end, never past the budget
+    small = count(prompt_form(first)) - count("# " + AREA[-1] + "\n") - count("# " + AREA[-2] + "\n") - \
+        count("# " + AREA[-3] + "\n")
+    d = mem.select("geo.py", 6, prefix, small, count, relation=lambda p1, l1, p2, l2: 0.0)
+    assert d.entries[0].lines == AREA[1:3] and d.budget_tokens <= small
+    # elsewhere in the file (above the hunk) nothing was replaced: the session is not consulted for it
+    d = mem.select("geo.py", 1, ["import math"], 300, count, relation=lambda p1, l1, p2, l2: 0.0)
+    assert all(e.kind != "replaced" for e in d.entries)
+
+
+def test_replaced_code_with_nothing_typed_yet_is_shown_whole():
+    mem = _session()
+    mem.opened("geo.py", "import math\n\n\n" + "\n".join(AREA) + "\n", 1000.0)
+    mem.edited(TextEdit("geo.py", 3, 0, 9, 0, "\n".join(AREA) + "\n", "", 1001.0))  # a deletion so far
+    d = mem.select("geo.py", 3, ["import math", "", ""], 300, count)
+    # the code line above the hunk comes first: what the cursor follows, the anchor to copy after
+    assert d.consulted and d.entries[0].kind == "replaced" and d.entries[0].lines == ["import math"] + AREA
+
+
+GREET = 'def greet(name):\n    print("Hello %s!" % name)\n'
+
+
+def test_the_same_edit_made_elsewhere_before_is_shown_in_full():
+    mem = _session()
+    for p in ("docs/one.py", "docs/two.py"):
+        mem.opened(p, GREET, 1000.0)
+    mem.edited(TextEdit("docs/one.py", 1, 0, 2, 0, '    print("Hello %s!" % name)\n',
+                        '    print(f"Hello {name}!")\n', 1001.0))
+    # in two.py the same line is deleted, about to be retyped
+    mem.edited(TextEdit("docs/two.py", 1, 0, 2, 0, '    print("Hello %s!" % name)\n', "", 1010.0))
+    d = mem.select("docs/two.py", 1, ["def greet(name):"], 120, count, relation=lambda p1, l1, p2, l2: 0.0)
+    assert [e.kind for e in d.entries][:2] == ["replaced", "hunk"]
+    analog = d.entries[1]
+    assert analog.path == "docs/one.py" and "replaced like the cursor's code 1.00" in analog.reasons
+    assert analog.lines == ['was: print("Hello %s!" % name)', '    print(f"Hello {name}!")']
+    assert d.budget_tokens <= 120
+    # the cursor elsewhere, nothing replaced there: the hunk is no analog
+    d = mem.select("util/strings.py", 6, STRINGS.split("\n")[:6], 120, count)
+    assert all("replaced like" not in r for e in d.entries for r in e.reasons)
+
+
+def test_renames_made_elsewhere_are_applied_to_the_replaced_code():
+    mem = _session()
+    old = "def perimeter(shape):\n    return 2 * shape.r\n"
+    mem.opened("calc.py", old, 1000.0)
+    mem.edited(TextEdit("calc.py", 0, 0, 2, 0, old, old.replace("shape", "figure"), 1000.5))
+    assert "rename:shape->figure" in [t.key for t in mem.thoughts()]
+    _rewriting_area(mem)
+    d = mem.select("geo.py", 6, ["import math", "", ""] + TYPED, 300, count, relation=lambda p1, l1, p2, l2: 0.0)
+    first = d.entries[0]
+    assert first.kind == "replaced" and "renamed as before: `shape` -> `figure`" in first.reasons
+    assert first.lines == [ln.replace("shape", "figure") for ln in AREA[1:]]
+    # a thought of the cursor's own hunk is not applied to it: typing `figure` over `shape` in place
+    mem2 = _session()
+    mem2.opened("calc.py", old, 1000.0)
+    mem2.edited(TextEdit("calc.py", 0, 0, 1, 0, "def perimeter(shape):\n", "def perimeter(figure):\n", 1000.5))
+    assert "rename:shape->figure" in [t.key for t in mem2.thoughts()]
+    d = mem2.select("calc.py", 1, ["def perimeter(figure):"], 300, count)
+    assert d.entries[0].kind == "replaced" and d.entries[0].lines == ["def perimeter(shape):"]

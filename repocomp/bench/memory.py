@@ -48,6 +48,7 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
         mem.opened(p, "\n".join(lines), t)
     paths = list(files)
     made = 0
+    retyped: list[tuple[str, int]] = []
     t_edit = time.perf_counter()
     while made < n_hunks:  # each hunk: a new line typed (as a few keystroke edits) at a place far from others
         p = rng.choice(paths)
@@ -56,8 +57,13 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
         a, b = rng.sample(_NAMES, 2)
         new = f"    {a} = {b}.{rng.choice(_NAMES)}({a}, {rng.randint(0, 99)})"
         t += rng.uniform(1.0, 20.0)
-        mem.edited(TextEdit(p, ln, 0, ln, 0, "", "\n", t))
-        lines.insert(ln, "")
+        if made % 2 and lines[ln].strip():  # every other hunk retypes a line: the code it replaced is remembered
+            mem.edited(TextEdit(p, ln, 0, ln, len(lines[ln]), lines[ln], "", t))
+            lines[ln] = ""
+            retyped.append((p, ln))
+        else:
+            mem.edited(TextEdit(p, ln, 0, ln, 0, "", "\n", t))
+            lines.insert(ln, "")
         for k in range(0, len(new), 8):  # typed in a few chunks
             t += 0.2
             mem.edited(TextEdit(p, ln, k, ln, k, "", new[k:k + 8], t))
@@ -69,17 +75,20 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
     rel = (lambda p1, l1, p2, l2: 0.6 if p1 == p2 else (0.2 if (hash(p1) ^ hash(p2)) % 3 == 0 else 0.0)) \
         if relation else None
     times, cpu = [], []
-    consulted = 0
-    for _ in range(requests):
+    consulted = replaced = 0
+    for i in range(requests):
         p = rng.choice(paths)
+        ln = rng.randrange(1, len(files[p]))
+        if i % 3 == 0 and retyped:  # a third of the requests where a line was retyped lately (places shift a bit)
+            p, ln = rng.choice(retyped[-50:])
         lines = files[p]
-        ln = rng.randrange(1, len(lines))
         prefix = lines[max(0, ln - 40):ln]
         c0, t0 = time.thread_time(), time.perf_counter()
         d = mem.select(p, ln, prefix, budget_tokens, counter, rel)
         times.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.thread_time() - c0) * 1000)
         consulted += d.consulted
+        replaced += bool(d.entries) and d.entries[0].kind == "replaced"
     times.sort()
     cpu.sort()
     st = mem.stats()
@@ -88,6 +97,7 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
             "p50_ms": statistics.median(times), "p95_ms": times[min(len(times) - 1, int(0.95 * len(times)))],
             "max_ms": times[-1], "cpu_p50_ms": statistics.median(cpu),
             "cpu_p95_ms": cpu[min(len(cpu) - 1, int(0.95 * len(cpu)))], "consulted": consulted / requests,
+            "replaced": replaced / requests,
             "edit_us": edit_s / max(1, st["edits"]) * 1e6}
 
 
@@ -113,6 +123,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"repocomp bench memory: {r['n_hunks']:.0f} hunks ({r['queue_hunks']:.0f} in the queue, "
           f"{r['recall_hunks']:.0f} in recall storage), {r['thoughts']:.0f} thoughts; {r['requests']:.0f} requests, "
           f"{r['consulted']:.0%} consulted")
+    print(f"(half the hunks retype a line; a third of the requests are where one was retyped: {r['replaced']:.0%} "
+          "were shown the code replaced at the cursor)")
     print(f"select (ms)   wall p50 {r['p50_ms']:.2f}  p95 {r['p95_ms']:.2f}  max {r['max_ms']:.2f}   "
           f"CPU p50 {r['cpu_p50_ms']:.2f}  p95 {r['cpu_p95_ms']:.2f}")
     print(f"per edit: {r['edit_us']:.0f} us")

@@ -58,6 +58,8 @@ def run_parser() -> argparse.ArgumentParser:
     # ablations of the session memory's parts (session tasks)
     p.add_argument("--no-controller", action="store_true",
                    help="memory ablation: consult the session at every request (no relevance threshold)")
+    p.add_argument("--no-replaced", action="store_true",
+                   help="memory ablation: the code replaced at the cursor is not shown first (only as any hunk)")
     p.add_argument("--no-thoughts", action="store_true", help="memory ablation: raw hunks only, no thoughts")
     p.add_argument("--no-memory-relations", action="store_true",
                    help="memory ablation: rank entries without the code graph's relations (FragRel over the session)")
@@ -142,6 +144,7 @@ def _evaluate(a: argparse.Namespace) -> int:
         tasks = tasks[: a.limit]
     config = load_config(config_file=a.config) if a.config else Config()
     ablated = {k: v for k, v in (("min_score", 0.0 if a.no_controller else None),
+                                 ("replaced", False if a.no_replaced else None),
                                  ("thoughts", False if a.no_thoughts else None),
                                  ("relations", False if a.no_memory_relations else None)) if v is not None}
     if ablated:

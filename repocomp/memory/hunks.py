@@ -121,6 +121,11 @@ class HunkTracker:
         doc = self._docs.get(path)
         return None if doc is None else "\n".join(doc.lines)
 
+    def lines(self, path: str, start: int, end: int) -> list[str]:
+        """Lines [start, end) of an open file's tracked text (what of them there is; none when not open)."""
+        doc = self._docs.get(path)
+        return [] if doc is None else doc.lines[max(0, start):max(0, end)]
+
     # -- hunks ---------------------------------------------------------------------------------------------
     def hunks(self) -> list[Hunk]:
         """Oldest first (by creation); an undone hunk (inserted == removed) is never among them."""

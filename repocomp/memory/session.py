@@ -9,22 +9,29 @@ queue's bounds pushed out, and the previous sessions' from the `RecallStore`), s
    last `query_lines` lines before the cursor) or lying in the cursor's file; the thoughts sharing a bucket, naming
    a query identifier or supported by a candidate hunk. A hunk whose inserted lines are all visible already
    (in `prefix_lines`) is never a candidate, nor anything from the future (after the session's clock).
-2. score (cheap signals only): `s_ind = overlap + 0.3 * proximity` where overlap is the Jaccard similarity of the
-   entry's identifiers with the query's (for a thought, which names two or three identifiers, the share of them
-   the query holds), proximity `exp(-distance / 40 lines)` in the cursor's file; FragRel over the session:
-   `s_rel = s_ind + alpha * s_env`, `s_env_i = (w_ic + sum_j w_ij s_ind_j) / max(1, w_ic + sum_j w_ij)` with
-   `w` the `relation` callback's strength to the cursor (c, whose own s_ind is 1) and to the other shortlisted
-   entries (FragRel Eq. 9, the denominator floored at 1 so that one weak relation stays weak); recency multiplies:
+2. score (cheap signals only): `s_ind = overlap + 0.3 * proximity + analog` where overlap is the Jaccard
+   similarity of the entry's identifiers with the query's (for a thought, which names two or three identifiers,
+   the share of them the query holds), proximity `exp(-distance / 40 lines)` in the cursor's file, analog the
+   Jaccard similarity (from 0.5) of the code a queue hunk replaced with the code replaced at the cursor (the same
+   edit made elsewhere before); FragRel over the session: `s_rel = s_ind + alpha * s_env`,
+   `s_env_i = (w_ic + sum_j w_ij s_ind_j) / max(1, w_ic + sum_j w_ij)` with `w` the `relation` callback's strength
+   to the cursor (c, whose own s_ind is 1) and to the other shortlisted entries (FragRel Eq. 9, the denominator
+   floored at 1 so that one weak relation stays weak); recency multiplies:
    `score = s_rel * (0.5 + 0.5 * 2^(-age / half_life_s))`, age on the session's clock (its latest event).
-3. decide: nothing scores `min_score` or more -> not consulted (the reason names the best score); else the best
-   `max_entries`, each a full hunk or, when its text would take over a third of the budget, its thought or a one-
-   line summary (SCM's summary-vs-full); while they exceed the budget, the oldest full hunk is replaced by its
-   summary (MemGPT's eviction into a summary), and past that the weakest entry leaves. The decision's
-   `budget_tokens` is what the entries take (as the prompt shows them: header and comment markers counted).
+3. decide: the hunk at the cursor (the cursor inside or right after its inserted lines) that replaced code is what
+   the developer is rewriting, the strongest signal there is: its removed lines, from the one matching the last
+   line typed, come first as code (`replaced`, cut to the budget), with the session's rename thoughts applied
+   (TiM: `total` became `amount` elsewhere, so it does here too). Without it, nothing scoring `min_score` or more
+   -> not consulted (the reason names the best score). Then the best `max_entries`, each a full hunk or, when its
+   text would take over a third of the budget (two thirds for an analog), its thought or a one-line summary (SCM's
+   summary-vs-full); while they exceed the budget, the oldest full hunk is replaced by its summary (MemGPT's
+   eviction into a summary), and past that the weakest entry leaves. The decision's `budget_tokens` is what the
+   entries take (as the prompt shows them: header and comment markers counted).
 """
 
 from __future__ import annotations
 
+import difflib
 import heapq
 import logging
 import math
@@ -40,6 +47,7 @@ from repocomp.memory.hunks import Hunk, HunkTracker, hunk_bytes
 from repocomp.memory.recall import MinHashIndex, jaccard, memory_tokens
 from repocomp.memory.store import RecallStore
 from repocomp.memory.thoughts import Thought, think, visible
+from repocomp.prompt import RecentSource
 
 if TYPE_CHECKING:
     from repocomp.config import MemoryConfig
@@ -60,6 +68,9 @@ SAME_FILE_RECALL = 64  # recall hunks of the cursor's file always scored
 FULL_SHARE = 1 / 3  # a hunk taking more of the budget than this is shown as its thought or summary
 MAX_SHOWN_LINES = 40  # lines of one hunk rendered in full (a longer one is over any sane share anyway)
 MAX_SHOWN_REMOVED = 3  # removed lines shown (as `was: ...`) before the inserted ones
+REPLACED_BEFORE = 2  # replaced lines shown above the one the cursor's line takes the place of (the copy's anchor)
+ANALOG_MIN = 0.5  # Jaccard of the code a hunk replaced with the code replaced at the cursor: the same edit elsewhere
+SIMILAR_LINE = 0.6  # difflib ratio from which a typed line is taken for an edited version of a replaced one
 MAX_LINE_CHARS = 200
 MAX_RECALL_HUNKS = 50_000
 ACCEPT_WINDOW_S = 10.0  # an accepted completion and its edit belong together within this
@@ -69,10 +80,11 @@ ACCEPT_WINDOW_S = 10.0  # an accepted completion and its edit belong together wi
 class MemoryEntry:
     """What may go into the prompt."""
 
-    kind: str  # "hunk" | "thought"
+    kind: str  # "hunk" | "replaced" | "thought"
     path: str
     start_line: int  # for a hunk; -1 for a thought
-    lines: list[str]  # a hunk: removed lines as `was: ...`, then its inserted lines; a thought: its text
+    lines: list[str]  # a hunk: removed lines as `was: ...`, then its inserted lines; replaced: the removed lines
+    # (as they were, the code the cursor's edit is rewriting); a thought: its text
     text: str  # the rendered text for the prompt (comment-prefixed by the prompt module)
     score: float
     reasons: tuple[str, ...]  # "same file", "overlap 0.42", "related (call)", "recent", "thought"
@@ -98,6 +110,7 @@ class _Cand:
     s_ind: float = 0.0
     overlap: float = 0.0
     proximity: float = 0.0
+    analog: float = 0.0  # how like the code replaced at the cursor the code this hunk replaced is
     s_env: float = 0.0
     score: float = 0.0
     line: int = 0
@@ -143,9 +156,33 @@ def summarize_hunk(hunk: Hunk) -> str:
 
 def prompt_form(entry: MemoryEntry) -> str:
     """An entry as the prompt shows it (header and comment markers), what its tokens are counted on."""
-    if entry.kind == "thought":
-        return f"# - {entry.text}\n"
-    return f"# {entry.path} (line {entry.start_line + 1}):\n" + "".join(f"# {ln}\n" for ln in entry.lines)
+    return RecentSource(entry.kind, entry.path, entry.start_line, tuple(entry.lines)).render()
+
+
+def replaced_window(hunk: Hunk, line: int, above: list[str] = ()) -> list[str]:
+    """The removed lines of the hunk at the cursor from the one the cursor's line takes the place of (with
+    `REPLACED_BEFORE` above it): after the removed line most like the last line typed, else as many lines down
+    as were typed. A window from the first removed line starts with `above`, the file's last code lines above
+    the hunk (unchanged, so also right above the cursor when nothing was typed yet): the anchor a model copies
+    after."""
+    old = [_clean(ln) for ln in hunk.removed]
+    typed = [ln.strip() for ln in hunk.inserted[:max(0, line - hunk.start_line)] if ln.strip()]
+    start = min(len(typed), len(old))
+    if typed:
+        matcher = difflib.SequenceMatcher(autojunk=False)
+        matcher.set_seq2(typed[-1])
+        best = 0.0
+        for j, ln in enumerate(old):
+            matcher.set_seq1(ln.strip())
+            if matcher.real_quick_ratio() >= SIMILAR_LINE and matcher.quick_ratio() >= SIMILAR_LINE:
+                r = matcher.ratio()
+                if r >= SIMILAR_LINE and r > best:
+                    best, start = r, j + 1
+    first = start - REPLACED_BEFORE
+    window = ([_clean(ln) for ln in above[len(above) + first:]] if first < 0 else []) + old[max(0, first):]
+    while window and not window[-1].strip():
+        window.pop()
+    return window[:MAX_SHOWN_LINES]
 
 
 class SessionMemory:
@@ -166,7 +203,7 @@ class SessionMemory:
         self._thought_tokens: dict[str, tuple[str, frozenset[str]]] = {}  # key -> (text, tokens)
         self._by_name: dict[str, set[str]] = {}  # identifier -> thought keys naming it
         # queue hunks' vectors and non-blank inserted lines, recomputed when they change
-        self._hunk_tokens: dict[int, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._hunk_tokens: dict[int, tuple[frozenset[str], tuple[str, ...], frozenset[str]]] = {}  # + removed
         self._clock = 0.0  # the session's latest event time
         self._shown: deque[tuple[str, int, str, float]] = deque(maxlen=64)
         self._pending: deque[tuple[str, int, str, float]] = deque(maxlen=8)  # accepted, edit not seen yet
@@ -339,11 +376,16 @@ class SessionMemory:
 
         recent_ids = {h.id for h in queue[-RECENT_RELATED:]} if relation is not None else set()
         qn = len(query)
-        pool: list[tuple[float, int, float, float, Hunk, frozenset[str], tuple[str, ...]]] = []
+        pool: list[tuple[float, int, float, float, float, Hunk, frozenset[str], tuple[str, ...]]] = []
+        replaced = self._replaced_at(path, line, queue, now) if cfg.replaced else None
+        replaced_tokens = memory_tokens("\n".join(replaced_window(replaced, line))) if replaced else frozenset()
 
-        def consider(h: Hunk, tokens: frozenset[str], inserted: tuple[str, ...]) -> None:
+        def consider(h: Hunk, tokens: frozenset[str], inserted: tuple[str, ...],
+                     removed: frozenset[str] = frozenset()) -> None:
             if h.last_time > now or not any(line.strip() for line in h.inserted):
                 return  # from the future, or a pure deletion: nothing in it to write again (a rename has a thought)
+            analog = jaccard(removed, replaced_tokens) if removed and replaced_tokens and h is not replaced else 0.0
+            analog = analog if analog >= ANALOG_MIN else 0.0
             inter = len(tokens & query) if qn and tokens else 0
             overlap = inter / (len(tokens) + qn - inter) if inter else 0.0
             proximity = 0.0
@@ -351,15 +393,16 @@ class SessionMemory:
                 start, end = h.start_line, h.start_line + max(len(h.inserted), 1)
                 dist = 0 if start <= line < end else min(abs(line - start), abs(line - (end - 1)))
                 proximity = math.exp(-dist / DISTANCE_SCALE)
-            if overlap == 0.0 and proximity < 1e-3 and h.id not in recent_ids:
+            if overlap == 0.0 and proximity < 1e-3 and not analog and h.id not in recent_ids:
                 return  # nothing relates it (the graph is asked only about the shortlist and the latest hunks)
-            pool.append((overlap + W_PROXIMITY * proximity, h.id, overlap, proximity, h, tokens, inserted))
+            pool.append((overlap + W_PROXIMITY * proximity + analog, h.id, overlap, proximity, analog, h, tokens,
+                         inserted))
 
         for h in queue:
             cached = self._hunk_tokens.get(h.id)
             if cached is None:
                 cached = self._hunk_tokens[h.id] = (memory_tokens("\n".join(h.removed + h.inserted)),
-                                                    _nonblank(h.inserted))
+                                                    _nonblank(h.inserted), memory_tokens("\n".join(h.removed)))
             consider(h, *cached)
 
         # recall storage, first stage: the hash buckets (and the cursor's file); second: exact similarity
@@ -379,11 +422,11 @@ class SessionMemory:
         top = heapq.nlargest(HUNK_TOP, pool, key=lambda p: (p[0], p[1]))
         top_ids = {p[1] for p in top}
         top += [p for p in pool if p[1] in recent_ids and p[1] not in top_ids]
-        for s_ind, _, overlap, proximity, h, tokens, inserted in top:
+        for s_ind, _, overlap, proximity, analog, h, tokens, inserted in top:
             if inserted and all(s in shown_lines for s in inserted):
                 continue  # shown already: its inserted lines are all in the visible context
             c = _Cand("hunk", h, tokens, h.last_time, s_ind=s_ind, overlap=overlap, proximity=proximity,
-                      line=h.start_line)
+                      analog=analog, line=h.start_line)
             cands.append(c)
             hunk_cands.add(h.id)
 
@@ -400,7 +443,7 @@ class SessionMemory:
                 c.proximity = THOUGHT_FILE if path in t.paths else 0.0
                 c.s_ind = c.overlap + W_PROXIMITY * c.proximity
                 cands.append(c)
-        if not cands:
+        if not cands and replaced is None:
             return MemoryDecision(False, "every edit of the session is visible in the context already", 0, True, ())
 
         # FragRel over the session: the shortlist's relations to the cursor and to each other
@@ -442,18 +485,42 @@ class SessionMemory:
             c.score = s_rel * (0.5 + 0.5 * 0.5 ** (age / cfg.half_life_s))
 
         order = sorted(range(len(cands)), key=lambda i: (-cands[i].score, -cands[i].time))
-        best = cands[order[0]].score
-        if best < cfg.min_score:
+        best = cands[order[0]].score if cands else 0.0
+        if best < cfg.min_score and replaced is None:
             return MemoryDecision(False, f"nothing in the session relates to this cursor (best score {best:.3f} "
                                   f"< min_score {cfg.min_score})", 0, True, ())
         qualified = [i for i in order if cands[i].score >= cfg.min_score]
-        return self._fit(cands, qualified, rel_reason, path, now, budget_tokens, count_tokens)
+        return self._fit(cands, qualified, rel_reason, path, now, budget_tokens, count_tokens,
+                         replaced and (replaced, line))
+
+    def _replaced_at(self, path: str, line: int, queue: list[Hunk], now: float) -> Hunk | None:
+        """The latest hunk that replaced code where the cursor is (inside or right after its inserted lines)."""
+        for h in reversed(queue):
+            if h.path == path and h.start_line <= line <= h.end_line and h.last_time <= now \
+                    and any(ln.strip() for ln in h.removed):
+                return h
+        return None
 
     def _fit(self, cands: list[_Cand], qualified: list[int], rel_reason: dict[int, str], path: str, now: float,
-             budget: int, count_tokens: Callable[[str], int]) -> MemoryDecision:
-        """The best entries that fit the budget: full hunks, thoughts, or summaries (SCM, MemGPT)."""
+             budget: int, count_tokens: Callable[[str], int],
+             replaced: tuple[Hunk, int] | None = None) -> MemoryDecision:
+        """The best entries that fit the budget: the code replaced at the cursor (cut to fit), then full hunks,
+        thoughts, or summaries (SCM, MemGPT)."""
         cfg = self.config
         chosen: list[tuple[_Cand, MemoryEntry, int]] = []  # (candidate, entry, tokens)
+        if replaced is not None:
+            h, line = replaced
+            near = self.tracker.lines(h.path, h.start_line - 3 * REPLACED_BEFORE, h.start_line)
+            above = [ln for ln in near if ln.strip()][-REPLACED_BEFORE:]
+            window, renames = self._renamed(replaced_window(h, line, above), h, now)
+            reasons = ("replaced at the cursor",) + tuple(f"renamed as before: {r}" for r in renames)
+            while window:
+                entry = MemoryEntry("replaced", h.path, h.start_line, window, "\n".join(window), 1.0, reasons)
+                n = count_tokens(prompt_form(entry))
+                if n <= budget:
+                    chosen.append((_Cand("replaced", h, frozenset(), h.last_time, score=1.0), entry, n))
+                    break
+                window = window[:-1]
         thought_keys: set[str] = set()
         full_hunks: set[int] = set()
         blocks: set[frozenset[int]] = set()  # hunk sets of the repeated-shape thoughts shown
@@ -480,7 +547,8 @@ class SessionMemory:
                 h = c.obj
                 assert isinstance(h, Hunk)
                 entry = _hunk_entry(h, c.score, reasons)
-                if count_tokens(prompt_form(entry)) > budget * FULL_SHARE:  # SCM: the summary is enough
+                share = 1 - FULL_SHARE if c.analog else FULL_SHARE  # the same edit elsewhere: its text is the point
+                if count_tokens(prompt_form(entry)) > budget * share:  # SCM: the summary is enough
                     own = by_hunk.get(h.id)
                     if own is not None and own.key not in thought_keys:
                         entry = _thought_entry(h.path, own.text, c.score, reasons + ("thought of a long hunk",))
@@ -511,8 +579,24 @@ class SessionMemory:
                                   ())
         entries = tuple(e for _, e, _ in chosen)
         kinds = sum(1 for e in entries if e.kind == "hunk"), sum(1 for e in entries if e.kind == "thought")
-        return MemoryDecision(True, f"{kinds[0]} hunk(s) and {kinds[1]} thought(s) relate to this cursor "
-                              f"(best score {entries[0].score:.3f})", total, True, entries)
+        what = f"{kinds[0]} hunk(s) and {kinds[1]} thought(s) relate to this cursor"
+        if entries[0].kind == "replaced":
+            what = f"the code replaced at the cursor ({len(entries[0].lines)} lines); " + what
+        return MemoryDecision(True, f"{what} (best score {entries[0].score:.3f})", total, True, entries)
+
+    def _renamed(self, lines: list[str], hunk: Hunk, now: float) -> tuple[list[str], list[str]]:
+        """TiM's thoughts applied to the code being rewritten: each rename the session made elsewhere (oldest
+        first, so chains follow) made in `lines` too, as the developer is likely to again; and which applied."""
+        applied: list[str] = []
+        for t in self._thoughts:
+            if t.kind != "rename" or not visible(t) or t.time > now or hunk.id in t.hunk_ids:
+                continue
+            old, new = t.key.split(":", 1)[1].split("->", 1)
+            word = re.compile(rf"(?<!\w){re.escape(old)}(?!\w)")
+            if any(word.search(ln) for ln in lines):
+                lines = [word.sub(lambda _m: new, ln) for ln in lines]
+                applied.append(f"`{old}` -> `{new}`")
+        return lines, applied
 
     def _reasons(self, c: _Cand, path: str, now: float, related: str | None) -> tuple[str, ...]:
         out = []
@@ -520,6 +604,8 @@ class SessionMemory:
             out.append("same file")
         if c.overlap > 0:
             out.append(f"overlap {c.overlap:.2f}")
+        if c.analog > 0:
+            out.append(f"replaced like the cursor's code {c.analog:.2f}")
         if related:
             out.append(related)
         if now - c.time <= self.config.half_life_s:
