@@ -58,7 +58,7 @@ async def _sample(session: Session, keys: int) -> dict[str, Any]:
             "handlers": stats.get("handlers_running"), **(ids or {})}
 
 
-async def run_session(repo: Path, *, keys: int = 10_000, sample: int = 500, seed: int = 0, memory: bool = False,
+async def run_session(repo: Path, *, keys: int = 10_000, sample: int = 500, seed: int = 0, memory: bool = True,
                       ready_timeout: float = 1800.0, catch_up_timeout: float = 600.0) -> SessionResult:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="repocomp-bench-session-") as tmp:
@@ -70,7 +70,7 @@ async def run_session(repo: Path, *, keys: int = 10_000, sample: int = 500, seed
         lines = _typed_lines(files, rng, keys // 8 + 1)
         session = Session(work, [])
         try:
-            await session.start(BENCH_OPTIONS | ({"memory": {"enabled": True}} if memory else {}))
+            await session.start(BENCH_OPTIONS | {"memory": {"enabled": memory}})
             await session.wait_ready(ready_timeout)
             before = len((await session.stats())["completed_ms"])
             samples = [await _sample(session, 0)]
@@ -134,7 +134,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--keys", type=int, default=10_000, help="keystrokes typed (default 10000)")
     p.add_argument("--sample", type=int, default=500, help="record RSS and ids every N keys (default 500)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--memory", action="store_true", help="with the session memory on (off by default)")
+    p.add_argument("--no-memory", action="store_true", help="with the session memory off (on by default)")
     p.add_argument("--json", type=Path, metavar="F", help="also write the figures as JSON")
     p.set_defaults(run=_run)
 
@@ -147,5 +147,5 @@ def _run(args: argparse.Namespace) -> int:
     if args.keys < 1 or args.sample < 1:
         raise RepocompError("--keys and --sample must be positive")
     result = asyncio.run(run_session(args.path.resolve(), keys=args.keys, sample=args.sample, seed=args.seed,
-                                     memory=args.memory))
+                                     memory=not args.no_memory))
     return report(result, format_table(result), args.json)

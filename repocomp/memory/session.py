@@ -514,13 +514,17 @@ class SessionMemory:
             above = [ln for ln in near if ln.strip()][-REPLACED_BEFORE:]
             window, renames = self._renamed(replaced_window(h, line, above), h, now)
             reasons = ("replaced at the cursor",) + tuple(f"renamed as before: {r}" for r in renames)
-            while window:
-                entry = MemoryEntry("replaced", h.path, h.start_line, window, "\n".join(window), 1.0, reasons)
-                n = count_tokens(prompt_form(entry))
-                if n <= budget:
-                    chosen.append((_Cand("replaced", h, frozenset(), h.last_time, score=1.0), entry, n))
-                    break
-                window = window[:-1]
+
+            def entry(k: int) -> MemoryEntry:
+                return MemoryEntry("replaced", h.path, h.start_line, window[:k], "\n".join(window[:k]), 1.0, reasons)
+
+            lo, hi = 0, len(window)  # the most lines that fit the budget (a few token counts, not one per line)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if count_tokens(prompt_form(entry(mid))) <= budget else (lo, mid - 1)
+            if lo:
+                chosen.append((_Cand("replaced", h, frozenset(), h.last_time, score=1.0), entry(lo),
+                               count_tokens(prompt_form(entry(lo)))))
         thought_keys: set[str] = set()
         full_hunks: set[int] = set()
         blocks: set[frozenset[int]] = set()  # hunk sets of the repeated-shape thoughts shown
