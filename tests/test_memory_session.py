@@ -32,7 +32,8 @@ def count(text: str) -> int:
 
 
 def _session(**cfg) -> SessionMemory:
-    mem = SessionMemory(None, MemoryConfig(**({"enabled": True, "persist": False} | cfg)))
+    """A session over three open files, FragRel over it on (the tests give it their own relation callbacks)."""
+    mem = SessionMemory(None, MemoryConfig(**({"enabled": True, "persist": False, "relations": True} | cfg)))
     for p, text in (("shop/cart.py", CART), ("shop/orders.py", ORDERS), ("util/strings.py", STRINGS)):
         mem.opened(p, text, 1000.0)
     return mem

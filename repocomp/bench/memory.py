@@ -39,7 +39,8 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
     from repocomp.config import MemoryConfig
 
     rng = random.Random(seed)
-    cfg = MemoryConfig(enabled=True, persist=False, max_hunks=max_hunks or MemoryConfig().max_hunks,
+    cfg = MemoryConfig(enabled=True, persist=False, relations=relation,
+                       max_hunks=max_hunks or MemoryConfig().max_hunks,
                        max_bytes=max(MemoryConfig().max_bytes, 600 * n_hunks))
     mem = SessionMemory(None, cfg)
     files = {f"shop/mod{i}.py": synthetic_file(rng).split("\n") for i in range(20)}

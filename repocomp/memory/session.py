@@ -37,7 +37,7 @@ import logging
 import math
 import re
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -159,7 +159,7 @@ def prompt_form(entry: MemoryEntry) -> str:
     return RecentSource(entry.kind, entry.path, entry.start_line, tuple(entry.lines)).render()
 
 
-def replaced_window(hunk: Hunk, line: int, above: list[str] = ()) -> list[str]:
+def replaced_window(hunk: Hunk, line: int, above: Sequence[str] = ()) -> list[str]:
     """The removed lines of the hunk at the cursor from the one the cursor's line takes the place of (with
     `REPLACED_BEFORE` above it): after the removed line most like the last line typed, else as many lines down
     as were typed. A window from the first removed line starts with `above`, the file's last code lines above
@@ -491,7 +491,7 @@ class SessionMemory:
                                   f"< min_score {cfg.min_score})", 0, True, ())
         qualified = [i for i in order if cands[i].score >= cfg.min_score]
         return self._fit(cands, qualified, rel_reason, path, now, budget_tokens, count_tokens,
-                         replaced and (replaced, line))
+                         (replaced, line) if replaced is not None else None)
 
     def _replaced_at(self, path: str, line: int, queue: list[Hunk], now: float) -> Hunk | None:
         """The latest hunk that replaced code where the cursor is (inside or right after its inserted lines)."""
@@ -515,16 +515,16 @@ class SessionMemory:
             window, renames = self._renamed(replaced_window(h, line, above), h, now)
             reasons = ("replaced at the cursor",) + tuple(f"renamed as before: {r}" for r in renames)
 
-            def entry(k: int) -> MemoryEntry:
+            def replaced_entry(k: int) -> MemoryEntry:
                 return MemoryEntry("replaced", h.path, h.start_line, window[:k], "\n".join(window[:k]), 1.0, reasons)
 
             lo, hi = 0, len(window)  # the most lines that fit the budget (a few token counts, not one per line)
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if count_tokens(prompt_form(entry(mid))) <= budget else (lo, mid - 1)
+                lo, hi = (mid, hi) if count_tokens(prompt_form(replaced_entry(mid))) <= budget else (lo, mid - 1)
             if lo:
-                chosen.append((_Cand("replaced", h, frozenset(), h.last_time, score=1.0), entry(lo),
-                               count_tokens(prompt_form(entry(lo)))))
+                chosen.append((_Cand("replaced", h, frozenset(), h.last_time, score=1.0), replaced_entry(lo),
+                               count_tokens(prompt_form(replaced_entry(lo)))))
         thought_keys: set[str] = set()
         full_hunks: set[int] = set()
         blocks: set[frozenset[int]] = set()  # hunk sets of the repeated-shape thoughts shown
@@ -598,7 +598,7 @@ class SessionMemory:
             old, new = t.key.split(":", 1)[1].split("->", 1)
             word = re.compile(rf"(?<!\w){re.escape(old)}(?!\w)")
             if any(word.search(ln) for ln in lines):
-                lines = [word.sub(lambda _m: new, ln) for ln in lines]
+                lines = [word.sub(new.replace("\\", "\\\\"), ln) for ln in lines]  # `new` taken literally
                 applied.append(f"`{old}` -> `{new}`")
         return lines, applied
 
