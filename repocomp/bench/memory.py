@@ -35,7 +35,8 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
                  relation: bool = True, seed: int = 0,
                  count_tokens: Callable[[str], int] | None = None) -> dict[str, float]:
     """p50/p95/max ms (wall clock; `cpu_*`: the thread's CPU time, which a loaded machine disturbs less) of `select` in a session holding `n_hunks` hunks (the queue's `max_hunks`, default the
-    config's 200, the rest in recall storage), `requests` requests at random places of 20 open files."""
+    config's 200, the rest in recall storage; every other hunk retypes a line), `requests` requests at random places
+    of 20 open files, a third of them where a line was retyped lately (the code replaced at the cursor is shown)."""
     from repocomp.config import MemoryConfig
 
     rng = random.Random(seed)
