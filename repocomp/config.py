@@ -235,8 +235,8 @@ class MemoryConfig:
     store_max_bytes: int = 2_000_000  # the recall storage file in the user's cache
     replaced: bool = True  # show the code replaced at the cursor first (what the developer is rewriting)
     thoughts: bool = True  # derive thoughts (rename, signature change, repeated line shape) from hunks
-    # FragRel over the session: s_rel = s_ind + alpha * s_env through the code graph. Off: on editing-session
-    # holes it changed no exact match (docs/evaluation.md), and it costs a graph query per request
+    # FragRel over the session: s_rel = s_ind + alpha * s_env through the code graph. Off: not shown to help on
+    # editing-session holes (docs/evaluation.md), and it costs a graph query per request
     relations: bool = False
     alpha: float = 0.5  # FragRel Eq. 10 for memory entries (the paper's value)
     min_score: float = 0.05  # the controller's threshold: no entry above it, the session is not consulted
