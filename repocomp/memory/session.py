@@ -159,27 +159,31 @@ def prompt_form(entry: MemoryEntry) -> str:
     return RecentSource(entry.kind, entry.path, entry.start_line, tuple(entry.lines)).render()
 
 
-def replaced_window(hunk: Hunk, line: int, above: Sequence[str] = ()) -> list[str]:
-    """The removed lines of the hunk at the cursor from the one the cursor's line takes the place of (with
-    `REPLACED_BEFORE` above it): after the removed line most like the last line typed, else as many lines down
-    as were typed. A window from the first removed line starts with `above`, the file's last code lines above
-    the hunk (unchanged, so also right above the cursor when nothing was typed yet): the anchor a model copies
-    after."""
-    old = [_clean(ln) for ln in hunk.removed]
+def replaced_start(hunk: Hunk, line: int) -> int:
+    """The index of the removed line that the cursor's line takes the place of: after the removed line most like
+    the last line typed, else as many lines down as were typed."""
     typed = [ln.strip() for ln in hunk.inserted[:max(0, line - hunk.start_line)] if ln.strip()]
-    start = min(len(typed), len(old))
+    start = min(len(typed), len(hunk.removed))
     if typed:
         matcher = difflib.SequenceMatcher(autojunk=False)
         matcher.set_seq2(typed[-1])
         best = 0.0
-        for j, ln in enumerate(old):
-            matcher.set_seq1(ln.strip())
+        for j, ln in enumerate(hunk.removed):
+            matcher.set_seq1(_clean(ln).strip())
             if matcher.real_quick_ratio() >= SIMILAR_LINE and matcher.quick_ratio() >= SIMILAR_LINE:
                 r = matcher.ratio()
                 if r >= SIMILAR_LINE and r > best:
                     best, start = r, j + 1
+    return start
+
+
+def replaced_window(hunk: Hunk, start: int, above: Sequence[str] = ()) -> list[str]:
+    """The removed lines of the hunk at the cursor from `replaced_start` on, with `REPLACED_BEFORE` above it. A
+    window from the first removed line starts with `above`, the file's last code lines above the hunk (unchanged,
+    so also right above the cursor when nothing was typed yet): the anchor a model copies after."""
     first = start - REPLACED_BEFORE
-    window = ([_clean(ln) for ln in above[len(above) + first:]] if first < 0 else []) + old[max(0, first):]
+    window = ([_clean(ln) for ln in above[len(above) + first:]] if first < 0 else []) + \
+        [_clean(ln) for ln in hunk.removed[max(0, first):]]
     while window and not window[-1].strip():
         window.pop()
     return window[:MAX_SHOWN_LINES]
@@ -378,7 +382,9 @@ class SessionMemory:
         qn = len(query)
         pool: list[tuple[float, int, float, float, float, Hunk, frozenset[str], tuple[str, ...]]] = []
         replaced = self._replaced_at(path, line, queue, now) if cfg.replaced else None
-        replaced_tokens = memory_tokens("\n".join(replaced_window(replaced, line))) if replaced else frozenset()
+        replaced_from = replaced_start(replaced, line) if replaced else 0  # once: the difflib pass is the cost
+        replaced_tokens = memory_tokens("\n".join(replaced_window(replaced, replaced_from))) if replaced \
+            else frozenset()
 
         def consider(h: Hunk, tokens: frozenset[str], inserted: tuple[str, ...],
                      removed: frozenset[str] = frozenset()) -> None:
@@ -491,7 +497,7 @@ class SessionMemory:
                                   f"< min_score {cfg.min_score})", 0, True, ())
         qualified = [i for i in order if cands[i].score >= cfg.min_score]
         return self._fit(cands, qualified, rel_reason, path, now, budget_tokens, count_tokens,
-                         (replaced, line) if replaced is not None else None)
+                         (replaced, replaced_from) if replaced is not None else None)
 
     def _replaced_at(self, path: str, line: int, queue: list[Hunk], now: float) -> Hunk | None:
         """The latest hunk that replaced code where the cursor is (inside or right after its inserted lines)."""
@@ -509,10 +515,10 @@ class SessionMemory:
         cfg = self.config
         chosen: list[tuple[_Cand, MemoryEntry, int]] = []  # (candidate, entry, tokens)
         if replaced is not None:
-            h, line = replaced
+            h, start = replaced
             near = self.tracker.lines(h.path, h.start_line - 3 * REPLACED_BEFORE, h.start_line)
             above = [ln for ln in near if ln.strip()][-REPLACED_BEFORE:]
-            window, renames = self._renamed(replaced_window(h, line, above), h, now)
+            window, renames = self._renamed(replaced_window(h, start, above), h, now)
             reasons = ("replaced at the cursor",) + tuple(f"renamed as before: {r}" for r in renames)
 
             def replaced_entry(k: int) -> MemoryEntry:
