@@ -39,7 +39,8 @@ from repocomp.errors import ConfigError
 MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle (ground truth as query) is eval-only
 BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers")
 EVAL_BACKENDS = ("none",) + tuple(n for n in BACKEND_NAMES if n != "auto")  # none: retrieval only
-FIM_FORMATS = ("none", "codellama", "starcoder")
+FIM_FORMATS = ("none", "codellama", "starcoder", "qwen")
+PROMPT_LAYOUTS = ("comments", "files")  # RepoCoder's commented blocks; Qwen2.5-Coder's repository files
 SIMILARITIES = ("jaccard", "bm25")
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,10 @@ class PromptConfig:
     context_tokens: int = 0  # share of the budget kept for the in-file context; 0 = half of max_tokens
     max_blocks: int = 10
     merge_overlaps: bool = True  # overlapping similar-code hits of one file become one span, nothing shown twice
-    fim: str = "none"  # "none", "codellama" or "starcoder"
+    # "auto" follows the model (model_defaults.prompt_format): Qwen2.5-Coder's FIM and repository files for a
+    # model that has their tokens, else RepoCoder's comment layout without FIM
+    fim: str = "auto"  # "auto", "none", "codellama", "starcoder" or "qwen"
+    layout: str = "auto"  # "auto", "comments" (RepoCoder) or "files" (<|file_sep|>PATH blocks, Qwen2.5-Coder)
     tokenizer: str = ""  # local tokenizer dir; empty = the model's when local, else a code-aware estimate
 
     def validate(self) -> None:
@@ -181,7 +185,9 @@ class PromptConfig:
         check_setting(0 <= self.context_tokens and (self.max_tokens == 0 or self.context_tokens <= self.max_tokens),
                "context_tokens must be in 0..max_tokens (0 = half of max_tokens)")
         check_setting(0 <= self.max_blocks <= 10_000, "max_blocks must be in 0..10000")
-        check_setting(self.fim in FIM_FORMATS, f"fim must be one of {', '.join(FIM_FORMATS)}")
+        check_setting(self.fim in ("auto", *FIM_FORMATS), f"fim must be one of auto, {', '.join(FIM_FORMATS)}")
+        check_setting(self.layout in ("auto", *PROMPT_LAYOUTS),
+                      f"layout must be one of auto, {', '.join(PROMPT_LAYOUTS)}")
 
 
 @dataclass(frozen=True)

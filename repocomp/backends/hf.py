@@ -70,6 +70,21 @@ def auto_dtype(device: str, native_bf16: bool) -> Any:
     return torch.float32 if device == "cpu" and not native_bf16 else "auto"
 
 
+def _stop_on_special_tokens(model: Any, tokenizer: Any) -> None:
+    """Make every stop token of the prompt formats this model's tokenizer has an end of generation (Qwen2.5-Coder
+    ends a fill-in-the-middle answer with <|endoftext|> or <|file_sep|>, its checkpoint names only <|im_end|>):
+    the answer is decoded without special tokens, so they must stop it as tokens, not as text."""
+    from repocomp.model_defaults import QWEN_STOP_TOKENS
+
+    vocab = tokenizer.get_vocab()
+    extra = [vocab[t] for t in QWEN_STOP_TOKENS if t in vocab]
+    if not extra:
+        return
+    eos = model.generation_config.eos_token_id
+    known = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    model.generation_config.eos_token_id = [*known, *(i for i in extra if i not in known)]
+
+
 class TransformersBackend:
     name = "transformers"
 
@@ -133,6 +148,7 @@ class TransformersBackend:
             # mypy takes `self.device` for the model
             model.to(self.device)  # type: ignore[arg-type]
             model.eval()
+            _stop_on_special_tokens(model, tokenizer)
         except (OSError, ValueError) as exc:
             raise BackendError(
                 f"transformers: cannot load model {self.model_name!r} on {self.device}: {exc}. "

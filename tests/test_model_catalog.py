@@ -1,0 +1,103 @@
+"""The catalog's models: chunks found through installed distributions' metadata (never imported), assembled in
+order and checked against the pinned sha256; and the prompt format that follows the model."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from repocomp import local_model as lm
+from repocomp.config import BackendConfig, Config, PromptConfig
+from repocomp.errors import RepocompError
+from repocomp.model_defaults import prompt_format
+
+
+def _fake_part(site: Path, dist: str, index: int, data: bytes) -> None:
+    """An installed distribution `dist` holding one chunk, as pip lays a wheel out (dist-info with a RECORD)."""
+    package = dist.replace("-", "_")
+    chunk = site / package / "data" / f"part{index:02d}.bin"
+    chunk.parent.mkdir(parents=True)
+    chunk.write_bytes(data)
+    (site / package / "__init__.py").write_text("raise ImportError('data only: never imported')\n")
+    info = site / f"{package}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "RECORD").write_text(f"{package}/__init__.py,,\n{package}/data/part{index:02d}.bin,,\n"
+                                 f"{package}-0.1.dist-info/METADATA,,\n{package}-0.1.dist-info/RECORD,,\n")
+
+
+@pytest.fixture
+def parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], lm.CatalogModel]:
+    site = tmp_path / "site"
+    chunks = [b"GGUF" + bytes([i]) * 1000 for i in range(3)]
+    for i, data in enumerate(chunks):
+        _fake_part(site, f"fake-model-part{i + 1}", i, data)
+    monkeypatch.syspath_prepend(str(site))
+    whole = b"".join(chunks)
+    spec = lm.CatalogModel("fake", "Fake", "tests", "fake", tuple(f"fake-model-part{i}" for i in (1, 2, 3)),
+                           r"/data/part\d+\.bin$", len(whole), hashlib.sha256(whole).hexdigest())
+    return chunks, spec
+
+
+def test_assembly_concatenates_the_chunks_in_order_and_checks_the_pinned_hash(parts, tmp_path: Path) -> None:
+    chunks, spec = parts
+    out = lm.assemble(spec, tmp_path / "model.gguf")
+    assert out.read_bytes() == b"".join(chunks)
+    assert not any(m.startswith("fake_model") for m in sys.modules)  # found through metadata, never imported
+
+
+def test_chunks_out_of_order_or_a_wrong_hash_is_one_clear_error_and_nothing_half_written(parts, tmp_path) -> None:
+    _, spec = parts
+    swapped = lm.CatalogModel(**{**spec.__dict__, "distributions": tuple(reversed(spec.distributions))})
+    for bad in (swapped, lm.CatalogModel(**{**spec.__dict__, "sha256": "0" * 64})):
+        with pytest.raises(RepocompError, match="does not match its pinned hash.*pip install --force-reinstall"):
+            lm.assemble(bad, tmp_path / "model.gguf")
+        assert list(tmp_path.iterdir()) == [tmp_path / "site"]  # no target, no .partial
+
+
+def test_a_missing_part_names_the_extra_to_install(parts, tmp_path: Path) -> None:
+    _, spec = parts
+    missing = lm.CatalogModel(**{**spec.__dict__, "distributions": (*spec.distributions, "fake-model-part4")})
+    with pytest.raises(RepocompError, match=r"fake-model-part4 is not installed: pip install 'repocomp\[fake\]'"):
+        lm.assemble(missing, tmp_path / "model.gguf")
+    assert list(tmp_path.iterdir()) == [tmp_path / "site"]
+
+
+def test_prepare_a_catalog_model_that_is_not_installed_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(RepocompError, match=r"pip install 'repocomp\[qwen-1.5b\]'"):
+        lm.prepare(None, tmp_path / "model", model="qwen2.5-coder-1.5b")
+    assert not list(tmp_path.iterdir())  # no half model, no staging folder
+    with pytest.raises(RepocompError, match="unknown model 'llama'.*qwen2.5-coder-0.5b"):
+        lm.prepare(None, tmp_path / "model", model="llama")
+
+
+def test_the_catalog_pins_the_code_models_of_the_issue_and_a_code_model_is_the_default() -> None:
+    assert lm.DEFAULT_NAME == "qwen2.5-coder-0.5b"
+    assert lm.MODELS["qwen2.5-coder-0.5b"].sha256.startswith("1d9614638d18") and \
+        lm.MODELS["qwen2.5-coder-0.5b"].size == 491_400_064
+    assert lm.MODELS["qwen2.5-coder-1.5b"].size == 1_117_320_768 and \
+        len(lm.MODELS["qwen2.5-coder-1.5b"].distributions) == 22
+
+
+def test_a_catalog_name_as_the_model_must_be_prepared() -> None:
+    with pytest.raises(RepocompError, match="repocomp model prepare gemma-3-270m"):
+        lm.resolve(Config().replace("backend", name="transformers", model="gemma-3-270m"))
+
+
+def test_the_prompt_format_follows_the_model(tmp_path: Path) -> None:
+    qwen, other = tmp_path / "qwen", tmp_path / "other"
+    qwen.mkdir(), other.mkdir()
+    tokens = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"]
+    (qwen / "tokenizer.json").write_text('{"added_tokens": [' + ", ".join(f'"{t}"' for t in tokens) + "]}")
+    (other / "tokenizer.json").write_text('{"added_tokens": ["<bos>", "<eos>"]}')
+    backend = BackendConfig()
+    assert prompt_format(PromptConfig(tokenizer=str(qwen)), "transformers", backend) == ("qwen", "files")
+    assert prompt_format(PromptConfig(tokenizer=str(other)), "transformers", backend) == ("none", "comments")
+    assert prompt_format(PromptConfig(), "vllm", BackendConfig(model="Qwen/Qwen2.5-Coder-7B")) == ("qwen", "files")
+    assert prompt_format(PromptConfig(), "vllm", BackendConfig(model="codellama/CodeLlama-7b-hf")) == \
+        ("none", "comments")
+    # an explicit choice wins
+    assert prompt_format(PromptConfig(tokenizer=str(qwen), fim="none"), "transformers", backend) == ("none", "files")
