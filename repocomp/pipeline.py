@@ -597,18 +597,23 @@ class Completer:
         return self.memory.select(hole.path, hole.line, in_view, budget, self.count_tokens, relation)
 
     def _relation_to(self, hole: Hole) -> Callable[[str, int, str, int], float]:
-        """FragRel over the session: how strongly a memory entry's place relates to the cursor's region through the
-        code graph (the strongest max-product path from the cursor's window to the entry's fragment), computed
-        once per request and only if asked."""
+        """FragRel over the session: relation(path, line, other_path, other_line) is how strongly the place `path`
+        line relates to the region of `other` through the code graph: the strongest max-product path from that
+        region to the fragment covering the place. The cursor's region is the window before it, an entry's the
+        window from its line; one graph query per region, asked only when the memory needs it."""
         assert self.index is not None and self.retriever is not None
         index, retriever, window = self.index, self.retriever, self.config.fragments.window
-        strengths: list[Any] = []
+        rows: dict[tuple[str, int], Any] = {}
 
-        def relation(path: str, line: int, _cursor_path: str, _cursor_line: int) -> float:
-            if not strengths:
-                strengths.append(index.region_strength(hole.path, max(0, hole.line - window), hole.line + 1))
+        def relation(path: str, line: int, other_path: str, other_line: int) -> float:
+            region = (other_path, other_line)
+            if region not in rows:
+                at_cursor = region == (hole.path, hole.line)
+                start, end = (max(0, other_line - window), other_line + 1) if at_cursor else \
+                    (other_line, other_line + window)
+                rows[region] = index.region_strength(other_path, start, end)
             fid = retriever.covering(path, line)
-            row = strengths[0]
+            row = rows[region]
             return float(row[fid]) if fid is not None and fid < len(row) else 0.0
 
         return relation
