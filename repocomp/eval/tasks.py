@@ -27,7 +27,7 @@ from graph.parsing import ParsedFile, parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.index.walk import FileRule, addressable, read_regular, walk_repository
+from repocomp.index.walk import FileRule, addressable, open_regular, walk_repository
 
 KINDS = ("line", "api", "function")
 # tasks made from a repository's history (repocomp.eval.session_tasks): a line typed in a replayed commit
@@ -42,7 +42,7 @@ _ALL_CONFIG = Config()
 _CONFIG = _ALL_CONFIG.replace("index", languages=("python",))
 ALL_LANGUAGES = "all"  # make_tasks(language=...): every language of the repository
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-_MAX_TASKS_BYTES = 1 << 32
+_MAX_TASK_LINE_BYTES = 16 << 20  # one task's JSON line
 
 
 @dataclass
@@ -165,26 +165,30 @@ def load_tasks(path: str | os.PathLike[str], kind: str | None = None) -> list[Ta
     Every task is checked here (types, line numbers, a path that stays inside its repository folder); a bad
     one is reported with its line number."""
     path = Path(path)
-    data, reason = read_regular(path, _MAX_TASKS_BYTES)
-    if data is None:
-        why = {"not_regular": "not a regular file", "too_large": "larger than 4 GiB"}.get(reason or "",
-                                                                                         "missing or unreadable")
+    fh, reason = open_regular(path)
+    if fh is None:
+        why = "not a regular file" if reason == "not_regular" else "missing or unreadable"
         raise RepocompError(f"cannot read tasks file {path}: {why}")
-    try:
-        raw_lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise RepocompError(f"tasks file {path} is not UTF-8 text (byte {exc.start}); JSONL must be UTF-8") from None
     tasks: list[tuple[int, Task]] = []
-    for i, line in enumerate(raw_lines):
-        if not line.strip():
-            continue
-        try:
-            tasks.append((i, _parse_task(line, f"{path}:{i + 1}", kind, path.name)))
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise RepocompError(f"{path}:{i + 1}: not a RepoEval task ({exc}); expected prompt and metadata with "
-                                "task_id, ground_truth, fpath_tuple, line_no or lineno") from None
-        except ValueError as exc:
-            raise RepocompError(f"{path}:{i + 1}: bad task: {exc}") from None
+    with fh:  # a line at a time, each bounded: memory stays proportional to the tasks, whatever the file holds
+        for i, raw in enumerate(iter(lambda: fh.readline(_MAX_TASK_LINE_BYTES + 1), b"")):
+            if len(raw) > _MAX_TASK_LINE_BYTES:
+                raise RepocompError(f"{path}:{i + 1}: a task longer than {_MAX_TASK_LINE_BYTES >> 20} MiB; a RepoEval "
+                                    "task is a prompt of a few thousand tokens")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RepocompError(f"tasks file {path} is not UTF-8 text (line {i + 1}, byte {exc.start}); JSONL "
+                                    "must be UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                tasks.append((i, _parse_task(line, f"{path}:{i + 1}", kind, path.name)))
+            except (json.JSONDecodeError, KeyError) as exc:
+                raise RepocompError(f"{path}:{i + 1}: not a RepoEval task ({exc}); expected prompt and metadata "
+                                    "with task_id, ground_truth, fpath_tuple, line_no or lineno") from None
+            except ValueError as exc:
+                raise RepocompError(f"{path}:{i + 1}: bad task: {exc}") from None
     counts = Counter(t.task_id for _, t in tasks)
     for i, t in tasks:
         if counts[t.task_id] > 1:

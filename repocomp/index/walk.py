@@ -22,6 +22,7 @@ import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from graph.languages import language_for
 from repocomp.config import Config
@@ -56,12 +57,11 @@ def addressable(rel: str) -> bool:
     return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in rel)
 
 
-def read_regular(path: Path, max_bytes: int, head: bool = False) -> tuple[bytes | None, str | None]:
-    """The bytes of a regular file: (data, None), or (None, "not_regular" | "too_large" | "unreadable").
+def open_regular(path: Path) -> tuple[BinaryIO | None, str | None]:
+    """A regular file opened for reading: (file, None), or (None, "not_regular" | "unreadable").
 
     Checks the file type before opening (a FIFO would block `open` forever, a device may act on it), opens
     without blocking, and checks again on the open descriptor in case the file was swapped in between.
-    `head`: a larger file gives its first `max_bytes + 1` bytes instead of "too_large" (the caller cuts).
     """
     try:
         st = os.stat(path)
@@ -69,20 +69,54 @@ def read_regular(path: Path, max_bytes: int, head: bool = False) -> tuple[bytes 
         return None, "unreadable"
     if not stat.S_ISREG(st.st_mode):
         return None, "not_regular"
-    if st.st_size > max_bytes and not head:
-        return None, "too_large"
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return None, "unreadable"
+    fh = os.fdopen(fd, "rb")
     try:
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                return None, "not_regular"
-            data = fh.read(max_bytes + 1)  # a file that grew since the stat stays bounded
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            fh.close()
+            return None, "not_regular"
+    except OSError:
+        fh.close()
+        return None, "unreadable"
+    return fh, None
+
+
+def read_regular(path: Path, max_bytes: int, head: bool = False) -> tuple[bytes | None, str | None]:
+    """The bytes of a regular file (`open_regular`): (data, None), or (None, "not_regular" | "too_large" |
+    "unreadable"). `head`: a larger file gives its first `max_bytes + 1` bytes instead of "too_large" (the caller
+    cuts)."""
+    fh, reason = open_regular(path)
+    if fh is None:
+        return None, reason
+    try:
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > max_bytes and not head:
+                return None, "too_large"
+            data = _read_bounded(fh, size, max_bytes + 1)
     except OSError:
         return None, "unreadable"
     return (None, "too_large") if len(data) > max_bytes and not head else (data, None)
+
+
+def _read_bounded(fh: BinaryIO, size: int, limit: int) -> bytes:
+    """At most `limit` bytes, in memory proportional to what is read: `read(limit)` would allocate the whole bound
+    up front (4 GiB for a two-line task file: a MemoryError under a container's address-space cap). A file that
+    grew since its size was taken is read on in blocks, still bounded."""
+    first = fh.read(min(limit, size + 1))
+    if len(first) <= size or len(first) >= limit:
+        return first
+    blocks, total = [first], len(first)
+    while total < limit:
+        block = fh.read(min(1 << 20, limit - total))
+        if not block:
+            break
+        blocks.append(block)
+        total += len(block)
+    return b"".join(blocks)
 
 
 def decode_source(data: bytes) -> tuple[str, str | None]:

@@ -336,3 +336,56 @@ def test_complete_at_an_absurd_line_or_column_is_one_line(repo: Path, tmp_path: 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     status, _, err = cli(capsys, "complete", "--backend", "extractive", f"{repo / 'main.py'}:{position}")
     assert len(assert_one_line(status, err, needle)) < 400
+
+
+# ----- task files read in memory proportional to their size, each task bounded -----------------------------------
+
+_UNDER_A_CAP = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # a container's address-space cap
+from repocomp.cli import main
+code = main(sys.argv[1:])
+# VmHWM: this program's own peak (ru_maxrss would carry the forking test process's over the exec)
+hwm = next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+print("peak_rss_kb", hwm.split()[1], file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _eval_under_a_cap(tmp_path: Path, tasks_file: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-c", _UNDER_A_CAP, "eval", str(tasks_file), "--repos",
+                           str(tmp_path / "repos"), "--backend", "extractive", "--mode", "vanilla", "--out",
+                           str(tmp_path / "out.jsonl"), "--no-progress"],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def _peak_mb(stderr: str) -> float:
+    return int(stderr.rsplit("peak_rss_kb ", 1)[1].split()[0]) / 1024
+
+
+def test_a_small_task_file_evaluates_under_an_address_space_cap(tmp_path: Path) -> None:
+    """A buffer of the whole bound (4 GiB) was allocated for any task file: a MemoryError traceback under 3 GiB."""
+    repo = tmp_path / "repos" / "r"
+    repo.mkdir(parents=True)
+    (repo / "values.py").write_text("\n".join(LINES) + "\n")
+    tasks_file = tmp_path / "tasks.jsonl"
+    tasks_file.write_text("".join(json.dumps(_task(f"t{i}", "values.py", 6)) + "\n" for i in range(2)))
+    proc = _eval_under_a_cap(tmp_path, tasks_file)
+    assert proc.returncode == 0 and "MemoryError" not in proc.stderr, proc.stderr[-2000:]
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
+
+
+def test_an_absurd_task_is_one_line_in_bounded_memory(tmp_path: Path) -> None:
+    (tmp_path / "repos" / "r").mkdir(parents=True)
+    huge = _task("huge", "values.py", 6)
+    huge["prompt"] = "x = 1\n" * ((256 << 20) // 6)  # a 256 MiB prompt: read whole, it took over a GB
+    tasks_file = tmp_path / "tasks.jsonl"
+    tasks_file.write_text(json.dumps(_task("fine", "values.py", 6)) + "\n" + json.dumps(huge) + "\n")
+    del huge
+    proc = _eval_under_a_cap(tmp_path, tasks_file)
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln.lower()]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert any("tasks.jsonl:2: a task longer than 16 MiB" in ln for ln in errors), proc.stderr[-2000:]
+    # the engine's imports (about 420 MB) and one bounded line, not the task
+    assert _peak_mb(proc.stderr) < 600, proc.stderr[-500:]
