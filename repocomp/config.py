@@ -75,6 +75,9 @@ class IndexConfig:
     # looking at 20 entries per allowed file (repocomp.index.walk)
     max_files: int = 100_000
     max_total_bytes: int = 1 << 30  # source text indexed, all files together
+    # the file system's root or the user's home with no repository marker in it (an editor opened there) is not
+    # indexed unless this is set; it is then indexed within the limits above
+    allow_broad_root: bool = False
 
     def validate(self) -> None:
         check_setting(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")

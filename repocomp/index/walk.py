@@ -234,10 +234,29 @@ class FileRule:
         return self._specs[rel_dir]
 
 
+# what says a folder is a project (the editor snippets' root markers, and other build files)
+REPOSITORY_MARKERS = (".git", ".hg", ".svn", "repocomp.toml", "pyproject.toml", "setup.py", "package.json", "go.mod",
+                      "Cargo.toml", "pom.xml", "build.gradle", "CMakeLists.txt", "Makefile")
+
+
+def refuse_broad_root(root: Path, config: Config) -> None:
+    """The file system's root or the user's home, with no repository marker in it, is not a repository: indexing
+    it would walk everything the user owns (an editor opened at `/` grew the server by 2 GB in a minute)."""
+    if config.index.allow_broad_root:
+        return
+    home = Path.home().resolve()
+    what = "the file system's root" if root == Path(root.anchor) else "your home folder" if root == home else ""
+    if what and not any((root / marker).exists() for marker in REPOSITORY_MARKERS):
+        raise RepocompError(f"{root} is {what}, not a repository (no {', '.join(REPOSITORY_MARKERS[:4])}...): not "
+                            "indexed. Open a project's folder, or set [index] allow_broad_root = true to index it "
+                            "within [index] max_files and max_total_bytes")
+
+
 def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -> WalkResult:
     """The files the index holds (`FileRule`), with counts and notes of the ones left out, within the folder's
     limits ([index] max_files, max_total_bytes; `_ENTRIES_PER_FILE`)."""
     root = root.resolve()
+    refuse_broad_root(root, config)
     result = WalkResult()
     rules = FileRule(root, config, index_dir)
     walk = _Walk(root, config, result)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pathspec
 import pytest
 import pytest_lsp
-from cli_run import python, repocomp
+from cli_run import REPO_ROOT, TIMEOUT_S, assert_one_line_error, python, repocomp, user_env
 from lsp_helpers import SERVER_CMD, capabilities, end_of, inline, make_client, open_doc, shut_down, stats, warnings
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
@@ -258,13 +258,30 @@ def _walk_root(home: Path, config: dict) -> dict:
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs /proc")
 def test_the_root_folder_is_walked_within_its_limits_and_never_into_proc(tmp_path: Path) -> None:
-    out = _walk_root(tmp_path / "home", {"index": {"max_files": 200}})
+    out = _walk_root(tmp_path / "home", {"index": {"max_files": 200, "allow_broad_root": True}})
     assert out["s"] < INDEX_BOUND_S and len(out["files"]) <= 200
     assert not any(p.startswith(("proc/", "sys/")) for p in out["files"])
     # only /proc left to walk: another file system, not entered (its cwd links lead back into the disk)
-    out = _walk_root(tmp_path / "home", {"index": {"exclude": ["/*", "!/proc/"]}})
+    out = _walk_root(tmp_path / "home", {"index": {"exclude": ["/*", "!/proc/"], "allow_broad_root": True}})
     assert out["s"] < INDEX_BOUND_S
     assert out["files"] == [] and out["skipped"].get("other_filesystem") == 1, out
+
+
+def test_the_root_or_home_folder_without_a_repository_is_refused_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    assert_one_line_error(repocomp(home, "index", "/"), "/ is the file system's root, not a repository",
+                          "allow_broad_root")
+
+    def index_home(*args: str) -> subprocess.CompletedProcess[str]:  # HOME is the folder indexed
+        return subprocess.run([sys.executable, "-m", "repocomp", "index", *args, str(home)], capture_output=True,
+                              text=True, timeout=TIMEOUT_S, cwd=REPO_ROOT, env={**user_env(home), "HOME": str(home)})
+
+    assert_one_line_error(index_home(), "is your home folder, not a repository")
+    (home / "proj.py").write_text("x = 1\n")
+    (home / "pyproject.toml").write_text("")  # a home that is a project is one
+    proc = index_home("--json")
+    assert proc.returncode == 0 and summary_of(proc)["files"] == 1, proc.stderr
 
 
 # ----------------------------------------------------------------------------------------------- the server
