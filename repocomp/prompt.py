@@ -25,6 +25,10 @@ still fit); at most `max_blocks`. The in-file context keeps the last lines befor
 
 Every line above the in-file context is commented out with the line comment of the cursor file's language (`#`
 above; `//` for Java, JavaScript/TypeScript, Go, Rust, C/C++: `repocomp.languages`).
+
+`[prompt] layout = "files"` (`RepoFiles`) lays the same sections out as Qwen2.5-Coder's repository files: the
+repository's name, each block as `<|file_sep|>PATH` and its code as is, the cursor's file last; with `fim = "qwen"`
+its code before the cursor, the code after it and `<|fim_middle|>` in that model's fill-in-the-middle tokens.
 """
 
 from __future__ import annotations
