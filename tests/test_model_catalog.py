@@ -119,3 +119,14 @@ def test_the_readme_first_command_installs_and_prepares_what_auto_resolves_to() 
         listed = [req for req in extras[spec.extra] if req.split("=")[0].split(">")[0] in spec.distributions]
         assert len(listed) == len(spec.distributions), name
     assert lm.MODELS[lm.DEFAULT_NAME].extra == "local"
+
+
+def test_a_catalog_name_reaches_the_backend_as_its_prepared_folder(tmp_path: Path, monkeypatch) -> None:
+    from repocomp.backends import make_backend
+
+    folder = tmp_path / "cache" / "repocomp" / "models" / "gemma-3-270m"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(lm, "prepared", lambda f=None, verify=False: lm.LocalModel(folder, "gemma-3-270m", "test")
+                        if f == folder else None)
+    backend = make_backend(BackendConfig(name="transformers", model="gemma-3-270m", fallback=""))
+    assert backend.model_name == str(folder)

@@ -161,7 +161,7 @@ def make_backend(config: BackendConfig) -> Backend:
     """
     from repocomp.backends.extractive import ExtractiveBackend
 
-    if config.name == "auto" or (config.name == "transformers" and not config.model):
+    if config.name in ("auto", "transformers"):  # the local model, a catalog model's name, or a folder
         from repocomp.config import Config
         from repocomp.local_model import resolve
 
