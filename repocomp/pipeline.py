@@ -312,7 +312,7 @@ class Completer:
         self._line_cache: dict[str, tuple[object, list[str]]] = {}
         self._rendered: dict[object, tuple[object, Any]] = {}  # definition -> (its file's parse, rendering)
         self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
-        prompt = self.config.prompt  # a model read Qwen2.5-Coder's format ends its answer with one of its tokens
+        prompt = self.config.prompt  # a model that reads Qwen2.5-Coder's format ends its answer with one of its tokens
         self._stops = QWEN_STOP_TOKENS if prompt.fim == "qwen" or prompt.layout == "files" else ()
 
     @property
