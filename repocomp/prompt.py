@@ -506,20 +506,20 @@ def count_lines(text: str, count: TokenCounter) -> int:
 
 
 def _elision(line: str, markers: Markers = PYTHON_MARKERS) -> str:
-    return markers.code(" " * (len(line) - len(line.lstrip())) + "...")
+    return markers.code(" " * (len(line) - len(line.lstrip())) + "...") + "\n"
 
 
 def render_definition_block(path: str, lines: Sequence[tuple[int, str]], markers: Markers = PYTHON_MARKERS) -> str:
     """The path, the lines in file order (an elision mark between runs), as the layout shows code: `# <path>`,
     comment-prefixed lines and a separator in RepoCoder's; a file of its own in the repository layout."""
-    out = [markers.definition_header(path)[:-1]]
+    out = []
     prev = None
     for n, line in lines:
         if prev is not None and n != prev + 1:
             out.append(_elision(line, markers))
-        out.append(markers.code(line))
+        out.append(markers.code(line) + "\n")
         prev = n
-    return "\n".join(out) + "\n" + markers.file_footer()
+    return markers.definition_header(path) + "".join(out) + markers.file_footer()
 
 
 def _group(members: Sequence[DefinitionSource], count: TokenCounter,
@@ -612,7 +612,8 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
         markers = PYTHON_MARKERS if rules.line_comment == "#" else Markers(rules.line_comment)
     opening = markers.preamble(repo or "repo")
     closing = markers.current_file(hole[0] if hole is not None else "")
-    budget -= count(opening) + count(closing) if opening else 0
+    frame_tokens = count(opening) + count(closing) if opening else 0  # the repository layout's name lines
+    budget -= frame_tokens
     shown = _Shown()
     in_view = None
     if hole is not None:  # the in-file context's lines, the cursor's line included
@@ -650,8 +651,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     tokens = context_tokens + (packer.tokens + similar_fixed if blocks else 0) + defs_tokens + recent_used
     if (defs or recent_shown) and not blocks:
         tokens += blank
-    if opening:
-        tokens += count(opening) + count(closing)
+    tokens += frame_tokens
 
     runs = [ShownRun("definition", d.path, s, e, t, i, d.owner(s).name) for i, d in enumerate(defs)
             for s, e, t in _runs(d.lines)]
