@@ -9,15 +9,8 @@ import pytest
 
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.eval.runner import (
-    EvalOptions,
-    eval_config,
-    gt_line_attainable,
-    read_results,
-    run_eval,
-    summarize,
-    task_buffer,
-)
+from repocomp.eval.records import gt_line_attainable, read_results, summarize
+from repocomp.eval.runner import EvalOptions, eval_config, run_eval, task_buffer
 from repocomp.eval.tasks import Task, load_tasks, make_tasks
 from repocomp.index import Index
 from repocomp.index.fragments import Fragment, Location

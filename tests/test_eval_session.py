@@ -11,7 +11,8 @@ import pytest
 
 from repocomp.config import Config
 from repocomp.eval.metrics import edit_similarity
-from repocomp.eval.runner import EvalOptions, read_results, run_eval
+from repocomp.eval.records import memory_gt_hit, read_results
+from repocomp.eval.runner import EvalOptions, run_eval
 from repocomp.eval.session_tasks import (
     SessionEvaluator,
     apply_edit,
@@ -19,7 +20,6 @@ from repocomp.eval.session_tasks import (
     hole_line_ok,
     make_session_tasks,
     materialize,
-    memory_gt_hit,
     open_history,
     typed_texts,
 )

@@ -267,7 +267,8 @@ def test_same_seed_same_tasks(tmp_path, kind):
 def test_go_task_through_the_real_engine_never_leaks(tmp_path):
     """A Go API task evaluated retrieval-only by the real engine: the planted token of its hole line reaches
     neither the prompt, nor a context fragment, nor the index while the task runs; the definition is checked."""
-    from repocomp.eval.runner import EvalOptions, open_engine, read_results, run_eval
+    from repocomp.eval.records import read_results
+    from repocomp.eval.runner import EvalOptions, open_engine, run_eval
 
     repos = tmp_path / "repos"
     repo = _repo(repos / "demo", REPOS["go"])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from repocomp.errors import RepocompError
-from repocomp.eval.runner import read_results, summarize
+from repocomp.eval.records import read_results, summarize
 
 METRICS = (("em", "EM"), ("es", "ES"), ("gt_line_recall", "gt_line_recall"), ("def_hit", "def_hit"),
            ("gt_line_attainable", "gt_line_attainable"))

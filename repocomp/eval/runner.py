@@ -5,25 +5,36 @@ before the hole, with the index's incremental `update_file`; after the last task
 disk. Other files are as on disk. With `workers > 1` several files are evaluated at once, each held at its own
 hole: a file being evaluated by another worker is then seen truncated at that worker's hole (less context, never
 more), so no task can see a ground truth.
+
+The records themselves (their fields, reading, writing, the summary) are `repocomp.eval.records`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from repocomp.config import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
-from repocomp.eval.metrics import clean_lines, edit_similarity, exact_match
+from repocomp.eval.records import (
+    append_record,
+    check_same_run,
+    error_record,
+    gt_line_attainable,
+    make_record,
+    read_results,
+    rewrite_clean,
+    summarize,
+)
+from repocomp.eval.session_tasks import run_session_tasks
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
 from repocomp.index.walk import decode_source, read_regular
 from repocomp.model_defaults import resolve_for_model
@@ -97,142 +108,6 @@ def lines_outside(task: Task, n_lines: int) -> str:
     if task.line_no > n_lines:
         return f"line_no {task.line_no} is past the end of the file ({n_lines} lines); the task does not match it"
     return ""
-
-
-def first_gt_line(ground_truth: str) -> str | None:
-    lines = clean_lines(ground_truth)
-    return lines[0] if lines else None
-
-
-def gt_line_hit(ground_truth: str, blocks: Iterable[Any]) -> bool:
-    """Does the stripped first ground-truth line occur, as a stripped line, in a fragment of the prompt?"""
-    first = first_gt_line(ground_truth)
-    if first is None:
-        return False
-    return any(first == line.strip() for b in blocks for line in b.text.splitlines())
-
-
-def gt_line_attainable(ground_truth: str, index: Any, path: str, prompt_start_line: int) -> bool:
-    """Could retrieval show the hole's line at all: does its stripped first line occur, as a stripped line, in a
-    fragment that the leak rule leaves? The bound on `gt_line_hit` that the repository itself sets."""
-    first = first_gt_line(ground_truth)
-    if first is None:
-        return False
-    for f in index.fragments:
-        if f is None or first not in f.text:  # a substring test first: most fragments fail it
-            continue
-        if f.locations and not all(loc.path == path and loc.end_line > prompt_start_line for loc in f.locations) \
-                and any(line.strip() == first for line in f.text.splitlines()):
-            return True  # outside the leak rule's exclusion (retrieval.Retriever.leaked), the line as a line
-    return False
-
-
-def def_hit(definitions: list[dict[str, Any]], blocks: Iterable[Any]) -> bool | None:
-    """Does a fragment of the prompt cover one of the definition lines? None when the task names none."""
-    if not definitions:
-        return None
-    blocks = list(blocks)
-    return any(b.path == d["path"] and b.start_line <= int(d["line_no"]) < b.end_line
-               for d in definitions for b in blocks)
-
-
-def _run_fields(task: Task, options: EvalOptions) -> dict[str, Any]:
-    return {"task_id": task.task_id, "repo": task.repo, "path": task.path, "kind": task.kind, "mode": options.mode,
-            "fragrel": bool(options.alpha), "backend": options.backend, "query_relations": options.query_relations,
-            "definitions": options.definitions}
-
-
-def error_record(task: Task, options: EvalOptions, error: str) -> dict[str, Any]:
-    """A task that could not be completed: no scores; a rerun with the same --out retries it."""
-    return {**_run_fields(task, options), "error": error, "prediction": None, "em": None, "es": None,
-            "gt_line_hit": None, "def_hit": None}
-
-
-def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: dict[str, float],
-                attainable: bool | None = None) -> dict[str, Any]:
-    scored = options.backend != "none"
-    if scored and not result.text and (getattr(result, "cut_by_time", False) or getattr(result, "error", "")):
-        # the deadline or a failing backend left it empty: not the model's answer, a failure a rerun retries
-        return error_record(task, options, f"no answer: {getattr(result, 'error', '') or 'the deadline passed'}")
-    prediction = result.text if scored else ""
-    return {
-        **_run_fields(task, options),
-        "prediction": prediction,
-        "em": float(exact_match(prediction, task.ground_truth)) if scored else None,
-        "es": edit_similarity(prediction, task.ground_truth) if scored else None,
-        # one entry per contiguous run of lines the prompt showed (a class skeleton gives several)
-        "context": [{"path": b.path, "start_line": b.start_line, "end_line": b.end_line,
-                     "kind": getattr(b, "kind", "similar"), "s_ind": float(b.s_ind), "s_env": float(b.s_env),
-                     "s_rel": float(b.s_rel), **({"name": b.name} if getattr(b, "kind", "") == "definition" else {})}
-                    for b in result.context],
-        "prompt_tokens": int(result.prompt_tokens),
-        "timings_ms": {**{k: round(float(v), 3) for k, v in result.timings_ms.items()}, **extra_timings},
-        "gt_line_hit": gt_line_hit(task.ground_truth, result.context),
-        "def_hit": def_hit(task.api_definitions, result.context),
-        **({} if attainable is None else {"gt_line_attainable": attainable}),
-    }
-
-
-# ----------------------------------------------------------------------------------------------- results io
-
-
-def read_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Records of a results file (`.jsonl`, or `.jsonl.gz` as the published results are); a torn last line (an
-    interrupted run) is dropped."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    if path.suffix == ".gz":
-        data = gzip.decompress(data)
-    records = []
-    for i, line in enumerate(data.decode("utf-8", errors="replace").splitlines()):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict) and "task_id" in record and "repo" in record:
-            records.append(record)
-        else:
-            log.warning("%s:%d: unreadable record skipped (interrupted run?)", path, i + 1)
-    return records
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Averages per repository, then the mean over repositories (RepoCoder's reporting).
-
-    Failed tasks (records with an `error`) are counted in `failed` and left out of every average."""
-    by_repo: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    failed: dict[str, int] = defaultdict(int)
-    for r in records:
-        if r.get("error"):
-            failed[r["repo"]] += 1
-        else:
-            by_repo[r["repo"]].append(r)
-    per_repo: dict[str, dict[str, Any]] = {}
-    for repo in sorted(by_repo.keys() | failed.keys()):
-        rs = by_repo[repo]
-        per_repo[repo] = {
-            "tasks": len(rs),
-            "failed": failed[repo],
-            "em": _mean([r["em"] for r in rs if r.get("em") is not None]),
-            "es": _mean([r["es"] for r in rs if r.get("es") is not None]),
-            "gt_line_recall": _mean([float(r["gt_line_hit"]) for r in rs]),
-            "def_hit": _mean([float(r["def_hit"]) for r in rs if r.get("def_hit") is not None]),
-            "gt_line_attainable": _mean([float(r["gt_line_attainable"]) for r in rs
-                                         if r.get("gt_line_attainable") is not None]),
-        }
-    summary: dict[str, Any] = {"tasks": len(records) - sum(failed.values()), "failed": sum(failed.values())}
-    for key in ("em", "es", "gt_line_recall", "def_hit", "gt_line_attainable"):
-        summary[key] = _mean([v[key] for v in per_repo.values() if v[key] is not None])
-    summary["per_repo"] = per_repo
-    return summary
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -359,17 +234,11 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
         if target is not None and not Path(target).parent.is_dir():
             raise RepocompError(f"{flag} {target}: the folder {Path(target).parent} does not exist; create it first")
     existing = read_results(out) if out else []
-    for r in existing:
-        recorded = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions),
-                    r.get("memory_requested", options.memory))
-        if recorded != (options.mode, bool(options.alpha), options.backend, options.definitions, options.memory):
-            raise RepocompError(
-                f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
-                f"backend={r.get('backend')}, definitions={r.get('definitions')}, "
-                f"memory={r.get('memory_requested', options.memory)}); give this run its own --out")
+    if out:
+        check_same_run(existing, options, out)
     kept = [r for r in existing if not r.get("error")]  # failed tasks are run again
     if out and existing:
-        _rewrite_clean(Path(out), kept)
+        rewrite_clean(Path(out), kept)
     done = {r["task_id"] for r in kept}
     todo = [t for t in tasks if t.task_id not in done]
     wanted = {t.task_id for t in tasks}
@@ -393,8 +262,7 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     def on_record(record: dict[str, Any]) -> None:
         records.append(record)
         if out_fh is not None:
-            out_fh.write(json.dumps(record) + "\n")
-            out_fh.flush()
+            append_record(out_fh, record)
         bar.advance()
 
     try:
@@ -408,8 +276,6 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
                     if callable(close):
                         close()
             if sessions:
-                from repocomp.eval.session_tasks import run_session_tasks
-
                 run_session_tasks(sessions, repos_dir, options, config, on_record,
                                   engine_factory=None if engine_factory is open_engine else engine_factory)
     finally:
@@ -419,14 +285,6 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     if summary_json:
         Path(summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
-
-
-def _rewrite_clean(path: Path, records: list[dict[str, Any]]) -> None:
-    raw = path.read_text(encoding="utf-8")
-    if raw and not raw.endswith("\n") or len(records) != sum(1 for ln in raw.splitlines() if ln.strip()):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        tmp.replace(path)
 
 
 class _Progress:
@@ -462,5 +320,6 @@ class _Progress:
             self._progress.advance(self._task)
 
 
-__all__ = ["EvalOptions", "run_eval", "summarize", "read_results", "make_record", "error_record", "lines_outside",
-           "task_buffer", "gt_line_hit", "gt_line_attainable", "def_hit", "RepoEvaluator", "eval_config"]
+__all__ = ["EvalOptions", "RepoEvaluator", "eval_config", "lines_outside", "open_engine", "run_eval", "task_buffer",
+           # the records' functions, from repocomp.eval.records where they live
+           "error_record", "make_record", "read_results", "summarize"]
