@@ -206,7 +206,8 @@ def _local_user_config(config_file: Path | None) -> str:
     prepared local model in process (an error says how to prepare it when there is none)."""
     import tomllib
 
-    from repocomp.local_model import hint, resolve
+    from repocomp.local_model import hint
+    from repocomp.model_defaults import resolve_backend
 
     tables: dict[str, Any] = {}
     if config_file is not None:
@@ -215,7 +216,7 @@ def _local_user_config(config_file: Path | None) -> str:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise RepocompError(f"--config {config_file}: {exc}") from None
     backend = dict(tables.get("backend") or {})
-    config = resolve(Config().replace("backend", name="transformers", model=str(backend.get("model", ""))))
+    config = resolve_backend(Config().replace("backend", name="transformers", model=str(backend.get("model", ""))))
     if config.backend.name != "transformers" or not config.backend.model:
         raise RepocompError(f"no local model to replay with: {hint()}")
     tables["backend"] = {**backend, "name": "transformers", "model": config.backend.model}

@@ -9,15 +9,12 @@ dequantized (CPU vLLM cannot read it, and transformers keeps GGUF weights packed
 manifest records what was prepared and the weights' sizes and sha256, so a rerun verifies instead of redoing, and
 `prepared()` can tell at completion time, cheaply, whether a usable model is there. Nothing is ever downloaded.
 
-`resolve(config)` turns `[backend] name = "auto"` into the local model (in process, through `transformers`)
-when one is prepared and torch and transformers are installed, else into the model-free `extractive` backend;
-`[backend] model` may name a catalog model (`qwen2.5-coder-1.5b`); and points `[prompt] tokenizer` at the model's
-own tokenizer when it is left empty.
+What a config's `[backend] name = "auto"` or a catalog model's name becomes is decided with the rest of the
+configuration, in `repocomp.model_defaults.resolve_config`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -33,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repocomp.config import Config, user_cache_dir
+from repocomp.config import user_cache_dir
 from repocomp.errors import RepocompError
 
-__all__ = ["LocalModel", "default_model_dir", "hint", "hint_once", "prepare", "prepared", "resolve", "runtime_missing",
+__all__ = ["LocalModel", "default_model_dir", "hint", "hint_once", "prepare", "prepared", "runtime_missing",
            "serve_command", "serve_dtype"]
 
 log = logging.getLogger(__name__)
@@ -301,50 +298,6 @@ def catalog() -> list[tuple[CatalogModel, LocalModel | None]]:
     """Every catalog model with its prepared copy (None when not prepared), the default first."""
     names = [DEFAULT_NAME, *(n for n in MODELS if n != DEFAULT_NAME)]
     return [(MODELS[n], prepared(default_model_dir(n))) for n in names]
-
-
-def resolve(config: Config) -> Config:
-    """`config` with the backend made concrete and the prompt's tokenizer made the model's own.
-
-    - `name = "auto"`: the prepared local model in process when torch and transformers are installed, else
-      `extractive`;
-    - `name = "transformers"` with no `model`: the prepared local model; with a catalog model's name (`model list`):
-      that model, which must be prepared;
-    - `[prompt] tokenizer = ""` and a model folder with a tokenizer: that tokenizer counts the prompt budget.
-    """
-    backend = config.backend
-    if backend.name in ("auto", "transformers") and backend.model in MODELS:
-        model = prepared(default_model_dir(backend.model))
-        if model is None:
-            raise RepocompError(f"the model {backend.model} is not prepared: run `repocomp model prepare "
-                                f"{backend.model}` (after pip install 'repocomp[{MODELS[backend.model].extra}]')")
-        config = config.replace("backend", name="transformers", model=str(model.path))
-    elif backend.name == "auto" or (backend.name == "transformers" and not backend.model):
-        model = prepared()
-        if model is not None and not runtime_missing():
-            config = config.replace("backend", name="transformers", model=str(model.path))
-        elif backend.name == "auto":
-            config = config.replace("backend", name="extractive")
-    backend = config.backend
-    if not config.prompt.tokenizer:
-        folder = _tokenizer_folder(backend.name, backend.model)
-        if folder is not None:
-            config = dataclasses.replace(config, prompt=dataclasses.replace(config.prompt, tokenizer=str(folder)))
-    return config
-
-
-def _tokenizer_folder(backend: str, model: str) -> Path | None:
-    if backend == "transformers" and model:
-        folder = Path(model).expanduser()
-    elif backend == "vllm":
-        # `repocomp model serve` serves a prepared model under its name: count with the same tokenizer.
-        local = prepared(default_model_dir(model) if model in MODELS else None)
-        if local is None or model not in (local.name, str(local.path)):
-            return None
-        folder = local.path
-    else:
-        return None
-    return folder if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file() else None
 
 
 def hint() -> str:

@@ -23,6 +23,10 @@
   (DESIGN.md, Serving); any other model RepoCoder's comment layout and the prefix only.
 
 An explicit value always wins; `context_tokens = 0` means half of the budget.
+
+`resolve_config` is the one place that does all of it, and `[backend] name = "auto"` too: every entry point (the
+CLI, the server's engine cache, the evaluation, the benchmarks) calls it once and hands the concrete config to the
+backend, the `Completer` and the prompt builder, which never resolve again.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ import re
 from pathlib import Path
 
 from repocomp.config import BackendConfig, Config, PromptConfig
+from repocomp.errors import RepocompError
+from repocomp.local_model import MODELS, default_model_dir, prepared, runtime_missing
 
-__all__ = ["CODE_LLAMA_CONTEXT", "LOCAL_CPU_BUDGET", "QWEN_STOP_TOKENS", "model_budget", "prompt_format",
-           "resolve_for_model", "resolve_prompt"]
+__all__ = ["CODE_LLAMA_CONTEXT", "LOCAL_CPU_BUDGET", "QWEN_STOP_TOKENS", "is_resolved", "model_budget",
+           "prompt_format", "resolve_backend", "resolve_config", "resolve_for_model", "resolve_prompt"]
 
 CODE_LLAMA_CONTEXT = 4096
 LOCAL_CPU_BUDGET = 1024
@@ -101,3 +107,62 @@ def resolve_for_model(config: Config, backend_name: str | None) -> Config:
         retrieval=dataclasses.replace(config.retrieval, iterations=rounds),
         backend=dataclasses.replace(config.backend, max_new_tokens=max_new),
         definitions=dataclasses.replace(config.definitions, enabled=definitions))
+
+
+def resolve_backend(config: Config) -> Config:
+    """`config` with the backend made concrete and the prompt's tokenizer made the model's own.
+
+    - `name = "auto"`: the prepared local model in process when torch and transformers are installed, else
+      `extractive`;
+    - `name = "transformers"` with no `model`: the prepared local model; with a catalog model's name (`model list`):
+      that model, which must be prepared;
+    - `[prompt] tokenizer = ""` and a model folder with a tokenizer: that tokenizer counts the prompt budget.
+    """
+    backend = config.backend
+    if backend.name in ("auto", "transformers") and backend.model in MODELS:
+        model = prepared(default_model_dir(backend.model))
+        if model is None:
+            raise RepocompError(f"the model {backend.model} is not prepared: run `repocomp model prepare "
+                                f"{backend.model}` (after pip install 'repocomp[{MODELS[backend.model].extra}]')")
+        config = config.replace("backend", name="transformers", model=str(model.path))
+    elif backend.name == "auto" or (backend.name == "transformers" and not backend.model):
+        model = prepared()
+        if model is not None and not runtime_missing():
+            config = config.replace("backend", name="transformers", model=str(model.path))
+        elif backend.name == "auto":
+            config = config.replace("backend", name="extractive")
+    backend = config.backend
+    if not config.prompt.tokenizer:
+        folder = _tokenizer_folder(backend.name, backend.model)
+        if folder is not None:
+            config = dataclasses.replace(config, prompt=dataclasses.replace(config.prompt, tokenizer=str(folder)))
+    return config
+
+
+def _tokenizer_folder(backend: str, model: str) -> Path | None:
+    if backend == "transformers" and model:
+        folder = Path(model).expanduser()
+    elif backend == "vllm":
+        # `repocomp model serve` serves a prepared model under its name: count with the same tokenizer.
+        local = prepared(default_model_dir(model) if model in MODELS else None)
+        if local is None or model not in (local.name, str(local.path)):
+            return None
+        folder = local.path
+    else:
+        return None
+    return folder if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file() else None
+
+
+def resolve_config(config: Config, *, reads_prompt: bool = True) -> Config:
+    """`config` made concrete, once, for whoever reads it: the backend ("auto", a catalog name), the tokenizer,
+    and every "the model's" 0 and "auto" of the prompt, rounds, new tokens and definitions. `reads_prompt=False`:
+    no model reads the prompt (retrieval only), which gets the reference's budget and rounds. Idempotent."""
+    config = resolve_backend(config)
+    return resolve_for_model(config, config.backend.name if reads_prompt else None)
+
+
+def is_resolved(config: Config) -> bool:
+    """Whether `config` has nothing left for `resolve_config` to decide (the consumers' check)."""
+    b, p = config.backend, config.prompt
+    return b.name != "auto" and b.max_new_tokens > 0 and config.retrieval.iterations > 0 and p.max_tokens > 0 \
+        and p.context_tokens > 0 and "auto" not in (p.fim, p.layout)

@@ -36,12 +36,15 @@ from repocomp.block_order import BlockOrders
 from repocomp.config import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.languages import rules_for_path
-from repocomp.model_defaults import QWEN_STOP_TOKENS, resolve_for_model
+from repocomp.model_defaults import QWEN_STOP_TOKENS, is_resolved
 from repocomp.postprocess import drop_cut_word, is_finished, postprocess
 from repocomp.prompt import (
     BlockSource,
     DefinitionSource,
+    DefinitionsSection,
+    Place,
     Prompt,
+    RecentSection,
     RecentSource,
     TokenCounter,
     build_prompt,
@@ -297,14 +300,12 @@ class Completer:
         evaluation need); False when the caller keeps the index current itself (the language server does it
         when typing pauses, so a request never waits for a re-index). `memory`: the editing session of the
         folder (recent edits, thoughts), consulted when `[memory] enabled` and its controller finds it related."""
-        from repocomp.local_model import resolve
-
+        if not is_resolved(config):
+            raise ValueError("Completer takes a resolved config: repocomp.model_defaults.resolve_config first")
         self.index = index
         self.sync_buffers = sync_buffers
         self.memory = memory
-        # "auto" made concrete, the prompt budget counted with the model's tokenizer; the budget, rounds and time
-        # limit of the model that reads the prompt (none or extractive: the reference's)
-        self.config = resolve_for_model(resolve(config), getattr(backend, "name", None))
+        self.config = config
         self.backend = backend
         self.retriever = Retriever(index, self.config) if index is not None else None
         self._count: TokenCounter | None = None
@@ -510,15 +511,15 @@ class Completer:
     def _prompt(self, req: _Request, blocks: list[ContextBlock], def_sources: list[DefinitionSource],
                 memory: MemoryDecision | None, max_definitions: int | None = None) -> Prompt:
         sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
-        dc, hole = self.config.definitions, req.hole
-        recent = [RecentSource(e.kind, e.path, e.start_line, tuple(e.lines)) for e in memory.entries] \
-            if memory is not None and memory.consulted else []
+        hole = req.hole
+        recent = RecentSection()
+        if memory is not None and memory.consulted and memory.entries:
+            recent = RecentSection([RecentSource(e.kind, e.path, e.start_line, tuple(e.lines)) for e in memory.entries],
+                                   memory.budget_tokens)
         return build_prompt(sources, hole.prefix, hole.suffix, self.config.prompt, self.count_tokens,
-                            definitions=def_sources, definitions_share=dc.share,
-                            max_definitions=dc.max_definitions if max_definitions is None else max_definitions,
-                            definitions_first=dc.position == "first", hole=(hole.path, hole.line),
-                            recent=recent, recent_tokens=memory.budget_tokens if recent and memory is not None else 0,
-                            repo=self.index.root.name if self.index is not None else "")
+                            place=Place(hole.path, hole.line, self.index.root.name if self.index is not None else ""),
+                            definitions=DefinitionsSection.of(def_sources, self.config.definitions, max_definitions),
+                            recent=recent)
 
     def _keep_order(self, req: _Request, r: int, prompt: Prompt) -> Prompt:
         """The prompt in the block order that shares the longest prefix with its document's previous one

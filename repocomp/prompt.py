@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repocomp.config import FIM_FORMATS, PromptConfig
+from repocomp.config import FIM_FORMATS, DefinitionsConfig, PromptConfig
 from repocomp.errors import RepocompError
 from repocomp.languages import rules_for, rules_for_path
 from repocomp.text import encodable
@@ -49,6 +49,9 @@ __all__ = [
     "BlockSource",
     "DefinitionBlock",
     "DefinitionSource",
+    "DefinitionsSection",
+    "Place",
+    "RecentSection",
     "Markers",
     "Prompt",
     "RecentSource",
@@ -574,91 +577,153 @@ def _runs(lines: Sequence[tuple[int, str]]) -> list[tuple[int, int, str]]:
     return [(s, e, "\n".join(t)) for s, e, t in out]
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where the prompt completes: the cursor's file (relative to the root) and 0-based line, which nothing else in
+    the prompt repeats; the repository's name (the repository layout opens with it); the language whose line
+    comment marks the sections (None: the path's; Python without a path)."""
+
+    path: str = ""
+    line: int = 0
+    repo: str = ""
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class DefinitionsSection:
+    """The definitions the code before the cursor uses (best-first) and how many tokens and entries they may take:
+    at most `share` of what the in-file context leaves, at most `max_n`, before similar code when `first`."""
+
+    sources: Sequence[DefinitionSource] = ()
+    share: float = 0.0
+    max_n: int = 8
+    first: bool = True
+
+    @classmethod
+    def of(cls, sources: Sequence[DefinitionSource], config: DefinitionsConfig,
+           max_n: int | None = None) -> DefinitionsSection:
+        return cls(sources, config.share, config.max_definitions if max_n is None else max_n,
+                   config.position == "first")
+
+
+@dataclass(frozen=True)
+class RecentSection:
+    """The session memory's choice (best-first) and the tokens its controller granted their lines."""
+
+    entries: Sequence[RecentSource] = ()
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class _InFile:
+    context: str  # the lines before the cursor that fit
+    suffix: str  # the lines after it that fit (FIM only)
+    tokens: int
+
+
 def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, config: PromptConfig,
-                 count: TokenCounter = estimate_tokens, *, definitions: Sequence[DefinitionSource] = (),
-                 definitions_share: float = 0.0, max_definitions: int = 8, definitions_first: bool = True,
-                 hole: tuple[str, int] | None = None, recent: Sequence[RecentSource] = (),
-                 recent_tokens: int = 0, language: str | None = None, repo: str = "") -> Prompt:
-    """Lay `sources` (best-first), `definitions` (best-first) and the in-file context into one prompt within
-    `config.max_tokens` (0 = the reference budget, see repocomp.model_defaults).
+                 count: TokenCounter = estimate_tokens, *, place: Place | None = None,
+                 definitions: DefinitionsSection = DefinitionsSection(),
+                 recent: RecentSection = RecentSection()) -> Prompt:
+    """Lay `sources` (similar code, best-first), the definitions, the session's recent entries and the in-file
+    context (`prefix`, `suffix`) into one prompt within `config.max_tokens` (a resolved config:
+    `repocomp.model_defaults.resolve_prompt`).
 
-    The blocks get what the in-file context leaves of the budget; definitions at most `definitions_share` of that,
-    similar code the rest (first up to its own share, then whatever the definitions left). `hole` = (path, cursor
-    line) lets nothing be shown twice: lines of the in-file context, of a chosen block or of a definition.
-    With FIM the suffix shares the in-file budget (at most a quarter of it, whole lines from the cursor on).
-    `recent` (best-first) is the session memory's choice, laid first: its entries' lines within `recent_tokens`
-    (what its controller granted), the whole section within the budget the in-file context left; its lines count
-    as shown, so similar code does not repeat them.
-    `language` (graph.languages' names) picks the line comment; by default the language of `hole`'s path
-    (Python without a hole). `config.layout`: RepoCoder's commented blocks, or repository files (`RepoFiles`,
-    opened by `repo`'s name, the cursor's file named by `hole`'s path).
+    The blocks get what the in-file context leaves of the budget; definitions at most their share of that,
+    similar code the rest (first up to its own share, then whatever the definitions left). Nothing is shown
+    twice: lines of the in-file context (at `place`), of a chosen block or of a definition. With FIM the suffix
+    shares the in-file budget (at most a quarter of it, whole lines from the cursor on). The recent entries are
+    laid first, their lines within what the memory's controller granted and the whole section within the budget
+    the in-file context left; their lines count as shown, so similar code does not repeat them.
+    `config.layout`: RepoCoder's commented blocks, or repository files (`RepoFiles`: opened by the repository's
+    name, the cursor's file named by its path).
     """
-    if config.max_tokens == 0 or config.context_tokens == 0 or "auto" in (config.fim, config.layout):
-        from repocomp.config import BackendConfig
-        from repocomp.model_defaults import resolve_prompt
-
-        config = resolve_prompt(config, None, BackendConfig())
-    fim = config.fim != "none"
-    suffix_kept = _head_that_fits(suffix, config.context_tokens // 4, count) if fim and suffix else ""
-    suffix_tokens = count(suffix_kept) if suffix_kept else 0
-    context = _tail_that_fits(prefix, config.context_tokens - suffix_tokens, count)
-    context_tokens = count(context) + suffix_tokens
-    budget = config.max_tokens - context_tokens
-
-    rules = rules_for(language) if language is not None or hole is None else rules_for_path(hole[0])
-    if config.layout == "files":
-        markers: Markers = RepoFiles(rules.line_comment)
-    else:
-        markers = PYTHON_MARKERS if rules.line_comment == "#" else Markers(rules.line_comment)
-    opening = markers.preamble(repo or "repo")
-    closing = markers.current_file(hole[0] if hole is not None else "")
+    if config.max_tokens <= 0 or config.context_tokens <= 0 or "auto" in (config.fim, config.layout):
+        raise ValueError("build_prompt takes a resolved PromptConfig: repocomp.model_defaults.resolve_prompt first")
+    place = place or Place()
+    in_file = _in_file(prefix, suffix, config, count)
+    markers = _markers(config, place)
+    opening, closing = markers.preamble(place.repo or "repo"), markers.current_file(place.path)
     frame_tokens = count(opening) + count(closing) if opening else 0  # the repository layout's name lines
-    budget -= frame_tokens
+    budget = config.max_tokens - in_file.tokens - frame_tokens
     shown = _Shown()
     in_view = None
-    if hole is not None:  # the in-file context's lines, the cursor's line included
-        path, cursor_line = hole
-        in_view = (path, cursor_line - context.count("\n"), cursor_line + 1)
+    if place.path:  # the in-file context's lines, the cursor's line included
+        in_view = (place.path, place.line - in_file.context.count("\n"), place.line + 1)
         shown.add(*in_view)
+    recent_shown, recent_used = _pick_recent(recent.entries, shown, recent.tokens, budget, count, markers)
+    blocks, defs, packed_tokens = _pack(sources, definitions, budget - recent_used, shown, in_view, config, count,
+                                        markers)
+    head = _sections(blocks, defs, recent_shown, markers, definitions.first)
+    head = opening + head + closing if opening else (head + closing if head else "")
+    # the repository layout names the cursor's file before its code: FIM's prefix starts after that name
+    text = head + format_fim(config.fim, in_file.context, in_file.suffix) if opening else \
+        format_fim(config.fim, head + in_file.context, in_file.suffix)
+    tokens = in_file.tokens + packed_tokens + recent_used + frame_tokens
+    if recent_shown and not blocks and not defs:
+        tokens += count("\n")
+    return Prompt(text=text, blocks=blocks, context=in_file.context, suffix=in_file.suffix, tokens=tokens,
+                  definitions=defs, shown=_shown_runs(blocks, defs), recent=tuple(reversed(recent_shown)))
+
+
+def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter) -> _InFile:
+    """The code around the cursor that fits `config.context_tokens` (the suffix at most a quarter, FIM only)."""
+    kept = _head_that_fits(suffix, config.context_tokens // 4, count) if config.fim != "none" and suffix else ""
+    kept_tokens = count(kept) if kept else 0
+    context = _tail_that_fits(prefix, config.context_tokens - kept_tokens, count)
+    return _InFile(context, kept, count(context) + kept_tokens)
+
+
+def _markers(config: PromptConfig, place: Place) -> Markers:
+    rules = rules_for(place.language) if place.language is not None or not place.path else rules_for_path(place.path)
+    if config.layout == "files":
+        return RepoFiles(rules.line_comment)
+    return PYTHON_MARKERS if rules.line_comment == "#" else Markers(rules.line_comment)
+
+
+def _pack(sources: Sequence[BlockSource], definitions: DefinitionsSection, budget: int, shown: _Shown,
+          in_view: tuple[str, int, int] | None, config: PromptConfig, count: TokenCounter,
+          markers: Markers) -> tuple[tuple[PromptBlock, ...], tuple[DefinitionBlock, ...], int]:
+    """Similar code first within its own share, then the definitions within theirs, then similar code again in
+    whatever the definitions left; (blocks, definition blocks, both in prompt order: best last; their tokens)."""
     blank = count("\n")
-    recent_shown, recent_used = _pick_recent(recent, shown, recent_tokens, budget, count, markers)
-    budget -= recent_used
     similar_fixed = count(markers.header) + blank
     defs_fixed = count(markers.definitions_header) + blank  # the blank line, in case no similar block is shown
-    share = int(budget * definitions_share) if definitions and max_definitions > 0 else 0
+    share = int(budget * definitions.share) if definitions.sources and definitions.max_n > 0 else 0
     packer = _Packer(count, shown, config.merge_overlaps, config.max_blocks, markers)
-    for rank, src in enumerate(sources):  # similar code first, within its own share
+    for rank, src in enumerate(sources):
         packer.offer(rank, src, budget - share - similar_fixed)
-    picked, defs_used = _pick_definitions(definitions, shown, share - defs_fixed, max_definitions, count, markers,
-                                          in_view) if share > 0 else ([], 0)
+    picked, defs_used = _pick_definitions(definitions.sources, shown, share - defs_fixed, definitions.max_n, count,
+                                          markers, in_view) if share > 0 else ([], 0)
     defs_tokens = defs_used + defs_fixed - blank if picked else 0
-    for rank, src in enumerate(sources):  # then whatever the definitions left
+    for rank, src in enumerate(sources):
         packer.offer(rank, src, budget - defs_tokens - similar_fixed)
-
     ranked = sorted(packer.spans, key=lambda sp: sp.rank)
     blocks = tuple(PromptBlock(sp.source(), sp.rendered, sp.tokens, tuple(sp.members)) for sp in reversed(ranked))
-    defs = tuple(reversed(picked))  # best last, nearest what follows
+    tokens = (packer.tokens + similar_fixed if blocks else 0) + defs_tokens
+    if picked and not blocks:
+        tokens += blank
+    return blocks, tuple(reversed(picked)), tokens
+
+
+def _sections(blocks: Sequence[PromptBlock], defs: Sequence[DefinitionBlock], recent: Sequence[RecentSource],
+              markers: Markers, definitions_first: bool) -> str:
+    """The sections above the in-file context: definitions and similar code (in the configured order), then what
+    the developer just did, nearest the code."""
     similar_text = markers.header + "".join(b.rendered for b in blocks) if blocks else ""
     defs_text = markers.definitions_header + "".join(d.rendered for d in defs) if defs else ""
     head = defs_text + similar_text if definitions_first else similar_text + defs_text
-    if recent_shown:  # nearest the code: what the developer just did
-        head += markers.recent_header + "".join(r.render(markers) for r in reversed(recent_shown)) + \
-            markers.recent_footer
-    head = opening + head + closing if opening else (head + closing if head else "")
-    # the repository layout names the cursor's file before its code: FIM's prefix starts after that name
-    text = head + format_fim(config.fim, context, suffix_kept) if opening else \
-        format_fim(config.fim, head + context, suffix_kept)
-    tokens = context_tokens + (packer.tokens + similar_fixed if blocks else 0) + defs_tokens + recent_used
-    if (defs or recent_shown) and not blocks:
-        tokens += blank
-    tokens += frame_tokens
+    if recent:
+        head += markers.recent_header + "".join(r.render(markers) for r in reversed(recent)) + markers.recent_footer
+    return head
 
+
+def _shown_runs(blocks: Sequence[PromptBlock], defs: Sequence[DefinitionBlock]) -> tuple[ShownRun, ...]:
     runs = [ShownRun("definition", d.path, s, e, t, i, d.owner(s).name) for i, d in enumerate(defs)
             for s, e, t in _runs(d.lines)]
     runs += [ShownRun("similar", b.source.paths[0], b.source.start_line, b.source.end_line, b.source.text, i)
              for i, b in enumerate(blocks)]
-    return Prompt(text=text, blocks=blocks, context=context, suffix=suffix_kept, tokens=tokens, definitions=defs,
-                  shown=tuple(runs), recent=tuple(reversed(recent_shown)))
+    return tuple(runs)
 
 
 def _pick_recent(recent: Sequence[RecentSource], shown: _Shown, content_budget: int, budget: int,

@@ -7,13 +7,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from configs import prompt_config
 
 from graph.lookup import DefRef
-from repocomp.config import Config, DefinitionsConfig, PromptConfig
+from repocomp.config import Config, DefinitionsConfig
 from repocomp.definitions import BufferState, Candidate, DefinitionFinder
 from repocomp.index import Index
+from repocomp.model_defaults import resolve_config
 from repocomp.pipeline import Completer
-from repocomp.prompt import BlockSource, DefinitionSource, build_prompt
+from repocomp.prompt import BlockSource, DefinitionSource, DefinitionsSection, Place, build_prompt
 from repocomp.render import render_definition
 
 LAYERS = '''\
@@ -230,10 +232,9 @@ def test_definitions_share_of_the_block_budget_with_a_real_tokenizer(tmp_path: P
             for i in range(20)]
     sources = [BlockSource(i, (f"s{i}.py",), 0, 20, "\n".join(f"value_{i}_{n} = compute({n})" for n in range(20)))
                for i in range(30)]
-    cfg = PromptConfig(max_tokens=1500, context_tokens=300, max_blocks=30)
+    cfg = prompt_config(max_tokens=1500, context_tokens=300, max_blocks=30)
     prefix = "\n".join(f"line_{n} = {n}" for n in range(40))
-    p = build_prompt(sources, prefix, "", cfg, count, definitions=defs, definitions_share=0.25,
-                     max_definitions=20)
+    p = build_prompt(sources, prefix, "", cfg, count, definitions=DefinitionsSection(defs, share=0.25, max_n=20))
     budget = cfg.max_tokens - count(p.context)
     section = p.text[: p.text.index("# Here are some relevant code fragments")]
     assert p.definitions and p.blocks
@@ -248,8 +249,7 @@ def test_no_duplicate_of_what_is_visible() -> None:
     in_block = DefinitionSource("add", "pkg/util.py", ((10, "def add(a, b):"),))
     fresh = DefinitionSource("mul", "pkg/util.py", ((30, "def mul(a, b):"), (31, '    """Multiply."""')))
     block = BlockSource(7, ("pkg/util.py",), 5, 15, "\n".join(f"line{n}" for n in range(5, 15)))
-    p = build_prompt([block], prefix, "", PromptConfig(), definitions=[visible, in_block, fresh],
-                     definitions_share=0.5, hole=("hole.py", 13))
+    p = build_prompt([block], prefix, "", prompt_config(), definitions=DefinitionsSection([visible, in_block, fresh], share=0.5), place=Place("hole.py", 13))
     assert [m.name for d in p.definitions for m in d.members] == ["mul"]
     assert p.text.count("def local(a):") == 1 and "# def add" not in p.text
 
@@ -260,17 +260,17 @@ def test_overlapping_hits_merge_into_one_span_and_nothing_is_shown_twice() -> No
     def src(fid: int, start: int) -> BlockSource:
         return BlockSource(fid, ("a.py",), start, start + 20, "\n".join(lines[start:start + 20]))
 
-    p = build_prompt([src(1, 10), src(2, 20), src(3, 15), src(4, 40)], "x = ", "", PromptConfig())
+    p = build_prompt([src(1, 10), src(2, 20), src(3, 15), src(4, 40)], "x = ", "", prompt_config())
     spans = sorted((b.source.start_line, b.source.end_line) for b in p.blocks)
     assert spans == [(10, 30), (40, 60)] or spans == [(10, 40), (40, 60)] or spans == [(10, 60)]
     assert all(p.text.count(f"# {line}\n") == 1 for line in lines[10:60])
-    off = build_prompt([src(1, 10), src(2, 20)], "x = ", "", PromptConfig(merge_overlaps=False))
+    off = build_prompt([src(1, 10), src(2, 20)], "x = ", "", prompt_config(merge_overlaps=False))
     assert len(off.blocks) == 2  # RepoCoder's own layout when asked
 
 
 def test_context_entries_are_exact_shown_runs(repo: Path, index: Index) -> None:
     index.update_file("app.py")
-    completer = Completer(index, Config().replace("prompt", max_blocks=0))  # definitions only: all of them show
+    completer = Completer(index, resolve_config(Config().replace("prompt", max_blocks=0)))  # definitions only: all of them show
     text = APP
     lines = text.split("\n")
     res = completer.complete("app.py", text, 12, 0)
@@ -298,7 +298,7 @@ def test_nothing_at_or_after_the_cursor_reaches_the_definitions(repo: Path, inde
     text = text.replace("        y = helper(x)", "        y = later(helper(x))")
     lines = text.split("\n")
     cursor = next(i for i, ln in enumerate(lines) if ln == "        later(")
-    completer = Completer(index, _one_block())
+    completer = Completer(index, resolve_config(_one_block()))
     try:
         res = completer.complete("app.py", text, cursor, len(lines[cursor]))
         assert PLANT not in res.prompt
@@ -311,10 +311,10 @@ def test_nothing_at_or_after_the_cursor_reaches_the_definitions(repo: Path, inde
 
 
 def test_no_definitions_and_plain_repocoder(index: Index) -> None:
-    completer = Completer(index, _one_block())
+    completer = Completer(index, resolve_config(_one_block()))
     on = completer.complete("app.py", APP, 12, 0)
     off = completer.complete("app.py", APP, 12, 0, definitions=False)
-    plain = Completer(index, _one_block().plain_repocoder()).complete("app.py", APP, 12, 0)
+    plain = Completer(index, resolve_config(_one_block().plain_repocoder())).complete("app.py", APP, 12, 0)
     assert any(b.kind == "definition" for b in on.context)
     assert not any(b.kind == "definition" for b in off.context + plain.context)
     assert "# Here are definitions" in on.prompt and "# Here are definitions" not in off.prompt
@@ -341,7 +341,7 @@ async def test_a_buffer_synced_while_a_completion_awaits_the_model_leaves_it_con
             return await super().agenerate(request)
 
     backend = GatedExtractive()
-    completer = Completer(index, _one_block(), backend)
+    completer = Completer(index, resolve_config(_one_block()), backend)
     lines = APP.split("\n")
     cursor = next(i for i, ln in enumerate(lines) if ln == "        self.enc.lay")
     try:

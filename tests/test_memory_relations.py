@@ -6,6 +6,7 @@ from pathlib import Path
 
 from repocomp.config import Config
 from repocomp.index import Index
+from repocomp.model_defaults import resolve_config
 from repocomp.pipeline import Completer, Hole
 
 MONEY = "def to_cents(amount):\n    return int(round(amount * 100))\n"
@@ -20,7 +21,7 @@ def test_entries_relate_to_each_other_through_the_graph_not_through_the_cursor(t
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "weather.py").write_text(WEATHER)
     index = Index.build(tmp_path, Config())
-    completer = Completer(index, Config())
+    completer = Completer(index, resolve_config(Config()))
     lines = WEATHER.split("\n")
     hole = Hole.cut("other/weather.py", lines, 1, 4, 0)
     relation = completer._relation_to(hole)

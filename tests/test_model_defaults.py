@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from repocomp.backends.hf import TransformersBackend
 from repocomp.config import BackendConfig, Config, PromptConfig
 from repocomp.index import Index
-from repocomp.model_defaults import resolve_for_model, resolve_prompt
+from repocomp.model_defaults import is_resolved, resolve_config, resolve_for_model, resolve_prompt
 from repocomp.pipeline import Completer
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "content_repo"
@@ -37,13 +39,14 @@ def test_rounds_and_token_cap_follow_the_model_and_an_explicit_value_wins() -> N
 
 
 def test_a_completer_on_the_cpu_model_runs_one_round_unless_told(tiny_model_dir: Path, tmp_path: Path) -> None:
-    config = Config().replace("index", dir=str(tmp_path / "idx")).replace("backend", max_new_tokens=4)
+    config = Config().replace("index", dir=str(tmp_path / "idx")).replace(
+        "backend", name="transformers", model=str(tiny_model_dir), max_new_tokens=4)
     index = Index.build(FIXTURE, config)
     path = "ledger/refunds.py"
     text = (FIXTURE / path).read_text()
 
     def rounds(cfg: Config) -> int:
-        completer = Completer(index, cfg, TransformersBackend(model=str(tiny_model_dir), device="cpu"))
+        completer = Completer(index, resolve_config(cfg), TransformersBackend(model=str(tiny_model_dir), device="cpu"))
         result = completer.complete(path, text, 13, len("    total_cents = "))
         return sum(1 for k in result.timings_ms if k.startswith("generate_"))
 
@@ -64,15 +67,37 @@ def test_definitions_need_their_budget() -> None:
 
 def test_a_completer_on_the_cpu_model_shows_definitions_only_with_the_budget(tiny_model_dir: Path,
                                                                               tmp_path: Path) -> None:
-    config = Config().replace("index", dir=str(tmp_path / "idx")).replace("backend", max_new_tokens=4)
+    config = Config().replace("index", dir=str(tmp_path / "idx")).replace(
+        "backend", name="transformers", model=str(tiny_model_dir), max_new_tokens=4)
     index = Index.build(FIXTURE, config)
     path = "ledger/refunds.py"
     text = (FIXTURE / path).read_text()
 
     def definitions(cfg: Config) -> list[str]:
-        completer = Completer(index, cfg, TransformersBackend(model=str(tiny_model_dir), device="cpu"))
+        completer = Completer(index, resolve_config(cfg), TransformersBackend(model=str(tiny_model_dir), device="cpu"))
         result = completer.complete(path, text, 13, len("    total_cents = "))
         return [d.name for d in result.definitions]
 
     assert definitions(config) == []
     assert definitions(config.replace("definitions", min_budget=1024))
+
+
+def test_configuration_is_resolved_once_and_consumers_refuse_an_unresolved_one(tmp_path: Path) -> None:
+    """`resolve_config` decides everything ("auto" and the model's 0s), twice gives the same, and the parts that
+    read the configuration take only its result."""
+    from repocomp.backends import make_backend
+    from repocomp.prompt import build_prompt
+
+    raw = Config()
+    once = resolve_config(raw)
+    assert not is_resolved(raw) and is_resolved(once) and resolve_config(once) == once
+    assert once.backend.name == "extractive"  # the tests' cache has no prepared model
+    assert (once.prompt.max_tokens, once.retrieval.iterations, once.backend.max_new_tokens) == (4096 - 128, 2, 128)
+    assert resolve_config(raw.replace("backend", name="vllm"), reads_prompt=False).prompt.max_tokens == 4096 - 128
+    with pytest.raises(ValueError, match="resolve_config"):
+        Completer(None, raw)
+    with pytest.raises(ValueError, match="resolve_prompt"):
+        build_prompt([], "x = ", "", raw.prompt)
+    with pytest.raises(ValueError, match="resolve_config"):
+        make_backend(raw.backend)
+    assert Completer(None, once).config is once

@@ -10,6 +10,7 @@ from test_retrieval import FakeIndex, small_config
 
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.errors import RepocompError
+from repocomp.model_defaults import resolve_config
 from repocomp.pipeline import Completer, next_query
 
 
@@ -57,7 +58,7 @@ def make(drafts: list[str] | None = None, **retrieval: object) -> tuple[FakeInde
     cfg = small_config(window=4, stride=2, **retrieval)
     idx = FakeIndex({"lib.py": LIB, "hole.py": HOLE}, cfg)
     backend = ScriptedBackend(drafts or ["parse_config(data)\nreturn cfg", "parse_config(data)"])
-    return idx, Completer(idx, cfg, backend), backend
+    return idx, Completer(idx, resolve_config(cfg), backend), backend
 
 
 def test_next_query_rule() -> None:
@@ -223,7 +224,7 @@ def test_with_real_index(tmp_path: Path) -> None:
     cfg = cfg.replace("index", dir=str(tmp_path / ".idx"))
     idx = index_mod.Index.build(tmp_path, cfg)
     backend = ScriptedBackend(["parse_config(data)", "parse_config(data)"])
-    comp = Completer(idx, cfg, backend)
+    comp = Completer(idx, resolve_config(cfg), backend)
     res = comp.complete("hole.py", HOLE + "\n", 5, len("    cfg = "), explain=True)
     assert res.rounds[0].blocks and res.rounds[0].blocks[0].path == "lib.py"
     assert all(b.path != "hole.py" for r in res.rounds for b in r.blocks)
@@ -354,19 +355,19 @@ def test_paging_pages_in_what_the_draft_uses_and_the_prompt_does_not_define(tmp_
     idx = Index.build(tmp_path, cfg.replace("index", dir=str(tmp_path / ".idx")))
     col = len("    cfg = ")
     backend = ScriptedBackend(["normalize_items(data)", "normalize_items(data, strict=True)"])
-    res = Completer(idx, cfg, backend).complete("hole.py", hole, 6, col, definitions=False)
+    res = Completer(idx, resolve_config(cfg), backend).complete("hole.py", hole, 6, col, definitions=False)
     assert len(backend.requests) == 2 and [r.paged for r in res.rounds] == [(), ("normalize_items",)]
     assert "def normalize_items" not in backend.requests[0].prompt
     assert "# def normalize_items(raw, strict=False):" in backend.requests[1].prompt
     assert res.text == "normalize_items(data, strict=True)" and res.prompt == backend.requests[1].prompt + " "
     # `main` is defined in view, `dict` is no repository name: one round
     backend = ScriptedBackend(["dict(main(path))"])
-    res = Completer(idx, cfg, backend).complete("hole.py", hole, 6, col, definitions=False)
+    res = Completer(idx, resolve_config(cfg), backend).complete("hole.py", hole, 6, col, definitions=False)
     assert len(backend.requests) == 1 and [r.paged for r in res.rounds] == [()]
     # paging off (the default): one round whatever the draft uses
     backend = ScriptedBackend(["normalize_items(data)"])
     off = cfg.replace("retrieval", paging=False)
-    Completer(idx, off, backend).complete("hole.py", hole, 6, col, definitions=False)
+    Completer(idx, resolve_config(off), backend).complete("hole.py", hole, 6, col, definitions=False)
     assert len(backend.requests) == 1
 
 

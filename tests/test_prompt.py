@@ -6,12 +6,23 @@ import json
 from pathlib import Path
 
 import pytest
+from configs import prompt_config
 from hypothesis import given
 from hypothesis import strategies as st
 
 from repocomp.config import PromptConfig
 from repocomp.errors import RepocompError
-from repocomp.prompt import BlockSource, _Shown, build_prompt, estimate_tokens, format_fim, make_token_counter
+from repocomp.prompt import (
+    BlockSource,
+    DefinitionsSection,
+    Place,
+    RecentSection,
+    _Shown,
+    build_prompt,
+    estimate_tokens,
+    format_fim,
+    make_token_counter,
+)
 
 BEST = BlockSource(7, ("pkg/util.py",), 10, 12, "def add(a, b):\n    return a + b")
 SECOND = BlockSource(3, ("pkg/other.py", "pkg/copy.py"), 0, 1, "x = add(1, 2)")
@@ -40,7 +51,7 @@ EXPECTED = (
 
 
 def test_repocoder_layout_exact_text_best_block_nearest_code() -> None:
-    p = build_prompt([BEST, SECOND], PREFIX, "", PromptConfig())
+    p = build_prompt([BEST, SECOND], PREFIX, "", prompt_config())
     assert p.text == EXPECTED
     assert [b.source.fragment_id for b in p.blocks] == [3, 7]  # prompt order: best last
     assert p.context == PREFIX
@@ -50,7 +61,7 @@ def test_repocoder_layout_exact_text_best_block_nearest_code() -> None:
 def test_budget_skips_block_that_does_not_fit_but_keeps_smaller_later_one() -> None:
     big = BlockSource(1, ("big.py",), 0, 50, "\n".join(f"value_{i} = compute({i})" for i in range(50)))
     small = BlockSource(2, ("small.py",), 0, 1, "z = 1")
-    cfg = PromptConfig(max_tokens=200, context_tokens=40)
+    cfg = prompt_config(max_tokens=200, context_tokens=40)
     p = build_prompt([big, small], PREFIX, "", cfg)
     assert [b.source.fragment_id for b in p.blocks] == [2]
     assert "big.py" not in p.text and "small.py" in p.text
@@ -59,15 +70,15 @@ def test_budget_skips_block_that_does_not_fit_but_keeps_smaller_later_one() -> N
 
 def test_max_blocks_and_no_blocks() -> None:
     srcs = [BlockSource(i, (f"f{i}.py",), 0, 1, f"v{i} = {i}") for i in range(5)]
-    p = build_prompt(srcs, PREFIX, "", PromptConfig(max_blocks=2))
+    p = build_prompt(srcs, PREFIX, "", prompt_config(max_blocks=2))
     assert [b.source.fragment_id for b in p.blocks] == [1, 0]
-    bare = build_prompt([], PREFIX, "", PromptConfig())
+    bare = build_prompt([], PREFIX, "", prompt_config())
     assert bare.text == PREFIX  # nothing retrieved: the in-file context alone, no header
 
 
 def test_in_file_context_keeps_last_lines_within_budget() -> None:
     prefix = "\n".join(f"line_{i} = {i}" for i in range(100)) + "\nresult = "
-    p = build_prompt([], prefix, "", PromptConfig(max_tokens=100, context_tokens=30))
+    p = build_prompt([], prefix, "", prompt_config(max_tokens=100, context_tokens=30))
     assert p.text.endswith("line_99 = 99\nresult = ")
     assert "line_0 =" not in p.text
     assert estimate_tokens(p.context) <= 30 + 1
@@ -76,13 +87,13 @@ def test_in_file_context_keeps_last_lines_within_budget() -> None:
 def test_fim_formats() -> None:
     assert format_fim("codellama", "a = ", "\nb = 2") == "<PRE> a =  <SUF>\nb = 2 <MID>"
     assert format_fim("starcoder", "a = ", "\nb = 2") == "<fim_prefix>a = <fim_suffix>\nb = 2<fim_middle>"
-    p = build_prompt([BEST], "y = ", "\nprint(y)", PromptConfig(fim="codellama"))
+    p = build_prompt([BEST], "y = ", "\nprint(y)", prompt_config(fim="codellama"))
     assert p.text.startswith("<PRE> # Here are some relevant code fragments")
     assert p.text.endswith("\ny =  <SUF>\nprint(y) <MID>")
-    s = build_prompt([], "y = ", "\nprint(y)", PromptConfig(fim="starcoder"))
+    s = build_prompt([], "y = ", "\nprint(y)", prompt_config(fim="starcoder"))
     assert s.text == "<fim_prefix>y = <fim_suffix>\nprint(y)<fim_middle>"
     # without FIM the suffix is not part of the prompt
-    assert "print(y)" not in build_prompt([], "y = ", "\nprint(y)", PromptConfig()).text
+    assert "print(y)" not in build_prompt([], "y = ", "\nprint(y)", prompt_config()).text
 
 
 def test_model_tokenizer_counts(tmp_path: Path) -> None:
@@ -121,8 +132,8 @@ def test_recent_edits_sit_nearest_the_code_within_their_tokens_and_are_not_repea
 
     hunk = RecentSource("hunk", "pkg/util.py", 10, ("def add(a, b):", "    return a + b"))
     thought = RecentSource("thought", "pkg/util.py", -1, ("renamed `plus` to `add` (pkg/util.py)",))
-    cfg = PromptConfig(max_tokens=400, context_tokens=100)
-    prompt = build_prompt([BEST, SECOND], PREFIX, "", cfg, recent=[thought, hunk], recent_tokens=200)
+    cfg = prompt_config(max_tokens=400, context_tokens=100)
+    prompt = build_prompt([BEST, SECOND], PREFIX, "", cfg, recent=RecentSection([thought, hunk], 200))
     recent = (
         "# Recent edits in this session:\n"
         "# --------------------------------------------------\n"
@@ -138,11 +149,11 @@ def test_recent_edits_sit_nearest_the_code_within_their_tokens_and_are_not_repea
     assert [b.source.fragment_id for b in prompt.blocks] == [3]
     assert prompt.recent == (hunk, thought) and prompt.tokens == estimate_tokens(prompt.text)
     # within the tokens the controller granted: only what fits
-    small = build_prompt([], PREFIX, "", cfg, recent=[thought, hunk], recent_tokens=estimate_tokens(thought.lines[0]))
+    small = build_prompt([], PREFIX, "", cfg, recent=RecentSection([thought, hunk], estimate_tokens(thought.lines[0])))
     assert small.recent == (thought,)
     # a hunk in the cursor's own file, inside the in-file context, is in view already
     here = RecentSource("hunk", "main.py", 0, ("from pkg.util import add",))
-    assert build_prompt([], PREFIX, "", cfg, hole=("main.py", 2), recent=[here], recent_tokens=200).recent == ()
+    assert build_prompt([], PREFIX, "", cfg, place=Place("main.py", 2), recent=RecentSection([here], 200)).recent == ()
 
 
 QWEN_EXPECTED = (
@@ -163,23 +174,22 @@ QWEN_EXPECTED = (
 def test_qwen_repository_layout_with_fill_in_the_middle_exact_text() -> None:
     """Qwen2.5-Coder's repository-level FIM (its examples/Qwen2.5-Coder-repolevel-fim.py): every block a file
     under `<|file_sep|>PATH`, its code as is, the cursor's file last and the FIM part in it."""
-    config = PromptConfig(fim="qwen", layout="files")
-    p = build_prompt([BEST, SECOND], PREFIX, "\nprint(y)", config, hole=("pkg/main.py", 9), repo="shop")
+    config = prompt_config(fim="qwen", layout="files")
+    p = build_prompt([BEST, SECOND], PREFIX, "\nprint(y)", config, place=Place("pkg/main.py", 9, repo="shop"))
     assert p.text == QWEN_EXPECTED
     # prefix only: the same files, the code before the cursor last
-    plain = build_prompt([BEST, SECOND], PREFIX, "\nprint(y)", PromptConfig(fim="none", layout="files"),
-                         hole=("pkg/main.py", 9), repo="shop")
+    plain = build_prompt([BEST, SECOND], PREFIX, "\nprint(y)", prompt_config(fim="none", layout="files"),
+                         place=Place("pkg/main.py", 9, repo="shop"))
     assert plain.text == QWEN_EXPECTED.split("<|fim_prefix|>")[0] + PREFIX
 
 
 def test_qwen_layout_shows_definitions_and_session_edits_as_files() -> None:
     from repocomp.prompt import DefinitionSource, RecentSource
 
-    config = PromptConfig(fim="qwen", layout="files", max_tokens=2000, context_tokens=500)
+    config = prompt_config(fim="qwen", layout="files", max_tokens=2000, context_tokens=500)
     definition = DefinitionSource("add", "pkg/util.py", ((10, "def add(a, b):"), (20, "    return a + b")))
     edit = RecentSource("hunk", "pkg/cart.py", 4, ("total = add(total, price)",))
-    p = build_prompt([], PREFIX, "", config, hole=("pkg/main.py", 9), repo="shop", definitions=[definition],
-                     definitions_share=0.5, recent=[edit], recent_tokens=100)
+    p = build_prompt([], PREFIX, "", config, place=Place("pkg/main.py", 9, repo="shop"), definitions=DefinitionsSection([definition], share=0.5), recent=RecentSection([edit], 100))
     assert "<|file_sep|>pkg/util.py\ndef add(a, b):\n    ...\n    return a + b\n" in p.text
     assert "<|file_sep|>pkg/cart.py\n# (line 5):\ntotal = add(total, price)\n" in p.text
     assert "# ----" not in p.text and p.text.startswith("<|repo_name|>shop\n")

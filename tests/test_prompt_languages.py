@@ -3,19 +3,29 @@ byte for byte), the budget still counted exactly, and a definition already in th
 
 from __future__ import annotations
 
-from repocomp.config import PromptConfig
-from repocomp.prompt import BlockSource, DefinitionSource, RecentSource, build_prompt, estimate_tokens
+from configs import prompt_config
+
+from repocomp.prompt import (
+    BlockSource,
+    DefinitionSource,
+    DefinitionsSection,
+    Place,
+    RecentSection,
+    RecentSource,
+    build_prompt,
+    estimate_tokens,
+)
 
 GO_BLOCK = BlockSource(4, ("pkg/util.go",), 10, 12, "func Add(a, b int) int {\n\treturn a + b")
 GO_PREFIX = "package main\n\nfunc main() {\n\ty := "
-CFG = PromptConfig(max_tokens=2000, context_tokens=400)
+CFG = prompt_config(max_tokens=2000, context_tokens=400)
 
 
 def test_go_prompt_uses_line_comment_everywhere() -> None:
     d = DefinitionSource("Point", "pkg/geom.go", ((2, "type Point struct {"), (3, "\tX, Y int"), (8, "}")))
     r = RecentSource("hunk", "main.go", 0, ("package main",))
-    p = build_prompt([GO_BLOCK], GO_PREFIX, "", CFG, definitions=[d], definitions_share=0.5, hole=("main.go", 3),
-                     recent=[r], recent_tokens=100)
+    p = build_prompt([GO_BLOCK], GO_PREFIX, "", CFG, definitions=DefinitionsSection([d], share=0.5), place=Place("main.go", 3),
+                     recent=RecentSection([r], 100))
     assert p.text == (
         "// Here are definitions from the repo that the code below uses:\n"
         "// --------------------------------------------------\n"
@@ -42,7 +52,7 @@ def test_go_prompt_uses_line_comment_everywhere() -> None:
 def test_recent_section_and_language_argument() -> None:
     r = RecentSource("hunk", "src/lib.rs", 40, ("    let total = sum(&items);",))
     t = RecentSource("thought", "src/lib.rs", -1, ("renamed count -> total",))
-    p = build_prompt([], "fn main() {\n    ", "", CFG, recent=[r, t], recent_tokens=100, language="rust")
+    p = build_prompt([], "fn main() {\n    ", "", CFG, recent=RecentSection([r, t], 100), place=Place(language="rust"))
     assert p.text.startswith(
         "// Recent edits in this session:\n"
         "// --------------------------------------------------\n")
@@ -54,14 +64,14 @@ def test_recent_section_and_language_argument() -> None:
 def test_languages_by_extension() -> None:
     for path, mark in (("a.ts", "//"), ("A.java", "//"), ("a.js", "//"), ("a.cpp", "//"), ("a.py", "#"),
                        ("README", "#")):
-        p = build_prompt([GO_BLOCK], "x = ", "", CFG, hole=(path, 0))
+        p = build_prompt([GO_BLOCK], "x = ", "", CFG, place=Place(path, 0))
         assert p.text.startswith(f"{mark} Here are some relevant code fragments"), path
         assert f"{mark} the below code fragment can be found in:" in p.text
 
 
 def test_python_prompt_unchanged_with_explicit_language() -> None:
     block = BlockSource(7, ("pkg/util.py",), 10, 12, "def add(a, b):\n    return a + b")
-    assert build_prompt([block], "y = ", "", CFG, language="python").text == \
+    assert build_prompt([block], "y = ", "", CFG, place=Place(language="python")).text == \
         build_prompt([block], "y = ", "", CFG).text
 
 
@@ -69,8 +79,7 @@ def _own_file_case(path: str, lines: list[str], def_lines: tuple[int, ...], curs
     d = DefinitionSource("T", path, tuple((n, lines[n]) for n in def_lines))
     other = DefinitionSource("U", "other" + path[path.rfind("."):], ((0, "U_HEADER_LINE"),))
     prefix = "\n".join(lines[:cursor] + ["    "])
-    p = build_prompt([], prefix, "", PromptConfig(max_tokens=2000, context_tokens=60), definitions=[d, other],
-                     definitions_share=0.9, hole=(path, cursor))
+    p = build_prompt([], prefix, "", prompt_config(max_tokens=2000, context_tokens=60), definitions=DefinitionsSection([d, other], share=0.9), place=Place(path, cursor))
     return p.text, p.context
 
 

@@ -86,8 +86,8 @@ def cpu_flags() -> str:
 
 
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
-                 typing: int = 0) -> tuple[list, float, Any, list[tuple[float, str]], dict[str, dict[str, float]]]:
-    """(results, model load and warm-up in ms, the configuration the completer used, typed requests' (ms,
+                 typing: int = 0) -> tuple[list, float, list[tuple[float, str]], dict[str, dict[str, float]]]:
+    """(results, model load and warm-up in ms, typed requests' (ms,
     answer), the backend's counters: prefix reuse under "cache_stats", the output head under "output_head_stats")."""
     from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer
@@ -113,24 +113,23 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
                     for name in ("cache_stats", "output_head_stats")}
     finally:
         await completer.aclose()
-    return results, load, completer.config, typed, counters
+    return results, load, typed, counters
 
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
                        progress: Any = None, typing: int = 0) -> CompleteBenchResult:
     from repocomp.index import Index
-    from repocomp.local_model import resolve
+    from repocomp.model_defaults import resolve_config
 
-    config = resolve(config)
+    config = resolve_config(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    # used: the model's defaults made concrete
-    results, load, used, typed, counters = asyncio.run(_bench(index, config, pos, typing))
+    results, load, typed, counters = asyncio.run(_bench(index, config, pos, typing))
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
-        iterations=used.retrieval.iterations, prompt_budget=used.prompt.max_tokens,
-        max_time_s=used.backend.max_time_s, max_new_tokens=used.backend.max_new_tokens, cpu=cpu_flags(),
+        iterations=config.retrieval.iterations, prompt_budget=config.prompt.max_tokens,
+        max_time_s=config.backend.max_time_s, max_new_tokens=config.backend.max_new_tokens, cpu=cpu_flags(),
         request_ms=_stats([r.timings_ms["total"] for r in results]), generate_ms=_stats(gen),
         prompt_tokens=_stats([r.prompt_tokens for r in results]), load_ms=round(load, 1),
         first_request_ms=round(results[0].timings_ms["total"], 1),

@@ -105,12 +105,12 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
 def run_retrieve_bench(root: Path, config: Any, positions: int = 300, runs: int = 3, seed: int = 0,
                        progress: Any = None) -> RetrieveBenchResult:
     from repocomp.index import Index
-    from repocomp.model_defaults import resolve_for_model
+    from repocomp.model_defaults import resolve_config
 
-    index = Index.open(root, config, build=True, progress=progress)
+    resolved = resolve_config(config, reads_prompt=False)  # no model: the reference's rounds and budget
+    index = Index.open(root, resolved, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    records, first = asyncio.run(_bench(index, config, pos, runs))
-    resolved = resolve_for_model(config, None)  # no model: the reference's rounds and budget
+    records, first = asyncio.run(_bench(index, resolved, pos, runs))
     rc = resolved.retrieval
     out = RetrieveBenchResult(repo=str(root), fragments=int(index.term_index.nonempty().sum()), files=len(index.files),
                               positions=len(pos), runs=runs, iterations=rc.iterations, similarity=rc.similarity,

@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace("retrieval", iterations=args.iterations)
     if args.no_fragrel:
         config = config.plain_repocoder()
+    from repocomp.model_defaults import resolve_config
+
+    chosen = resolve_config(config)  # what "auto" became, the model's defaults made concrete
     from repocomp.index.walk import read_text_file
 
     text = read_text_file(file, config.index.max_file_bytes)  # as the indexer reads it (FIFOs never)
@@ -91,21 +94,20 @@ def run(args: argparse.Namespace) -> int:
     col = len(lines[line]) if col1 is None else col1 - 1
     if col > len(lines[line]):
         raise RepocompError(f"column {col1} is past the end of line {line1} ({len(lines[line])} characters)")
-    result = asyncio.run(_complete(root, config, file.relative_to(root).as_posix(), text, line, col, args))
+    result = asyncio.run(_complete(root, chosen, file.relative_to(root).as_posix(), text, line, col, args))
     if args.json:
         print(json.dumps(_to_json(result), indent=2))
         return 0
     if args.explain:
         print(encodable(explain_text(result)))
     sys.stdout.write(encodable(result.text) + ("\n" if not result.text.endswith("\n") else ""))
-    from repocomp.local_model import hint_once, resolve
+    from repocomp.local_model import hint_once
 
-    chosen = resolve(config).backend.name  # what "auto" became
-    fallback = result.backend != chosen  # else the note is only about skipped rounds
+    fallback = result.backend != chosen.backend.name  # else the note is only about skipped rounds
     note = f" ({encodable(result.error)}{'; answered by the fallback' if fallback else ''})" if result.error else ""
     print(f"repocomp: completed by the {result.backend} backend{note} in {result.timings_ms.get('total', 0):.0f} ms",
           file=sys.stderr)
-    if config.backend.name == "auto" and chosen == "extractive":
+    if config.backend.name == "auto" and chosen.backend.name == "extractive":
         hint_once(lambda msg: print(f"repocomp: {msg}", file=sys.stderr))
     return 0
 

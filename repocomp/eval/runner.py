@@ -37,7 +37,7 @@ from repocomp.eval.records import (
 from repocomp.eval.session_tasks import run_session_tasks
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
 from repocomp.index.walk import decode_source, read_regular
-from repocomp.model_defaults import resolve_for_model
+from repocomp.model_defaults import resolve_config
 
 log = logging.getLogger(__name__)
 
@@ -223,11 +223,10 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
              ) -> dict[str, Any]:
     """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
     options.validate()
-    config = eval_config(config, options)
-    # records say what ran: the definitions as the completer resolves them for its model (budget rule)
-    ran = resolve_for_model(config, None if options.backend == "none" else options.backend)
+    # resolved once for the run; records say what ran (the definitions after the model's budget rule)
+    config = resolve_config(eval_config(config, options), reads_prompt=options.backend != "none")
     options = replace(options, alpha=config.retrieval.alpha, query_relations=config.retrieval.query_relations,
-                      definitions=ran.definitions.enabled)
+                      definitions=config.definitions.enabled)
     repos_dir = Path(repos_dir)
     engine_factory = engine_factory or open_engine
     for target, flag in ((out, "--out"), (summary_json, "--summary-json")):
