@@ -11,6 +11,7 @@ from __future__ import annotations
 import keyword
 import random
 from collections.abc import Hashable, Iterable
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -22,6 +23,7 @@ KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset
     ["function", "func", "return", "var", "let", "const", "new", "this", "class", "interface", "type", "struct", "fn", "pub", "impl", "mut", "void", "int", "long", "float", "double", "char", "bool", "boolean", "string", "public", "private", "protected", "static", "final", "package", "import", "export", "from", "extends", "implements", "throws", "throw", "try", "catch", "finally", "if", "else", "elif", "for", "while", "do", "switch", "case", "default", "break", "continue", "goto", "go", "defer", "chan", "map", "range", "select", "true", "false", "null", "nil", "none", "True", "False", "None", "self", "cls"])
 
 _PRIME = (1 << 31) - 1
+K = TypeVar("K", bound=Hashable)  # an entry's key
 _MAX_TOKENS = 512  # tokens of one entry that are hashed (a large paste is sampled by its first ones)
 
 
@@ -38,7 +40,7 @@ def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float
     return inter / (len(a) + len(b) - inter)
 
 
-class MinHashIndex:
+class MinHashIndex(Generic[K]):
     """Entries by key, bucketed by the MinHash of their token sets (one row per band)."""
 
     def __init__(self, bands: int = 32, seed: int = 20240501) -> None:
@@ -46,13 +48,13 @@ class MinHashIndex:
         self.bands = bands
         self._a = np.array([rng.randrange(1, _PRIME) for _ in range(bands)], dtype=np.int64)[:, None]
         self._b = np.array([rng.randrange(0, _PRIME) for _ in range(bands)], dtype=np.int64)[:, None]
-        self._sigs: dict[Hashable, tuple[int, ...]] = {}
-        self._buckets: list[dict[int, set[Hashable]]] = [{} for _ in range(bands)]
+        self._sigs: dict[K, tuple[int, ...]] = {}
+        self._buckets: list[dict[int, set[K]]] = [{} for _ in range(bands)]
 
     def __len__(self) -> int:
         return len(self._sigs)
 
-    def __contains__(self, key: Hashable) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._sigs
 
     def signature(self, tokens: Iterable[str]) -> tuple[int, ...] | None:
@@ -63,7 +65,7 @@ class MinHashIndex:
         x = np.fromiter((hash(t) & 0x7FFFFFFF for t in toks), dtype=np.int64, count=len(toks))[None, :]
         return tuple(((self._a * x + self._b) % _PRIME).min(axis=1).tolist())
 
-    def add(self, key: Hashable, tokens: Iterable[str]) -> None:
+    def add(self, key: K, tokens: Iterable[str]) -> None:
         self.remove(key)
         sig = self.signature(tokens)
         if sig is None:
@@ -72,7 +74,7 @@ class MinHashIndex:
         for band, value in zip(self._buckets, sig):
             band.setdefault(value, set()).add(key)
 
-    def remove(self, key: Hashable) -> None:
+    def remove(self, key: K) -> None:
         sig = self._sigs.pop(key, None)
         if sig is None:
             return
@@ -83,10 +85,10 @@ class MinHashIndex:
                 if not bucket:
                     del band[value]
 
-    def candidates(self, tokens: Iterable[str], limit: int = 2048) -> set[Hashable]:
+    def candidates(self, tokens: Iterable[str], limit: int = 2048) -> set[K]:
         """Keys sharing a bucket with `tokens` in some band (at most `limit`, the bands taken in order)."""
         sig = self.signature(tokens)
-        out: set[Hashable] = set()
+        out: set[K] = set()
         if sig is None:
             return out
         for band, value in zip(self._buckets, sig):

@@ -38,9 +38,9 @@ import math
 import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from repocomp.memory.events import TextEdit
 from repocomp.memory.hunks import Hunk, HunkTracker, hunk_bytes
@@ -60,6 +60,7 @@ W_PROXIMITY = 0.3  # weight of the distance in lines (same file) beside the toke
 DISTANCE_SCALE = 40.0  # lines: proximity exp(-distance / scale)
 THOUGHT_FILE = 0.5  # a thought about the cursor's file: its proximity
 SHORTLIST = 8  # entries whose relations (to the cursor and each other) are asked of the graph
+RELATED_PEERS = 6  # the first shortlisted entries whose relations to each other count (FragRel's s_env)
 RECENT_RELATED = 4  # the most recent queue hunks always asked about (an edit elsewhere the cursor's code calls)
 RECALL_CANDIDATES = 256  # recall entries taken from the hash buckets (TiM's first stage), at most
 RECALL_TOP = 32  # recall hunks kept after the exact similarity (TiM's second stage)
@@ -103,7 +104,9 @@ class MemoryDecision:
 
 @dataclass
 class _Cand:
-    kind: str  # "hunk" | "thought"
+    """An entry scored for a request: a hunk or a thought (or the code replaced at the cursor, chosen first)."""
+
+    kind: str  # "hunk" | "thought" | "replaced"
     obj: Hunk | Thought
     tokens: frozenset[str]
     time: float
@@ -114,6 +117,82 @@ class _Cand:
     s_env: float = 0.0
     score: float = 0.0
     line: int = 0
+
+
+class _HunkVectors(NamedTuple):
+    """What a hunk is compared by: its identifiers, its non-blank inserted lines, its removed lines' identifiers."""
+
+    tokens: frozenset[str]  # of the removed and inserted lines
+    inserted: tuple[str, ...]  # stripped, blank ones left out (`_nonblank`): compared with the visible context
+    removed: frozenset[str]  # of the removed lines (a recall hunk: none, it is never an analog)
+
+
+class _Pooled(NamedTuple):
+    """A hunk through the cheap first pass, ranked by (s_ind, hunk_id)."""
+
+    s_ind: float  # overlap + W_PROXIMITY * proximity + analog
+    hunk_id: int
+    overlap: float
+    proximity: float
+    analog: float
+    hunk: Hunk
+    tokens: frozenset[str]
+    inserted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One completion request, and the session's state it is answered from."""
+
+    path: str
+    line: int
+    now: float  # the session's clock: nothing later is a candidate
+    queue: list[Hunk]
+    thoughts: list[Thought]  # the visible ones
+    query: frozenset[str]  # the identifiers of the last `query_lines` lines before the cursor
+    shown_lines: frozenset[str]  # the non-blank lines before the cursor, stripped
+    recent_ids: frozenset[int]  # the latest queue hunks, always asked about (with a relation callback)
+    replaced: Hunk | None  # the hunk at the cursor that replaced code
+    replaced_from: int  # `replaced_start` of it
+    replaced_tokens: frozenset[str]  # the identifiers of its `replaced_window`
+
+
+class _Chosen(NamedTuple):
+    """An entry on its way into the prompt: its candidate, the entry, and the tokens the entry takes."""
+
+    cand: _Cand
+    entry: MemoryEntry
+    tokens: int
+
+
+@dataclass
+class _Shown:
+    """What the entries chosen so far show, so that nothing is shown twice."""
+
+    thought_keys: set[str] = field(default_factory=set)
+    full_hunks: set[int] = field(default_factory=set)
+    blocks: set[frozenset[int]] = field(default_factory=set)  # hunk sets of the repeated-shape thoughts shown
+
+
+class _Relations:
+    """The `relation` callback, asked once per pair of places (either order); its answer a finite strength, at
+    most 1 (a failing callback or a bad value: 0)."""
+
+    def __init__(self, relation: Callable[[str, int, str, int], float]) -> None:
+        self._relation = relation
+        self._cache: dict[tuple[str, int, str, int], float] = {}
+
+    def __call__(self, a: tuple[str, int], b: tuple[str, int]) -> float:
+        k = (a[0], a[1], b[0], b[1])
+        if k not in self._cache:
+            try:
+                w = float(self._relation(a[0], a[1], b[0], b[1]))
+            except Exception:
+                log.debug("memory: relation callback failed", exc_info=True)
+                w = 0.0
+            self._cache[k] = w if math.isfinite(w) and w > 0 else 0.0
+            self._cache[(b[0], b[1], a[0], a[1])] = self._cache[k]
+        return min(self._cache[k], 1.0)
 
 
 def _clean(line: str) -> str:
@@ -203,11 +282,10 @@ class SessionMemory:
         self._recall: OrderedDict[int, Hunk] = OrderedDict()  # older hunks, least recent first
         self._recall_tokens: dict[int, frozenset[str]] = {}
         self._recall_bytes = 0
-        self._index = MinHashIndex()  # recall hunks ("h", id) and thoughts ("t", key): keys are pairs
+        self._index: MinHashIndex[tuple[str, int | str]] = MinHashIndex()  # recall hunks ("h", id), thoughts ("t", key)
         self._thought_tokens: dict[str, tuple[str, frozenset[str]]] = {}  # key -> (text, tokens)
         self._by_name: dict[str, set[str]] = {}  # identifier -> thought keys naming it
-        # queue hunks' vectors and non-blank inserted lines, recomputed when they change
-        self._hunk_tokens: dict[int, tuple[frozenset[str], tuple[str, ...], frozenset[str]]] = {}  # + removed
+        self._hunk_tokens: dict[int, _HunkVectors] = {}  # queue hunks' vectors, recomputed when they change
         self._clock = 0.0  # the session's latest event time
         self._shown: deque[tuple[str, int, str, float]] = deque(maxlen=64)
         self._pending: deque[tuple[str, int, str, float]] = deque(maxlen=8)  # accepted, edit not seen yet
@@ -362,142 +440,42 @@ class SessionMemory:
     def select(self, path: str, line: int, prefix_lines: list[str], budget_tokens: int,
                count_tokens: Callable[[str], int],
                relation: Callable[[str, int, str, int], float] | None = None) -> MemoryDecision:
+        """SCM's controller (see the module docstring): the candidates, their scores, what fits the budget."""
         cfg = self.config
         if not cfg.enabled:
-            return MemoryDecision(False, "session memory is off", 0, True, ())
+            return _not_consulted("session memory is off")
         if budget_tokens <= 0 or cfg.max_entries <= 0:
-            return MemoryDecision(False, "no prompt budget for the session", 0, True, ())
+            return _not_consulted("no prompt budget for the session")
+        req = self._request(path, line, prefix_lines, with_recent=relation is not None)
+        if not req.queue and not self._recall and not req.thoughts:
+            return _not_consulted("nothing edited in this session yet")
+        cands = self._candidates(req)
+        if not cands and req.replaced is None:
+            return _not_consulted("every edit of the session is visible in the context already")
+        rel_reason = self._relate(cands, req, relation)
+        order = self._rank(cands, req.now)
+        best = cands[order[0]].score if cands else 0.0
+        if best < cfg.min_score and req.replaced is None:
+            return _not_consulted(f"nothing in the session relates to this cursor (best score {best:.3f} "
+                                  f"< min_score {cfg.min_score})")
+        qualified = [i for i in order if cands[i].score >= cfg.min_score]
+        return self._fit(cands, qualified, rel_reason, req, budget_tokens, count_tokens)
+
+    def _request(self, path: str, line: int, prefix_lines: list[str], with_recent: bool) -> _Request:
+        """The request's query, what it shows already, and the hunk at the cursor that replaced code."""
         now = self._clock
         queue = self.tracker.hunks()
-        thoughts = [t for t in self._thoughts if visible(t)]
-        if not queue and not self._recall and not thoughts:
-            return MemoryDecision(False, "nothing edited in this session yet", 0, True, ())
-
-        query = memory_tokens("\n".join(prefix_lines[-cfg.query_lines:]))
-        shown_lines = {s for s in (ln.strip() for ln in prefix_lines) if s}
-        cands: list[_Cand] = []
-        hunk_cands: set[int] = set()
-
-        recent_ids = {h.id for h in queue[-RECENT_RELATED:]} if relation is not None else set()
-        qn = len(query)
-        pool: list[tuple[float, int, float, float, float, Hunk, frozenset[str], tuple[str, ...]]] = []
-        replaced = self._replaced_at(path, line, queue, now) if cfg.replaced else None
+        replaced = self._replaced_at(path, line, queue, now) if self.config.replaced else None
         replaced_from = replaced_start(replaced, line) if replaced else 0  # once: the difflib pass is the cost
-        replaced_tokens = memory_tokens("\n".join(replaced_window(replaced, replaced_from))) if replaced \
-            else frozenset()
-
-        def consider(h: Hunk, tokens: frozenset[str], inserted: tuple[str, ...],
-                     removed: frozenset[str] = frozenset()) -> None:
-            if h.last_time > now or not any(line.strip() for line in h.inserted):
-                return  # from the future, or a pure deletion: nothing in it to write again (a rename has a thought)
-            analog = jaccard(removed, replaced_tokens) if removed and replaced_tokens and h is not replaced else 0.0
-            analog = analog if analog >= ANALOG_MIN else 0.0
-            inter = len(tokens & query) if qn and tokens else 0
-            overlap = inter / (len(tokens) + qn - inter) if inter else 0.0
-            proximity = 0.0
-            if h.path == path:
-                start, end = h.start_line, h.start_line + max(len(h.inserted), 1)
-                dist = 0 if start <= line < end else min(abs(line - start), abs(line - (end - 1)))
-                proximity = math.exp(-dist / DISTANCE_SCALE)
-            if overlap == 0.0 and proximity < 1e-3 and not analog and h.id not in recent_ids:
-                return  # nothing relates it (the graph is asked only about the shortlist and the latest hunks)
-            pool.append((overlap + W_PROXIMITY * proximity + analog, h.id, overlap, proximity, analog, h, tokens,
-                         inserted))
-
-        for h in queue:
-            cached = self._hunk_tokens.get(h.id)
-            if cached is None:
-                cached = self._hunk_tokens[h.id] = (memory_tokens("\n".join(h.removed + h.inserted)),
-                                                    _nonblank(h.inserted), memory_tokens("\n".join(h.removed)))
-            consider(h, *cached)
-
-        # recall storage, first stage: the hash buckets (and the cursor's file); second: exact similarity
-        keys = self._index.candidates(query, limit=RECALL_CANDIDATES) if query else set()
-        recall_ids = [k[1] for k in keys if k[0] == "h"]  # type: ignore[index]
-        if len(self._recall) <= 4 * SAME_FILE_RECALL:
-            same_file = [h.id for h in reversed(self._recall.values()) if h.path == path][:SAME_FILE_RECALL]
-        else:
-            same_file = [hid for hid in recall_ids if self._recall[hid].path == path]
-        scored = [(jaccard(self._recall_tokens[hid], query), hid) for hid in recall_ids]
-        ranked = [hid for _, hid in heapq.nlargest(RECALL_TOP, scored)]
-        for hid in dict.fromkeys(ranked + same_file):
-            h = self._recall[hid]
-            consider(h, self._recall_tokens[hid], _nonblank(h.inserted))
-
-        # the strongest hunks (and the latest, for the graph) become candidates, unless visible already
-        top = heapq.nlargest(HUNK_TOP, pool, key=lambda p: (p[0], p[1]))
-        top_ids = {p[1] for p in top}
-        top += [p for p in pool if p[1] in recent_ids and p[1] not in top_ids]
-        for s_ind, _, overlap, proximity, analog, h, tokens, inserted in top:
-            if inserted and all(s in shown_lines for s in inserted):
-                continue  # shown already: its inserted lines are all in the visible context
-            c = _Cand("hunk", h, tokens, h.last_time, s_ind=s_ind, overlap=overlap, proximity=proximity,
-                      analog=analog, line=h.start_line)
-            cands.append(c)
-            hunk_cands.add(h.id)
-
-        thought_keys = {k[1] for k in keys if k[0] == "t"}  # type: ignore[index]
-        for name in query:
-            thought_keys |= self._by_name.get(name, set())
-        for t in thoughts:
-            if t.key in thought_keys or hunk_cands.intersection(t.hunk_ids):
-                if t.time > now:
-                    continue
-                tokens = self._thought_tokens.get(t.key, ("", frozenset()))[1]
-                c = _Cand("thought", t, tokens, t.time, line=self._thought_line(t))
-                c.overlap = len(tokens & query) / len(tokens) if tokens else 0.0
-                c.proximity = THOUGHT_FILE if path in t.paths else 0.0
-                c.s_ind = c.overlap + W_PROXIMITY * c.proximity
-                cands.append(c)
-        if not cands and replaced is None:
-            return MemoryDecision(False, "every edit of the session is visible in the context already", 0, True, ())
-
-        # FragRel over the session: the shortlist's relations to the cursor and to each other
-        rel_reason: dict[int, str] = {}
-        if relation is not None and cfg.relations and cfg.alpha > 0:
-            by_ind = sorted(range(len(cands)), key=lambda i: -cands[i].s_ind)[:SHORTLIST]
-            recent = sorted((i for i in range(len(cands)) if cands[i].kind == "hunk"),
-                            key=lambda i: -cands[i].time)[:RECENT_RELATED]
-            short = list(dict.fromkeys(by_ind + recent))
-            cache: dict[tuple[str, int, str, int], float] = {}
-
-            def rel(a: tuple[str, int], b: tuple[str, int]) -> float:
-                k = (a[0], a[1], b[0], b[1])
-                if k not in cache:
-                    try:
-                        w = float(relation(a[0], a[1], b[0], b[1]))
-                    except Exception:
-                        log.debug("memory: relation callback failed", exc_info=True)
-                        w = 0.0
-                    cache[k] = w if math.isfinite(w) and w > 0 else 0.0
-                    cache[(b[0], b[1], a[0], a[1])] = cache[k]
-                return min(cache[k], 1.0)
-
-            where = {i: (_path_of(cands[i]), cands[i].line) for i in short}
-            for i in short:
-                w_c = rel(where[i], (path, line))
-                num, den = w_c * 1.0, w_c
-                for j in short[:6]:
-                    if j != i and i in short[:6]:
-                        w = rel(where[i], where[j])
-                        num += w * cands[j].s_ind
-                        den += w
-                cands[i].s_env = num / max(1.0, den)
-                if w_c > 0:
-                    rel_reason[i] = f"related {w_c:.2f}"
-        for c in cands:
-            s_rel = c.s_ind + cfg.alpha * c.s_env
-            age = max(0.0, now - c.time)
-            c.score = s_rel * (0.5 + 0.5 * 0.5 ** (age / cfg.half_life_s))
-
-        order = sorted(range(len(cands)), key=lambda i: (-cands[i].score, -cands[i].time))
-        best = cands[order[0]].score if cands else 0.0
-        if best < cfg.min_score and replaced is None:
-            return MemoryDecision(False, f"nothing in the session relates to this cursor (best score {best:.3f} "
-                                  f"< min_score {cfg.min_score})", 0, True, ())
-        qualified = [i for i in order if cands[i].score >= cfg.min_score]
-        return self._fit(cands, qualified, rel_reason, path, now, budget_tokens, count_tokens,
-                         (replaced, replaced_from) if replaced is not None else None)
+        return _Request(
+            path=path, line=line, now=now, queue=queue,
+            thoughts=[t for t in self._thoughts if visible(t)],
+            query=memory_tokens("\n".join(prefix_lines[-self.config.query_lines:])),
+            shown_lines=frozenset(s for s in (ln.strip() for ln in prefix_lines) if s),
+            recent_ids=frozenset(h.id for h in queue[-RECENT_RELATED:]) if with_recent else frozenset(),
+            replaced=replaced, replaced_from=replaced_from,
+            replaced_tokens=memory_tokens("\n".join(replaced_window(replaced, replaced_from))) if replaced
+            else frozenset())
 
     def _replaced_at(self, path: str, line: int, queue: list[Hunk], now: float) -> Hunk | None:
         """The latest hunk that replaced code where the cursor is (inside or right after its inserted lines)."""
@@ -507,92 +485,165 @@ class SessionMemory:
                 return h
         return None
 
-    def _fit(self, cands: list[_Cand], qualified: list[int], rel_reason: dict[int, str], path: str, now: float,
-             budget: int, count_tokens: Callable[[str], int],
-             replaced: tuple[Hunk, int] | None = None) -> MemoryDecision:
+    # -- 1. candidates ---------------------------------------------------------------------------------------
+    def _candidates(self, req: _Request) -> list[_Cand]:
+        """The hunks (queue and recall storage) and the thoughts that may relate to the request, scored `s_ind`."""
+        keys = self._index.candidates(req.query, limit=RECALL_CANDIDATES) if req.query else set()
+        recall_ids = [hid for kind, hid in keys if kind == "h" and isinstance(hid, int)]
+        pool = self._queue_pool(req) + self._recall_pool(req, recall_ids)
+        hunks = _hunk_candidates(pool, req)
+        bucketed = {key for kind, key in keys if kind == "t" and isinstance(key, str)}
+        return hunks + self._thought_candidates(req, bucketed, {c.obj.id for c in hunks if isinstance(c.obj, Hunk)})
+
+    def _queue_pool(self, req: _Request) -> list[_Pooled]:
+        """Every queue hunk that something relates to the request (its vectors cached until it changes)."""
+        pool = []
+        for h in req.queue:
+            vectors = self._hunk_tokens.get(h.id)
+            if vectors is None:
+                vectors = self._hunk_tokens[h.id] = _HunkVectors(
+                    memory_tokens("\n".join(h.removed + h.inserted)), _nonblank(h.inserted),
+                    memory_tokens("\n".join(h.removed)))
+            pooled = _pooled(h, vectors, req)
+            if pooled is not None:
+                pool.append(pooled)
+        return pool
+
+    def _recall_pool(self, req: _Request, recall_ids: list[int]) -> list[_Pooled]:
+        """Recall storage, TiM's two stages: the hunks sharing a hash bucket with the query (`recall_ids`), the
+        `RECALL_TOP` most similar of them by the exact Jaccard similarity; and those of the cursor's file."""
+        if len(self._recall) <= 4 * SAME_FILE_RECALL:
+            same_file = [h.id for h in reversed(self._recall.values()) if h.path == req.path][:SAME_FILE_RECALL]
+        else:
+            same_file = [hid for hid in recall_ids if self._recall[hid].path == req.path]
+        scored = [(jaccard(self._recall_tokens[hid], req.query), hid) for hid in recall_ids]
+        ranked = [hid for _, hid in heapq.nlargest(RECALL_TOP, scored)]
+        pool = []
+        for hid in dict.fromkeys(ranked + same_file):
+            h = self._recall[hid]
+            pooled = _pooled(h, _HunkVectors(self._recall_tokens[hid], _nonblank(h.inserted), frozenset()), req)
+            if pooled is not None:
+                pool.append(pooled)
+        return pool
+
+    def _thought_candidates(self, req: _Request, bucketed: set[str], hunk_ids: set[int]) -> list[_Cand]:
+        """The thoughts sharing a hash bucket with the query (`bucketed`), naming a query identifier or supported
+        by a candidate hunk (`hunk_ids`), none from the future."""
+        keys = set(bucketed)
+        for name in req.query:
+            keys |= self._by_name.get(name, set())
+        out = []
+        for t in req.thoughts:
+            if t.key in keys or hunk_ids.intersection(t.hunk_ids):
+                if t.time > req.now:
+                    continue  # from the future
+                tokens = self._thought_tokens.get(t.key, ("", frozenset()))[1]
+                c = _Cand("thought", t, tokens, t.time, line=self._thought_line(t))
+                c.overlap = len(tokens & req.query) / len(tokens) if tokens else 0.0
+                c.proximity = THOUGHT_FILE if req.path in t.paths else 0.0
+                c.s_ind = c.overlap + W_PROXIMITY * c.proximity
+                out.append(c)
+        return out
+
+    # -- 2. scores -------------------------------------------------------------------------------------------
+    def _relate(self, cands: list[_Cand], req: _Request,
+                relation: Callable[[str, int, str, int], float] | None) -> dict[int, str]:
+        """FragRel over the session: each shortlisted candidate's `s_env` from its relations to the cursor and to
+        the other shortlisted ones; the reason ("related 0.42") of those related to the cursor, by index."""
+        cfg = self.config
+        if relation is None or not (cfg.relations and cfg.alpha > 0):
+            return {}
+        rel = _Relations(relation)
+        short = _shortlist(cands)
+        peers = short[:RELATED_PEERS]
+        where = {i: (_path_of(cands[i]), cands[i].line) for i in short}
+        rel_reason: dict[int, str] = {}
+        for i in short:
+            w_c = rel(where[i], (req.path, req.line))
+            num, den = w_c * 1.0, w_c
+            if i in peers:
+                for j in peers:
+                    if j != i:
+                        w = rel(where[i], where[j])
+                        num += w * cands[j].s_ind
+                        den += w
+            cands[i].s_env = num / max(1.0, den)
+            if w_c > 0:
+                rel_reason[i] = f"related {w_c:.2f}"
+        return rel_reason
+
+    def _rank(self, cands: list[_Cand], now: float) -> list[int]:
+        """Each candidate's score (`s_rel` times its recency); their indexes, best first (then the latest)."""
+        cfg = self.config
+        for c in cands:
+            s_rel = c.s_ind + cfg.alpha * c.s_env
+            age = max(0.0, now - c.time)
+            c.score = s_rel * (0.5 + 0.5 * 0.5 ** (age / cfg.half_life_s))
+        return sorted(range(len(cands)), key=lambda i: (-cands[i].score, -cands[i].time))
+
+    # -- 3. decision -----------------------------------------------------------------------------------------
+    def _fit(self, cands: list[_Cand], qualified: list[int], rel_reason: dict[int, str], req: _Request,
+             budget: int, count_tokens: Callable[[str], int]) -> MemoryDecision:
         """The best entries that fit the budget: the code replaced at the cursor (cut to fit), then full hunks,
         thoughts, or summaries (SCM, MemGPT)."""
-        cfg = self.config
-        chosen: list[tuple[_Cand, MemoryEntry, int]] = []  # (candidate, entry, tokens)
-        if replaced is not None:
-            h, start = replaced
-            near = self.tracker.lines(h.path, h.start_line - 3 * REPLACED_BEFORE, h.start_line)
-            above = [ln for ln in near if ln.strip()][-REPLACED_BEFORE:]
-            window, renames = self._renamed(replaced_window(h, start, above), h, now)
-            reasons = ("replaced at the cursor",) + tuple(f"renamed as before: {r}" for r in renames)
+        chosen: list[_Chosen] = []
+        if req.replaced is not None:
+            replaced = self._replaced_entry(req.replaced, req.replaced_from, req.now, budget, count_tokens)
+            if replaced is not None:
+                chosen.append(replaced)
+        self._choose(chosen, cands, qualified, rel_reason, req, budget, count_tokens)
+        if not chosen:
+            return _not_consulted("the related entries are shown already")
+        total = _evict(chosen, budget, count_tokens)
+        if not chosen:
+            return _not_consulted(f"no related entry fits the session's budget of {budget} tokens")
+        return _consulted(tuple(ch.entry for ch in chosen), total)
 
-            def replaced_entry(k: int) -> MemoryEntry:
-                return MemoryEntry("replaced", h.path, h.start_line, window[:k], "\n".join(window[:k]), 1.0, reasons)
+    def _replaced_entry(self, h: Hunk, start: int, now: float, budget: int,
+                        count_tokens: Callable[[str], int]) -> _Chosen | None:
+        """The code the cursor's edit is rewriting, from `start` on (the session's renames applied), as many of its
+        lines as fit the budget; None when not even one does."""
+        near = self.tracker.lines(h.path, h.start_line - 3 * REPLACED_BEFORE, h.start_line)
+        above = [ln for ln in near if ln.strip()][-REPLACED_BEFORE:]
+        window, renames = self._renamed(replaced_window(h, start, above), h, now)
+        reasons = ("replaced at the cursor",) + tuple(f"renamed as before: {r}" for r in renames)
 
-            lo, hi = 0, len(window)  # the most lines that fit the budget (a few token counts, not one per line)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if count_tokens(prompt_form(replaced_entry(mid))) <= budget else (lo, mid - 1)
-            if lo:
-                chosen.append((_Cand("replaced", h, frozenset(), h.last_time, score=1.0), replaced_entry(lo),
-                               count_tokens(prompt_form(replaced_entry(lo)))))
-        thought_keys: set[str] = set()
-        full_hunks: set[int] = set()
-        blocks: set[frozenset[int]] = set()  # hunk sets of the repeated-shape thoughts shown
+        def entry(k: int) -> MemoryEntry:
+            return MemoryEntry("replaced", h.path, h.start_line, window[:k], "\n".join(window[:k]), 1.0, reasons)
+
+        fits = _most_that_fit(len(window), lambda k: count_tokens(prompt_form(entry(k))) <= budget)
+        if not fits:
+            return None
+        return _Chosen(_Cand("replaced", h, frozenset(), h.last_time, score=1.0), entry(fits),
+                       count_tokens(prompt_form(entry(fits))))
+
+    def _choose(self, chosen: list[_Chosen], cands: list[_Cand], qualified: list[int], rel_reason: dict[int, str],
+                req: _Request, budget: int, count_tokens: Callable[[str], int]) -> None:
+        """Append to `chosen`, up to `max_entries` in all, the qualified candidates in score order, each as its
+        entry; a thought shown already (by itself, its one hunk or its repeated block) is left out."""
+        shown = _Shown()
+        by_hunk = self._thought_by_hunk()
+        for i in qualified:
+            if len(chosen) >= self.config.max_entries:
+                break
+            c = cands[i]
+            reasons = self._reasons(c, req.path, req.now, rel_reason.get(i))
+            if isinstance(c.obj, Thought):
+                entry = _thought_choice(c.obj, c.score, reasons, shown)
+                if entry is None:
+                    continue
+            else:
+                entry = _hunk_choice(c, c.obj, reasons, shown, by_hunk.get(c.obj.id), budget, count_tokens)
+            chosen.append(_Chosen(c, entry, count_tokens(prompt_form(entry))))
+
+    def _thought_by_hunk(self) -> dict[int, Thought]:
+        """The first visible thought of each hunk (what a hunk too long to show stands as)."""
         by_hunk: dict[int, Thought] = {}
         for t in self._thoughts:
             if visible(t):
                 for hid in t.hunk_ids:
                     by_hunk.setdefault(hid, t)
-        for i in qualified:
-            if len(chosen) >= cfg.max_entries:
-                break
-            c = cands[i]
-            reasons = self._reasons(c, path, now, rel_reason.get(i))
-            if isinstance(c.obj, Thought):
-                t = c.obj
-                if t.key in thought_keys or (t.count == 1 and set(t.hunk_ids) <= full_hunks) \
-                        or (t.kind == "repeated" and frozenset(t.hunk_ids) in blocks):
-                    continue  # shown already: by its one hunk, or as another line of the same repeated block
-                if t.kind == "repeated":
-                    blocks.add(frozenset(t.hunk_ids))
-                entry = _thought_entry(t.paths[-1], t.text, c.score, reasons)
-                thought_keys.add(t.key)
-            else:
-                h = c.obj
-                assert isinstance(h, Hunk)
-                entry = _hunk_entry(h, c.score, reasons)
-                share = 1 - FULL_SHARE if c.analog else FULL_SHARE  # the same edit elsewhere: its text is the point
-                if count_tokens(prompt_form(entry)) > budget * share:  # SCM: the summary is enough
-                    own = by_hunk.get(h.id)
-                    if own is not None and own.key not in thought_keys:
-                        entry = _thought_entry(h.path, own.text, c.score, reasons + ("thought of a long hunk",))
-                        thought_keys.add(own.key)
-                    else:
-                        entry = _thought_entry(h.path, summarize_hunk(h), c.score, reasons + ("summary",))
-                else:
-                    full_hunks.add(h.id)
-            chosen.append((c, entry, count_tokens(prompt_form(entry))))
-        if not chosen:
-            return MemoryDecision(False, "the related entries are shown already", 0, True, ())
-
-        # MemGPT under memory pressure: the oldest full hunks leave for their summaries, then the weakest entries
-        total = sum(n for _, _, n in chosen)
-        while total > budget and chosen:
-            full = [k for k, (c, e, _) in enumerate(chosen) if e.kind == "hunk"]
-            if full:
-                k = min(full, key=lambda k: chosen[k][0].time)
-                c, e, _ = chosen[k]
-                assert isinstance(c.obj, Hunk)
-                summary = _thought_entry(e.path, summarize_hunk(c.obj), e.score, e.reasons + ("summary",))
-                chosen[k] = (c, summary, count_tokens(prompt_form(summary)))
-            else:
-                chosen.pop()  # the weakest (they are in score order)
-            total = sum(n for _, _, n in chosen)
-        if not chosen:
-            return MemoryDecision(False, f"no related entry fits the session's budget of {budget} tokens", 0, True,
-                                  ())
-        entries = tuple(e for _, e, _ in chosen)
-        kinds = sum(1 for e in entries if e.kind == "hunk"), sum(1 for e in entries if e.kind == "thought")
-        what = f"{kinds[0]} hunk(s) and {kinds[1]} thought(s) relate to this cursor"
-        if entries[0].kind == "replaced":
-            what = f"the code replaced at the cursor ({len(entries[0].lines)} lines); " + what
-        return MemoryDecision(True, f"{what} (best score {entries[0].score:.3f})", total, True, entries)
+        return by_hunk
 
     def _renamed(self, lines: list[str], hunk: Hunk, now: float) -> tuple[list[str], list[str]]:
         """TiM's thoughts applied to the code being rewritten: each rename the session made elsewhere (oldest
@@ -660,18 +711,6 @@ class SessionMemory:
                 "accepted": self._counts["accepted"]}
 
 
-def _nonblank(lines: list[str]) -> tuple[str, ...]:
-    """A hunk's inserted lines as compared with the visible context: stripped, blank ones left out (a deletion
-    has none, and is never taken for visible)."""
-    return tuple(s for s in (ln.strip() for ln in lines) if s)
-
-
-def _path_of(c: _Cand) -> str:
-    if c.kind == "hunk":
-        return c.obj.path  # type: ignore[union-attr]
-    return c.obj.paths[-1]  # type: ignore[union-attr]
-
-
 def _thought_words(t: Thought) -> str:
     """The text a thought's vector is made of: the code it names (in backquotes) and its key, not its English."""
     code = re.findall(r"`([^`]*)`", t.text)
@@ -686,3 +725,126 @@ def _hunk_entry(h: Hunk, score: float, reasons: tuple[str, ...]) -> MemoryEntry:
 
 def _thought_entry(path: str, text: str, score: float, reasons: tuple[str, ...]) -> MemoryEntry:
     return MemoryEntry("thought", path, -1, [text], text, score, reasons)
+
+
+def _not_consulted(reason: str) -> MemoryDecision:
+    return MemoryDecision(False, reason, 0, True, ())
+
+
+def _consulted(entries: tuple[MemoryEntry, ...], total: int) -> MemoryDecision:
+    kinds = sum(1 for e in entries if e.kind == "hunk"), sum(1 for e in entries if e.kind == "thought")
+    what = f"{kinds[0]} hunk(s) and {kinds[1]} thought(s) relate to this cursor"
+    if entries[0].kind == "replaced":
+        what = f"the code replaced at the cursor ({len(entries[0].lines)} lines); " + what
+    return MemoryDecision(True, f"{what} (best score {entries[0].score:.3f})", total, True, entries)
+
+
+def _nonblank(lines: list[str]) -> tuple[str, ...]:
+    """A hunk's inserted lines as compared with the visible context: stripped, blank ones left out (a deletion
+    has none, and is never taken for visible)."""
+    return tuple(s for s in (ln.strip() for ln in lines) if s)
+
+
+def _pooled(h: Hunk, vectors: _HunkVectors, req: _Request) -> _Pooled | None:
+    """A hunk's first-pass score (overlap with the query, proximity to the cursor, analog of the code replaced at
+    it); None when nothing relates it, it comes from the future, or it only deleted lines."""
+    if h.last_time > req.now or not any(line.strip() for line in h.inserted):
+        return None  # from the future, or a pure deletion: nothing in it to write again (a rename has a thought)
+    tokens, inserted, removed = vectors
+    analog = jaccard(removed, req.replaced_tokens) if removed and req.replaced_tokens and h is not req.replaced \
+        else 0.0
+    analog = analog if analog >= ANALOG_MIN else 0.0
+    query, qn = req.query, len(req.query)
+    inter = len(tokens & query) if qn and tokens else 0
+    overlap = inter / (len(tokens) + qn - inter) if inter else 0.0
+    proximity = _proximity(h, req.path, req.line)
+    if overlap == 0.0 and proximity < 1e-3 and not analog and h.id not in req.recent_ids:
+        return None  # nothing relates it (the graph is asked only about the shortlist and the latest hunks)
+    return _Pooled(overlap + W_PROXIMITY * proximity + analog, h.id, overlap, proximity, analog, h, tokens, inserted)
+
+
+def _proximity(h: Hunk, path: str, line: int) -> float:
+    """`exp(-distance / DISTANCE_SCALE)` from the cursor to the hunk's inserted lines in the cursor's file, else 0."""
+    if h.path != path:
+        return 0.0
+    start, end = h.start_line, h.start_line + max(len(h.inserted), 1)
+    dist = 0 if start <= line < end else min(abs(line - start), abs(line - (end - 1)))
+    return math.exp(-dist / DISTANCE_SCALE)
+
+
+def _hunk_candidates(pool: list[_Pooled], req: _Request) -> list[_Cand]:
+    """The `HUNK_TOP` strongest pooled hunks, and the latest (for the graph), unless visible already."""
+    top = heapq.nlargest(HUNK_TOP, pool, key=lambda p: (p.s_ind, p.hunk_id))
+    top_ids = {p.hunk_id for p in top}
+    top += [p for p in pool if p.hunk_id in req.recent_ids and p.hunk_id not in top_ids]
+    return [_Cand("hunk", p.hunk, p.tokens, p.hunk.last_time, s_ind=p.s_ind, overlap=p.overlap,
+                  proximity=p.proximity, analog=p.analog, line=p.hunk.start_line)
+            for p in top
+            if not (p.inserted and all(s in req.shown_lines for s in p.inserted))]  # shown: all its lines visible
+
+
+def _shortlist(cands: list[_Cand]) -> list[int]:
+    """The candidates whose relations are asked of the graph: the `SHORTLIST` best by s_ind, then the
+    `RECENT_RELATED` latest hunks (indexes into `cands`)."""
+    by_ind = sorted(range(len(cands)), key=lambda i: -cands[i].s_ind)[:SHORTLIST]
+    recent = sorted((i for i in range(len(cands)) if cands[i].kind == "hunk"),
+                    key=lambda i: -cands[i].time)[:RECENT_RELATED]
+    return list(dict.fromkeys(by_ind + recent))
+
+
+def _most_that_fit(n: int, fits: Callable[[int], bool]) -> int:
+    """The largest k in [0, n] with `fits(k)` (`fits` monotone; a few calls, not one per k)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _thought_choice(t: Thought, score: float, reasons: tuple[str, ...], shown: _Shown) -> MemoryEntry | None:
+    """A thought's entry; None when shown already: by itself, by its one hunk in full, or as another line of the
+    same repeated block."""
+    if t.key in shown.thought_keys or (t.count == 1 and set(t.hunk_ids) <= shown.full_hunks) \
+            or (t.kind == "repeated" and frozenset(t.hunk_ids) in shown.blocks):
+        return None
+    if t.kind == "repeated":
+        shown.blocks.add(frozenset(t.hunk_ids))
+    shown.thought_keys.add(t.key)
+    return _thought_entry(t.paths[-1], t.text, score, reasons)
+
+
+def _hunk_choice(c: _Cand, h: Hunk, reasons: tuple[str, ...], shown: _Shown, own: Thought | None, budget: int,
+                 count_tokens: Callable[[str], int]) -> MemoryEntry:
+    """A hunk's entry: in full, or, when that takes over its share of the budget (SCM: the summary is enough), its
+    own thought (`own`, unless shown) or its one-line summary."""
+    entry = _hunk_entry(h, c.score, reasons)
+    share = 1 - FULL_SHARE if c.analog else FULL_SHARE  # the same edit elsewhere: its text is the point
+    if count_tokens(prompt_form(entry)) > budget * share:
+        if own is not None and own.key not in shown.thought_keys:
+            shown.thought_keys.add(own.key)
+            return _thought_entry(h.path, own.text, c.score, reasons + ("thought of a long hunk",))
+        return _thought_entry(h.path, summarize_hunk(h), c.score, reasons + ("summary",))
+    shown.full_hunks.add(h.id)
+    return entry
+
+
+def _evict(chosen: list[_Chosen], budget: int, count_tokens: Callable[[str], int]) -> int:
+    """MemGPT under memory pressure: while `chosen` takes more than the budget, its oldest full hunk becomes its
+    summary and, when none is left, the weakest entry leaves (in place); the tokens the rest take."""
+    total = sum(ch.tokens for ch in chosen)
+    while total > budget and chosen:
+        full = [k for k, ch in enumerate(chosen) if ch.entry.kind == "hunk"]
+        if full:
+            k = min(full, key=lambda k: chosen[k].cand.time)
+            c, e = chosen[k].cand, chosen[k].entry
+            assert isinstance(c.obj, Hunk)
+            summary = _thought_entry(e.path, summarize_hunk(c.obj), e.score, e.reasons + ("summary",))
+            chosen[k] = _Chosen(c, summary, count_tokens(prompt_form(summary)))
+        else:
+            chosen.pop()  # the weakest (they are in score order)
+        total = sum(ch.tokens for ch in chosen)
+    return total
+
+
+def _path_of(c: _Cand) -> str:
+    return c.obj.path if isinstance(c.obj, Hunk) else c.obj.paths[-1]
