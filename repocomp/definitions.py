@@ -42,9 +42,10 @@ from repocomp.config import DefinitionsConfig
 if TYPE_CHECKING:
     from repocomp.index import Index
 
-__all__ = ["Candidate", "DefinitionFinder", "Evidence", "RankedDefinition", "SOURCES", "BufferState"]
+__all__ = ["CHAIN", "Candidate", "DefinitionFinder", "Evidence", "RankedDefinition", "SOURCES", "BufferState"]
 
-_CHAIN = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+# a dotted name (`a.b.c`) not preceded by a word character or a dot
+CHAIN = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _TYPED = re.compile(r"^\s*((?:self\.)?[A-Za-z_]\w*)\s*(?::[^=]*)?=\s*([A-Za-z_][\w.]*)\s*\(")
 _SUPER = re.compile(r"super\(\s*\)\.([A-Za-z_]\w*)")
 _AT_CURSOR = re.compile(r"([A-Za-z_][\w.]*)$")
@@ -281,7 +282,7 @@ def _source_references(state: BufferState, index: Any, cfg: DefinitionsConfig) -
         if i == state.cursor_line:  # the identifier being typed is the prefix source's
             m = _AT_CURSOR.search(text)
             text = text[: m.start()] if m else text
-        for m in _CHAIN.finditer(text):
+        for m in CHAIN.finditer(text):
             parts = tuple(m.group(0).split("."))
             called = text[m.end():m.end() + 1] == "("
             typed = state.language != "python" and parts[0][:1].isupper()  # a type or class name: resolvable

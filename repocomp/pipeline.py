@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import keyword
 import logging
-import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
@@ -34,9 +32,12 @@ from typing import TYPE_CHECKING, Any
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.block_order import BlockOrders
 from repocomp.config import MODES, Config
+from repocomp.cursor import Cut
+from repocomp.definitions import DefinitionFinder
 from repocomp.errors import RepocompError
 from repocomp.languages import rules_for_path
 from repocomp.model_defaults import QWEN_STOP_TOKENS, is_resolved
+from repocomp.paging import paged_definitions
 from repocomp.postprocess import drop_cut_word, is_finished, postprocess
 from repocomp.prompt import (
     BlockSource,
@@ -50,14 +51,24 @@ from repocomp.prompt import (
     build_prompt,
     make_token_counter,
 )
-from repocomp.retrieval import Hit, Retriever
+from repocomp.render import DefinitionRenderer
+from repocomp.results import (
+    CompletionResult,
+    ContextBlock,
+    DefinitionTrace,
+    RoundTrace,
+    definition_traces,
+    shown_context,
+)
+from repocomp.retrieval import Hit, Retriever, round_query
+from repocomp.trailing_space import drop_space, split_trailing_space
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from contextlib import AbstractAsyncContextManager
 
     from repocomp.backends import Backend
-    from repocomp.definitions import DefinitionFinder, RankedDefinition
+    from repocomp.definitions import BufferState, RankedDefinition
     from repocomp.index import Index
     from repocomp.memory.session import MemoryDecision, SessionMemory
 
@@ -65,88 +76,49 @@ __all__ = ["CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "
 
 log = logging.getLogger(__name__)
 
-_DRAFT_LINES = 10  # RepoCoder: first 10 non-blank lines of the previous draft join the next query
 # A backend past the deadline gets this much longer to report its own error (and its fallback to answer) before
 # the round is cancelled: only backends that ignore `GenerationRequest.deadline` ever see the cancellation.
 _DEADLINE_GRACE_S = 0.5
 
 
-@dataclass
-class ContextBlock:
-    """Retrieved code; in `CompletionResult.context`, one contiguous run of lines the prompt shows."""
-
-    fragment_id: int  # -1 for a definition
-    path: str
-    start_line: int  # 0-based, lines shown (after the first-round shift)
-    end_line: int  # exclusive
-    s_ind: float
-    s_env: float
-    s_rel: float  # for a definition: its ranking score
-    text: str
-    relations: list[str] = field(default_factory=list)  # edge types (filled only when explain=True)
-    kind: str = "similar"  # "similar" or "definition"
-    name: str = ""  # the definition's name
-    reasons: list[str] = field(default_factory=list)  # why a definition was chosen
-
-
-@dataclass
-class DefinitionTrace:
-    """A ranked definition candidate of the final round (for --explain)."""
-
-    name: str
-    kind: str  # "function", "class", "method" or "constant"
-    path: str
-    lines: list[int]  # 0-based lines its rendering shows
-    score: float
-    features: dict[str, float]
-    reasons: list[str]
-    shown: bool  # in the final prompt (False: budget, rank, or already visible)
-
-
-@dataclass
-class RoundTrace:
-    query: str
-    draft: str
-    blocks: list[ContextBlock]  # retrieved, best-first (the ones that made it into the prompt are in context)
-    at_time_limit: bool = False  # the backend's max_time_s cut the draft
-    paged: tuple[str, ...] = ()  # a paging round: the names of the draft whose definitions it paged in
-
-
-@dataclass
-class CompletionResult:
-    text: str
-    backend: str
-    context: list[ContextBlock]  # the final prompt's blocks, in prompt order (best last)
-    prompt: str
-    prompt_tokens: int
-    rounds: list[RoundTrace]
-    timings_ms: dict[str, float]
-    error: str = ""  # why the configured backend did not answer (a fallback did), or why rounds were skipped
-    definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
-    # the time limit ended the answer early, or the deadline left it empty
-    cut_by_time: bool = False
-    memory: MemoryDecision | None = None  # the session memory's controller: consulted or not, and what it chose
-
-
 @dataclass(frozen=True)
 class Hole:
-    """Where the completion goes: the buffer's lines, the cursor, and the text on either side of it."""
+    """Where the completion goes: the buffer cut at the cursor, its path, and the line above which the in-file
+    context (and the query) never starts."""
 
     path: str  # relative to the index root
-    lines: list[str]
-    line: int  # 0-based
-    col: int
-    context_start_line: int  # the in-file context (and the query) never starts above it
-    before: list[str]  # whole lines from context_start_line up to the cursor's
-    partial: str  # the cursor line up to the cursor
-    prefix: str
-    suffix: str
+    cut: Cut
+    context_start_line: int = 0
 
-    @classmethod
-    def cut(cls, path: str, lines: list[str], line: int, col: int, context_start_line: int) -> Hole:
-        before, partial = lines[context_start_line:line], lines[line][:col]
-        return cls(path, lines, line, col, context_start_line, before, partial, "\n".join(before + [partial]),
-                   "\n".join([lines[line][col:]] + lines[line + 1:]))
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return self.cut.lines
+
+    @property
+    def line(self) -> int:
+        return self.cut.line
+
+    @property
+    def col(self) -> int:
+        return self.cut.col
+
+    @property
+    def partial(self) -> str:
+        """The cursor line up to the cursor."""
+        return self.cut.partial
+
+    @functools.cached_property
+    def before(self) -> list[str]:
+        """Whole lines from context_start_line up to the cursor's."""
+        return list(self.cut.lines[self.context_start_line:self.cut.line])
+
+    @functools.cached_property
+    def prefix(self) -> str:
+        return self.cut.before if self.context_start_line == 0 else "\n".join(self.before + [self.partial])
+
+    @property
+    def suffix(self) -> str:
+        return self.cut.after
 
     @property
     def language(self) -> str:
@@ -170,6 +142,7 @@ class _Request:
     rounds: int
     definitions: bool  # whether the prompt may carry the definitions the code before the cursor uses
     explain: bool
+    trace: bool  # the result carries what the prompt showed and the ranked definitions
     timeout_s: float
     deadline: float  # time.monotonic() by which the whole completion must be answered
     cache_key: str | None = None  # the document whose prompts a backend may reuse the prefix of
@@ -216,74 +189,11 @@ def _join(error: str, note: str) -> str:
     return f"{error}; {note}" if error else note
 
 
-def _split_lines(text: str) -> list[str]:
-    return text.split("\n")
-
-
 def _normalize_path(path: str) -> str:
     p = PurePosixPath(path.replace("\\", "/"))
     if p.is_absolute() or ".." in p.parts or str(p) in ("", "."):
         raise RepocompError(f"path {path!r} must be relative to the repository root and inside it")
     return str(p)
-
-
-def draft_query_lines(draft: str, n: int = _DRAFT_LINES) -> list[str]:
-    return [line for line in draft.split("\n") if line.strip()][:n]
-
-
-def next_query(before: list[str], partial: str, draft: str, stride: int) -> str:
-    """RepoCoder's round r+1 query: the last `stride` lines before the cursor + the first 10 non-blank draft lines.
-
-    A draft continuing a partly typed line is read as that line completed (the partial line counts as a line).
-    """
-    if partial:
-        first, _, rest = draft.partition("\n")
-        lines = (before + [partial + first])[-stride:]
-        return "\n".join(lines + draft_query_lines(rest, _DRAFT_LINES - (1 if first.strip() else 0)))
-    return "\n".join(before[-stride:] + draft_query_lines(draft))
-
-
-def _split_trailing_space(prompt: str) -> tuple[str, str]:
-    """(prompt without the spaces after the cursor line's code, those spaces).
-
-    A prompt ending in `x = ` asks a BPE model to continue after a space that its tokenizer would have merged
-    into the next word (` currency`): models then write something unusual (`0`). Ending at `x =` and dropping the
-    same space from the answer lets the model pick the merged token. Pure indentation is left alone.
-    """
-    line = prompt.rpartition("\n")[2]
-    stripped = line.rstrip(" \t")
-    if not stripped.strip() or stripped == line:
-        return prompt, ""
-    return prompt[: len(prompt) - (len(line) - len(stripped))], line[len(stripped):]
-
-
-def _drop_space(text: str, space: str) -> str:
-    if space and text.startswith(space):
-        return text[len(space):]
-    return text.lstrip(" \t") if space else text
-
-
-_CHAIN = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-
-
-def draft_names(partial: str, draft: str) -> list[tuple[str, ...]]:
-    """The dotted names (`a.b.c` as parts) a draft writes, in order, once each: read as the cursor line's code
-    continued (`self.ta` + `ble.get(` is `self.table.get`), those ending in the draft; keywords left out."""
-    text = partial + draft
-    out: list[tuple[str, ...]] = []
-    for m in _CHAIN.finditer(text):
-        parts = tuple(m.group(0).split("."))
-        if m.end() <= len(partial) or keyword.iskeyword(parts[0]) or parts in out:
-            continue
-        out.append(parts)
-    return out
-
-
-def _defines(text: str, name: str) -> bool:
-    """Whether `text` (a prompt) defines `name`: a `def`/`class` of it or an assignment to it at a line's start
-    (comment-prefixed lines of the prompt's sections count)."""
-    n = re.escape(name)
-    return re.search(rf"\b(?:def|class)\s+{n}\b|^[#\s]*(?:self\.)?{n}\s*(?::[^=\n]*)?=(?!=)", text, re.M) is not None
 
 
 _CAP_SLACK = 4  # tokens: a draft this close to max_new_tokens was stopped by the cap
@@ -310,8 +220,7 @@ class Completer:
         self.retriever = Retriever(index, self.config) if index is not None else None
         self._count: TokenCounter | None = None
         self._finder: DefinitionFinder | None = None
-        self._line_cache: dict[str, tuple[object, list[str]]] = {}
-        self._rendered: dict[object, tuple[object, Any]] = {}  # definition -> (its file's parse, rendering)
+        self._renderer = DefinitionRenderer(index, config.definitions) if index is not None else None
         self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
         prompt = self.config.prompt  # a model that reads Qwen2.5-Coder's format ends its answer with one of its tokens
         self._stops = QWEN_STOP_TOKENS if prompt.fim == "qwen" or prompt.layout == "files" else ()
@@ -386,38 +295,43 @@ class Completer:
 
     def complete(self, path: str, text: str, line: int, col: int, **kwargs: object) -> CompletionResult:
         """Synchronous `acomplete` (for callers without an event loop)."""
-        return asyncio.run(self.acomplete(path, text, line, col, **kwargs))  # type: ignore[arg-type]
+        return asyncio.run(self.acomplete(path, text, line, col, **kwargs))
 
-    async def acomplete(self, path: str, text: str, line: int, col: int, *, mode: str = "repocoder",
-                        oracle_text: str | None = None, kind: str = "auto",
-                        context_start_line: int = 0, explain: bool = False,
-                        definitions: bool | None = None,
-                        generating: Callable[[], AbstractAsyncContextManager[None]] | None = None,
-                        cache_key: str | None = None) -> CompletionResult:
-        """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col).
+    async def acomplete(self, path: str, text: str, line: int, col: int, **options: Any) -> CompletionResult:
+        """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col); the
+        options are `acomplete_at`'s."""
+        return await self.acomplete_at(path, Cut.of(text, line, col, path), **options)
 
-        Relations and definitions are the config's (`Config.plain_repocoder()` turns them off); `definitions`
+    async def acomplete_at(self, path: str, cut: Cut, *, mode: str = "repocoder", oracle_text: str | None = None,
+                           kind: str = "auto", context_start_line: int = 0, explain: bool = False,
+                           trace: bool = False, definitions: bool | None = None,
+                           generating: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+                           cache_key: str | None = None) -> CompletionResult:
+        """Complete the buffer `cut` at its cursor (`path` relative to the index root).
+
+        `trace` (or `explain`): the result carries what the final prompt showed (`context`) and the ranked
+        definitions; an editor's request needs neither. Relations and definitions are the config's (`Config.plain_repocoder()` turns them off); `definitions`
         overrides `[definitions] enabled` for this request. Each round's generation runs inside `generating()`:
         the language server hands its lock on the index back there, so that updates need not wait for a model
         (a round reads everything it needs from the index before it generates). `cache_key` names the document (and
         folder) whose consecutive prompts a backend may reuse the computed prefix of (None: no reuse).
 
-        The stages: check the request and cut the buffer at the hole; put the live buffer into the index; scan
+        The stages: check the request; put the live buffer into the index; scan
         the code before the cursor for the names it uses; then per round retrieve similar code, rank
         definitions, lay out the prompt and generate; post-process the last draft."""
-        req = self._request(path, text, line, col, mode, oracle_text, kind, context_start_line, explain,
+        req = self._request(path, cut, mode, oracle_text, kind, context_start_line, explain, trace or explain,
                             definitions, cache_key)
         timings = _Timings()
         run = _Run()
         with timings("sync"):
             if self.index is not None and mode != "infile" and self.sync_buffers:
-                self._sync_buffer(req.hole.path, text)
+                self._sync_buffer(req.hole.path, cut.text)
         state = self._scan_definitions(req, timings)
         with timings("memory"):
             run.memory = self._recall(req)
         anchor = None
         if explain and self.retriever is not None:
-            anchor = self.retriever.covering(req.hole.path, max(0, line - 1) if col == 0 else line)
+            anchor = self.retriever.covering(req.hole.path, max(0, cut.line - 1) if cut.col == 0 else cut.line)
         for r in range(1, req.rounds + 1):
             if r > 1 and time.monotonic() >= req.deadline:
                 run.note(f"stopped after round {r - 1} of {req.rounds}: the completion's {req.timeout_s:g}s "
@@ -445,30 +359,25 @@ class Completer:
 
     # -- stages ---------------------------------------------------------------------------------------------
 
-    def _request(self, path: str, text: str, line: int, col: int, mode: str, oracle_text: str | None, kind: str,
-                 context_start_line: int, explain: bool, definitions: bool | None,
-                 cache_key: str | None = None) -> _Request:
-        """The request checked (a RepocompError says what is wrong), the hole cut out of the buffer."""
+    def _request(self, path: str, cut: Cut, mode: str, oracle_text: str | None, kind: str,
+                 context_start_line: int, explain: bool, trace: bool, definitions: bool | None,
+                 cache_key: str | None) -> _Request:
+        """The request checked (a RepocompError says what is wrong)."""
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "oracle" and oracle_text is None:
             raise RepocompError("mode 'oracle' needs oracle_text (the ground-truth window)")
-        path = _normalize_path(path)
-        lines = _split_lines(text)
-        if not 0 <= line < len(lines):
-            raise RepocompError(f"line {line + 1} is outside {path} ({len(lines)} lines)")
-        if not 0 <= col <= len(lines[line]):
-            raise RepocompError(f"column {col + 1} is outside line {line + 1} of {path} ({len(lines[line])} chars)")
-        if not 0 <= context_start_line <= line:
-            raise RepocompError(f"context_start_line {context_start_line} must be in 0..{line}")
+        if not 0 <= context_start_line <= cut.line:
+            raise RepocompError(f"context_start_line {context_start_line} must be in 0..{cut.line}")
         rounds = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": self.config.retrieval.iterations}[mode]
         if definitions is None:
             definitions = self.config.definitions.enabled
         timeout_s = self.config.backend.timeout_s
-        return _Request(Hole.cut(path, lines, line, col, context_start_line), mode, kind, oracle_text, rounds,
-                        definitions and mode != "infile", explain, timeout_s, time.monotonic() + timeout_s, cache_key)
+        return _Request(Hole(_normalize_path(path), cut, context_start_line), mode, kind, oracle_text, rounds,
+                        definitions and mode != "infile", explain, trace, timeout_s, time.monotonic() + timeout_s,
+                        cache_key)
 
-    def _scan_definitions(self, req: _Request, timings: _Timings) -> Any:
+    def _scan_definitions(self, req: _Request, timings: _Timings) -> BufferState | None:
         """The names the code before the cursor uses (None when definitions are off or cannot be found)."""
         if not req.definitions or self.finder is None:
             return None
@@ -481,12 +390,8 @@ class Completer:
         if req.mode == "infile" or self.retriever is None:
             return "", []
         hole, fc = req.hole, self.config.fragments
-        if req.mode == "oracle":
-            query = req.oracle_text or ""
-        elif r == 1:
-            query = "\n".join(hole.query_lines[-fc.window:])
-        else:
-            query = next_query(hole.before, hole.partial, draft, fc.stride)
+        query = req.oracle_text or "" if req.mode == "oracle" else \
+            round_query(r, hole.before, hole.partial, draft, fc.window, fc.stride)
         rc = self.config.retrieval
         with timings(f"retrieve_{r}"):
             res = self.retriever.retrieve(query, path=hole.path, prompt_start_line=hole.context_start_line,
@@ -497,16 +402,16 @@ class Completer:
         timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
         return query, blocks
 
-    def _rank_definitions(self, req: _Request, state: Any, blocks: list[ContextBlock],
-                          ) -> tuple[Any, list[RankedDefinition], list[DefinitionSource]]:
+    def _rank_definitions(self, req: _Request, state: BufferState, blocks: list[ContextBlock],
+                          ) -> tuple[BufferState, list[RankedDefinition], list[DefinitionSource]]:
         """The definitions the prompt may show, ranked with this round's blocks; the scan redone if the index
         changed since."""
         assert self.finder is not None
         hole = req.hole
-        if not self.finder.is_current(state):
-            state = self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
+        state = self._current(req, state)
+        assert self._renderer is not None  # with the finder: a real index
         ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
-        return state, ranked, self._definition_sources(ranked, hole.path, hole.line)
+        return state, ranked, self._renderer.sources(ranked, hole.path, hole.line)
 
     def _prompt(self, req: _Request, blocks: list[ContextBlock], def_sources: list[DefinitionSource],
                 memory: MemoryDecision | None, max_definitions: int | None = None) -> Prompt:
@@ -526,7 +431,8 @@ class Completer:
         (`repocomp.block_order`); requests without a key (the CLI, evaluation) keep RepoCoder's order."""
         return prompt if req.cache_key is None else self._orders.keep((req.cache_key, r), req.hole.line, prompt)
 
-    async def _page(self, req: _Request, run: _Run, state: Any, generating: Callable[[], Any] | None,
+    async def _page(self, req: _Request, run: _Run, state: BufferState | None,
+                    generating: Callable[[], AbstractAsyncContextManager[None]] | None,
                     timings: _Timings) -> None:
         """MemGPT's model-directed paging: the repository names the last draft uses that its prompt does not
         define are paged in from the archive (the index: their definitions) for one more round on the last round's
@@ -555,35 +461,21 @@ class Completer:
         run.prompt, run.def_sources = prompt, sources
         run.rounds.append(RoundTrace("", run.draft, blocks, at_time_limit=answer.at_time_limit, paged=names))
 
-    def _paged_definitions(self, req: _Request, run: _Run, state: Any) -> list[DefinitionSource]:
-        """The definitions of the repository names the draft uses (`a.b.c` chains, resolved as if written at the
-        cursor: the file's imports, `self`, assigned types) that the prompt defines nowhere (no `def`/`class` of
-        the name, no assignment to it, in any section: the session memory's shown entries are in the prompt too),
-        at most `[retrieval] paging_max`."""
-        from repocomp.definitions import RankedDefinition
-
-        if self.finder is None or run.prompt is None:
+    def _paged_definitions(self, req: _Request, run: _Run, state: BufferState | None) -> list[DefinitionSource]:
+        if self.finder is None or self._renderer is None or run.prompt is None:
             return []
+        hole = req.hole
+        ranked = paged_definitions(self._current(req, state), hole.partial, run.draft, run.prompt.text, hole.line,
+                                   self.config.retrieval.paging_max)
+        return self._renderer.sources(ranked, hole.path, hole.line)  # at most one per ranked name
+
+    def _current(self, req: _Request, state: BufferState | None) -> BufferState:
+        """The scan of the code before the cursor, redone when the index changed since (or never made)."""
+        assert self.finder is not None
         hole = req.hole
         if state is None or not self.finder.is_current(state):
             state = self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
-        if state.lookup is None:
-            return []
-        text = run.prompt.text
-        ranked: list[RankedDefinition] = []
-        seen: set[Any] = set()
-        for parts in draft_names(hole.partial, "\n".join(draft_query_lines(run.draft))):
-            target = state.resolve(parts, hole.line).last
-            if target is None and len(parts) >= 2:  # `obj.method(...)` with obj of unknown type
-                target = state.lookup.unique_method(parts[-1])
-            ref = target if target is not None and hasattr(target, "name") else None
-            if ref is None or ref in seen or _defines(text, ref.name):
-                continue
-            seen.add(ref)
-            ranked.append(RankedDefinition(ref, 1.0, {}, (f"the draft uses {'.'.join(parts)}",)))
-            if len(ranked) >= self.config.retrieval.paging_max:
-                break
-        return self._definition_sources(ranked, hole.path, hole.line)  # at most one per ranked name
+        return state
 
     def _recall(self, req: _Request) -> MemoryDecision | None:
         """The session memory's controller (SCM) for this cursor: whether the session is consulted, what it shows
@@ -644,8 +536,8 @@ class Completer:
             final = postprocess(final, req.kind, hole.prefix, hole.suffix, hole.language)
             if self._at_a_limit(run, last) and not is_finished(run.draft, req.kind, hole.prefix, hole.language):
                 final = drop_cut_word(final)  # the limit may have cut an identifier in half
-        context = self._shown_context(prompt, last.blocks)
-        traces = self._definition_traces(run.ranked, run.def_sources, prompt)
+        context = shown_context(prompt, last.blocks) if req.trace else []
+        traces = definition_traces(run.ranked, run.def_sources, prompt) if req.trace else []
         timings["total"] = timings.elapsed_ms()
         return CompletionResult(text=final, backend=run.backend_name, context=context, prompt=prompt.text,
                                 prompt_tokens=prompt.tokens, rounds=run.rounds, timings_ms=dict(timings),
@@ -663,75 +555,6 @@ class Completer:
 
     # -- definitions ----------------------------------------------------------------------------------------
 
-    def _definition_sources(self, ranked: list[RankedDefinition], path: str, line: int) -> list[DefinitionSource]:
-        """The best candidates rendered; none of the cursor's own file that reaches the cursor line (the code
-        from the cursor on is never used; code above it in view is deduplicated by the prompt)."""
-        from repocomp.render import render_definition
-
-        assert self.index is not None
-        dc = self.config.definitions
-        out: list[DefinitionSource] = []
-        for cand in ranked:
-            if len(out) >= 3 * dc.max_definitions:  # room for those the prompt finds already visible
-                break
-            entry = self.index.files.get(cand.ref.path)
-            if entry is None or (cand.ref.path == path and int(entry.parsed.start_line[cand.ref.node]) >= line):
-                continue  # gone, or one of the cursor's file starting on or after its line: not rendered at all
-            # A file's parse is replaced, never changed, when it is edited: a rendering is good while the parse it
-            # came from is the file's (held and compared by identity; an id() could be reused after a free).
-            cached = self._rendered.get(cand.ref)
-            if cached is not None and cached[0] is entry.parsed:
-                shown = cached[1]
-            else:
-                if len(self._rendered) > 4096:
-                    self._rendered.clear()
-                shown = render_definition(cand.ref, entry.parsed, self._lines(cand.ref.path), dc.max_lines,
-                                          dc.docstring_lines)
-                self._rendered[cand.ref] = (entry.parsed, shown)
-            if not shown.lines or (cand.ref.path == path and shown.lines[-1][0] >= line):
-                continue
-            out.append(DefinitionSource(cand.ref.name, cand.ref.path, shown.lines, cand.score, cand.reasons))
-        return out
-
-    def _lines(self, path: str) -> list[str]:
-        cache = self._line_cache
-        entry = self.index.files.get(path) if self.index is not None else None
-        if entry is None:
-            return []
-        hit = cache.get(path)
-        if hit is None or hit[0] is not entry:
-            if len(cache) > 256:
-                cache.clear()
-            hit = cache[path] = (entry, entry.text.split("\n"))
-        return hit[1]
-
-    def _shown_context(self, prompt: Prompt, retrieved: list[ContextBlock]) -> list[ContextBlock]:
-        """One ContextBlock per contiguous run of repository lines the final prompt shows."""
-        by_id = {b.fragment_id: b for b in retrieved}
-        out = []
-        for run in prompt.shown:
-            if run.kind == "definition":
-                d = prompt.definitions[run.block].owner(run.start_line)
-                out.append(ContextBlock(-1, run.path, run.start_line, run.end_line, 0.0, 0.0, d.score, run.text,
-                                        kind="definition", name=d.name, reasons=list(d.reasons)))
-                continue
-            block = prompt.blocks[run.block]
-            best = next((by_id[m] for m in block.members if m in by_id), None)
-            scores = (best.s_ind, best.s_env, best.s_rel) if best is not None else (0.0, 0.0, 0.0)
-            out.append(ContextBlock(block.members[0] if block.members else -1, run.path, run.start_line,
-                                    run.end_line, *scores, run.text,
-                                    relations=list(best.relations) if best is not None else []))
-        return out
-
-    @staticmethod
-    def _definition_traces(ranked: list[RankedDefinition], sources: list[DefinitionSource],
-                           prompt: Prompt) -> list[DefinitionTrace]:
-        shown = {(m.path, m.name) for d in prompt.definitions for m in d.members}
-        rendered = {(s.path, s.name): [n for n, _ in s.lines] for s in sources}
-        return [DefinitionTrace(r.ref.name, r.ref.kind, r.ref.path, rendered.get((r.ref.path, r.ref.name), []),
-                                r.score, dict(r.features), list(r.reasons), (r.ref.path, r.ref.name) in shown)
-                for r in ranked[:20]]
-
     def _source(self, block: ContextBlock, fragment: object) -> BlockSource:
         locs = getattr(fragment, "locations", None) or []
         # The path shown first is the one whose lines are shown; other places the same window occurs follow.
@@ -744,7 +567,7 @@ class Completer:
         if self.backend is None:
             return Generation("", "none")
         bc = self.config.backend
-        text, space = _split_trailing_space(prompt.text) if self.config.prompt.fim == "none" else (prompt.text, "")
+        text, space = split_trailing_space(prompt.text) if self.config.prompt.fim == "none" else (prompt.text, "")
         # Every round stops where postprocessing would cut: a later round's query uses the draft's first lines,
         # and tokens past the cut cost a model on 2 cores about 40 ms each for nothing the user sees.
         # The model-free backend copies from candidates: the session's edits shown in the prompt come first (what
@@ -753,13 +576,13 @@ class Completer:
         request = GenerationRequest(prompt=text, prefix=prefix, suffix=suffix,
                                     candidates=recent + tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
                                     temperature=bc.temperature, stop=self._stops,
-                                    finished=lambda t: is_finished(_drop_space(t, space), kind, prefix, language),
+                                    finished=lambda t: is_finished(drop_space(t, space), kind, prefix, language),
                                     deadline=deadline, max_time_s=bc.max_time_s or None, cache_key=cache_key,
                                     language=language)
         async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
             gen = await self.backend.agenerate(request)
         if gen.backend != "extractive":  # the extractive backend works on `prefix` itself
-            return replace(gen, text=_drop_space(gen.text, space))
+            return replace(gen, text=drop_space(gen.text, space))
         return gen
 
     async def aclose(self) -> None:

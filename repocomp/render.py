@@ -16,13 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef
 from graph.parsing import ParsedFile
+from repocomp.config import DefinitionsConfig
+from repocomp.prompt import DefinitionSource
 from repocomp.skeleton import skeleton_lines
 
-__all__ = ["RenderedDefinition", "render_definition", "runs_of"]
+if TYPE_CHECKING:
+    from repocomp.definitions import RankedDefinition
+    from repocomp.index import Index
+
+__all__ = ["DefinitionRenderer", "RenderedDefinition", "render_definition", "runs_of"]
 
 _SIGNATURE_CAP = 12  # lines of one signature (a long parameter list is rare past this)
 _QUOTES = ('"""', "'''", '"', "'")
@@ -207,3 +214,55 @@ def render_definition(ref: DefRef, parsed: ParsedFile, lines: list[str], max_lin
         numbers = _RENDERERS[ref.kind](ref, parsed, lines, max_lines, docstring_lines)
     numbers = sorted({n for n in numbers if 0 <= n < len(lines)})
     return RenderedDefinition(ref.path, tuple((n, lines[n]) for n in numbers))
+
+
+class DefinitionRenderer:
+    """Ranked definitions as the prompt may show them, with the renderings and the files' lines they come from
+    kept between requests: a file's parse is replaced, never changed, when it is edited, so an entry is good
+    while the parse (or file entry) it came from is the file's (held and compared by identity; an id() could be
+    reused after a free)."""
+
+    def __init__(self, index: Index, config: DefinitionsConfig) -> None:
+        self.index = index
+        self.config = config
+        self._rendered: dict[DefRef, tuple[ParsedFile, RenderedDefinition]] = {}
+        self._lines: dict[str, tuple[object, list[str]]] = {}
+
+    def sources(self, ranked: list[RankedDefinition], path: str, line: int) -> list[DefinitionSource]:
+        """The best candidates rendered; none of the cursor's own file that reaches the cursor line (the code
+        from the cursor on is never used; code above it in view is deduplicated by the prompt)."""
+        out: list[DefinitionSource] = []
+        for cand in ranked:
+            if len(out) >= 3 * self.config.max_definitions:  # room for those the prompt finds already visible
+                break
+            entry = self.index.files.get(cand.ref.path)
+            if entry is None or (cand.ref.path == path and int(entry.parsed.start_line[cand.ref.node]) >= line):
+                continue  # gone, or one of the cursor's file starting on or after its line: not rendered at all
+            shown = self._render(cand.ref, entry.parsed)
+            if not shown.lines or (cand.ref.path == path and shown.lines[-1][0] >= line):
+                continue
+            out.append(DefinitionSource(cand.ref.name, cand.ref.path, shown.lines, cand.score, cand.reasons))
+        return out
+
+    def _render(self, ref: DefRef, parsed: ParsedFile) -> RenderedDefinition:
+        cached = self._rendered.get(ref)
+        if cached is not None and cached[0] is parsed:
+            return cached[1]
+        if len(self._rendered) > 4096:
+            self._rendered.clear()
+        shown = render_definition(ref, parsed, self.lines(ref.path), self.config.max_lines,
+                                  self.config.docstring_lines)
+        self._rendered[ref] = (parsed, shown)
+        return shown
+
+    def lines(self, path: str) -> list[str]:
+        """The indexed file's lines ([] when it is not indexed)."""
+        entry = self.index.files.get(path)
+        if entry is None:
+            return []
+        hit = self._lines.get(path)
+        if hit is None or hit[0] is not entry:
+            if len(self._lines) > 256:
+                self._lines.clear()
+            hit = self._lines[path] = (entry, entry.text.split("\n"))
+        return hit[1]

@@ -34,7 +34,7 @@ from repocomp.index.fragments import Fragment, Location
 from repocomp.index.term_index import TermIndex
 from repocomp.scoring import fragrel_scores
 
-__all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex"]
+__all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex", "draft_query_lines", "next_query", "round_query"]
 
 log = logging.getLogger(__name__)
 
@@ -212,3 +212,32 @@ class Retriever:
                 break
             pool = min(n_ok, pool * 4)
         return hits
+
+
+# -- RepoCoder's query rule ------------------------------------------------------------------------------------
+
+_DRAFT_LINES = 10  # RepoCoder: first 10 non-blank lines of the previous draft join the next query
+
+
+def round_query(r: int, before: list[str], partial: str, draft: str, window: int, stride: int) -> str:
+    """Round r's query: the last `window` lines before the cursor (the partly typed line counts) in round 1; then
+    `next_query` with the previous round's draft."""
+    if r == 1:
+        return "\n".join((before + ([partial] if partial else []))[-window:])
+    return next_query(before, partial, draft, stride)
+
+
+def draft_query_lines(draft: str, n: int = _DRAFT_LINES) -> list[str]:
+    return [line for line in draft.split("\n") if line.strip()][:n]
+
+
+def next_query(before: list[str], partial: str, draft: str, stride: int) -> str:
+    """RepoCoder's round r+1 query: the last `stride` lines before the cursor + the first 10 non-blank draft lines.
+
+    A draft continuing a partly typed line is read as that line completed (the partial line counts as a line).
+    """
+    if partial:
+        first, _, rest = draft.partition("\n")
+        lines = (before + [partial + first])[-stride:]
+        return "\n".join(lines + draft_query_lines(rest, _DRAFT_LINES - (1 if first.strip() else 0)))
+    return "\n".join(before[-stride:] + draft_query_lines(draft))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from repocomp.config import Config
+from repocomp.cursor import Cut
 from repocomp.index import Index
 from repocomp.model_defaults import resolve_config
 from repocomp.pipeline import Completer, Hole
@@ -23,7 +24,7 @@ def test_entries_relate_to_each_other_through_the_graph_not_through_the_cursor(t
     index = Index.build(tmp_path, Config())
     completer = Completer(index, resolve_config(Config()))
     lines = WEATHER.split("\n")
-    hole = Hole.cut("other/weather.py", lines, 1, 4, 0)
+    hole = Hole("other/weather.py", Cut.from_lines(lines, 1, 4))
     relation = completer._relation_to(hole)
 
     money_billing = relation("pkg/money.py", 0, "pkg/billing.py", 3)

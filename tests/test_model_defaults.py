@@ -47,7 +47,7 @@ def test_a_completer_on_the_cpu_model_runs_one_round_unless_told(tiny_model_dir:
 
     def rounds(cfg: Config) -> int:
         completer = Completer(index, resolve_config(cfg), TransformersBackend(model=str(tiny_model_dir), device="cpu"))
-        result = completer.complete(path, text, 13, len("    total_cents = "))
+        result = completer.complete(path, text, 13, len("    total_cents = "), trace=True)
         return sum(1 for k in result.timings_ms if k.startswith("generate_"))
 
     assert rounds(config) == 1
@@ -75,7 +75,7 @@ def test_a_completer_on_the_cpu_model_shows_definitions_only_with_the_budget(tin
 
     def definitions(cfg: Config) -> list[str]:
         completer = Completer(index, resolve_config(cfg), TransformersBackend(model=str(tiny_model_dir), device="cpu"))
-        result = completer.complete(path, text, 13, len("    total_cents = "))
+        result = completer.complete(path, text, 13, len("    total_cents = "), trace=True)
         return [d.name for d in result.definitions]
 
     assert definitions(config) == []

@@ -132,7 +132,7 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     completer = Completer(index, config, backend, memory=session_memory(root, config))
     try:
         return await completer.acomplete(path, text, line, col, mode=args.mode,
-                                          explain=args.explain,
+                                          explain=args.explain, trace=args.json,
                                           definitions=False if args.no_definitions else None)
     finally:
         await completer.aclose()

@@ -164,7 +164,8 @@ class RepoEvaluator:
                     result = await self.completer.acomplete(
                         path, text, line, 0, mode=self.options.mode,
                         oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
-                        kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno)
+                        kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno,
+                        trace=True)
                 except RepocompError as exc:  # a slow or dead backend fails this task, not the run
                     log.warning("%s: %s", task.task_id, exc)
                     on_record(error_record(task, self.options, str(exc)))

@@ -598,7 +598,8 @@ class SessionEvaluator:
                     result = await self.completer.acomplete(
                         task.path, before, task.line_no, 0, mode=self.options.mode,
                         oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
-                        kind=COMPLETION_KIND.get(task.kind, "line"), context_start_line=task.context_start_lineno)
+                        kind=COMPLETION_KIND.get(task.kind, "line"), context_start_line=task.context_start_lineno,
+                        trace=True)
                 except RepocompError as exc:
                     on_record({**error_record(task, self.options, str(exc)),
                                **session_fields(task, self.options, False, 0)})
