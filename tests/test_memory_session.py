@@ -11,7 +11,7 @@ from test_memory_thoughts import ORDERS
 
 from repocomp.bench.memory import memory_bench
 from repocomp.config import MemoryConfig, PromptConfig
-from repocomp.local_model import default_model_dir
+from repocomp.local_model import LocalModel
 from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory, prompt_form
 from repocomp.tokenize import code_tokens
@@ -243,17 +243,17 @@ def test_ten_thousand_edits_keep_the_session_under_its_caps():
     assert d.budget_tokens <= 200
 
 
-# the prepared local model's folder (`repocomp model path`), read at import: the fixtures hide it from tests
-_MODEL_DIR = default_model_dir()
+@pytest.mark.local_model
+def test_the_budget_is_respected_with_the_models_tokenizer(local_model: LocalModel):
+    """With the prepared default model's own tokenizer (what budgets count with once it is prepared); without a
+    prepared model the `local_model` fixture fails the test saying how to prepare it."""
+    from repocomp.prompt import estimate_tokens, make_token_counter
 
-
-def test_the_budget_is_respected_with_the_models_tokenizer():
-    where = _MODEL_DIR
-    if not (where / "tokenizer.json").is_file():
-        pytest.skip(f"no prepared local model with a tokenizer.json at {where} (repocomp model prepare)")
-    from repocomp.prompt import make_token_counter
-
+    where = local_model.path
+    assert (where / "tokenizer.json").is_file(), f"the prepared model at {where} has no tokenizer.json: prepare it " \
+        "again (`repocomp model prepare`)"
     counter = make_token_counter(PromptConfig(tokenizer=str(where)))
+    assert counter is not estimate_tokens
     mem = _session(max_entries=6)
     _add_tax(mem)
     _many_related(mem, 8)
