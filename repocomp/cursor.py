@@ -7,8 +7,9 @@ import functools
 from dataclasses import dataclass
 
 from repocomp.errors import RepocompError
+from repocomp.languages import rules_for_path
 
-__all__ = ["Cut"]
+__all__ = ["Cut", "Hole"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +55,53 @@ class Cut:
     def after(self) -> str:
         """The whole buffer from the cursor on."""
         return "\n".join((self.lines[self.line][self.col:],) + self.lines[self.line + 1:])
+
+
+@dataclass(frozen=True)
+class Hole:
+    """Where the completion goes: the buffer cut at the cursor, its path, and the line above which the in-file
+    context (and the query) never starts."""
+
+    path: str  # relative to the index root
+    cut: Cut
+    context_start_line: int = 0
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return self.cut.lines
+
+    @property
+    def line(self) -> int:
+        return self.cut.line
+
+    @property
+    def col(self) -> int:
+        return self.cut.col
+
+    @property
+    def partial(self) -> str:
+        """The cursor line up to the cursor."""
+        return self.cut.partial
+
+    @functools.cached_property
+    def before(self) -> list[str]:
+        """Whole lines from context_start_line up to the cursor's."""
+        return list(self.cut.lines[self.context_start_line:self.cut.line])
+
+    @functools.cached_property
+    def prefix(self) -> str:
+        return self.cut.before if self.context_start_line == 0 else "\n".join(self.before + [self.partial])
+
+    @property
+    def suffix(self) -> str:
+        return self.cut.after
+
+    @property
+    def language(self) -> str:
+        """The buffer's language (postprocessing's comment, string and block rules; Python for unknown files)."""
+        return rules_for_path(self.path).name
+
+    @property
+    def query_lines(self) -> list[str]:
+        """The lines before the cursor that a first-round query is made of (the partial line when not empty)."""
+        return self.before + ([self.partial] if self.partial else [])

@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Any
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.block_order import BlockOrders
 from repocomp.config import MODES, Config
-from repocomp.cursor import Cut
+from repocomp.cursor import Cut, Hole
 from repocomp.definitions import DefinitionFinder
 from repocomp.errors import RepocompError
-from repocomp.languages import rules_for_path
 from repocomp.model_defaults import QWEN_STOP_TOKENS, is_resolved
 from repocomp.paging import paged_definitions
 from repocomp.postprocess import drop_cut_word, is_finished, postprocess
@@ -60,7 +59,7 @@ from repocomp.results import (
     definition_traces,
     shown_context,
 )
-from repocomp.retrieval import Hit, Retriever, round_query
+from repocomp.retrieval import Hit, Retriever, round_query, session_relation
 from repocomp.trailing_space import drop_space, split_trailing_space
 
 if TYPE_CHECKING:
@@ -79,56 +78,6 @@ log = logging.getLogger(__name__)
 # A backend past the deadline gets this much longer to report its own error (and its fallback to answer) before
 # the round is cancelled: only backends that ignore `GenerationRequest.deadline` ever see the cancellation.
 _DEADLINE_GRACE_S = 0.5
-
-
-@dataclass(frozen=True)
-class Hole:
-    """Where the completion goes: the buffer cut at the cursor, its path, and the line above which the in-file
-    context (and the query) never starts."""
-
-    path: str  # relative to the index root
-    cut: Cut
-    context_start_line: int = 0
-
-    @property
-    def lines(self) -> tuple[str, ...]:
-        return self.cut.lines
-
-    @property
-    def line(self) -> int:
-        return self.cut.line
-
-    @property
-    def col(self) -> int:
-        return self.cut.col
-
-    @property
-    def partial(self) -> str:
-        """The cursor line up to the cursor."""
-        return self.cut.partial
-
-    @functools.cached_property
-    def before(self) -> list[str]:
-        """Whole lines from context_start_line up to the cursor's."""
-        return list(self.cut.lines[self.context_start_line:self.cut.line])
-
-    @functools.cached_property
-    def prefix(self) -> str:
-        return self.cut.before if self.context_start_line == 0 else "\n".join(self.before + [self.partial])
-
-    @property
-    def suffix(self) -> str:
-        return self.cut.after
-
-    @property
-    def language(self) -> str:
-        """The buffer's language (postprocessing's comment, string and block rules; Python for unknown files)."""
-        return rules_for_path(self.path).name
-
-    @property
-    def query_lines(self) -> list[str]:
-        """The lines before the cursor that a first-round query is made of (the partial line when not empty)."""
-        return self.before + ([self.partial] if self.partial else [])
 
 
 @dataclass(frozen=True)
@@ -486,30 +435,9 @@ class Completer:
         hole, pc = req.hole, self.config.prompt
         budget = int(mc.share * max(0, pc.max_tokens - pc.context_tokens))
         in_view = hole.query_lines[-_IN_VIEW_LINES:]
-        relation = self._relation_to(hole) if mc.relations and self.index is not None else None
+        relation = session_relation(self.index, self.retriever, hole, self.config.fragments.window) \
+            if mc.relations and self.index is not None and self.retriever is not None else None
         return self.memory.select(hole.path, hole.line, in_view, budget, self.count_tokens, relation)
-
-    def _relation_to(self, hole: Hole) -> Callable[[str, int, str, int], float]:
-        """FragRel over the session: relation(path, line, other_path, other_line) is how strongly the place `path`
-        line relates to the region of `other` through the code graph: the strongest max-product path from that
-        region to the fragment covering the place. The cursor's region is the window before it, an entry's the
-        window from its line; one graph query per region, asked only when the memory needs it."""
-        assert self.index is not None and self.retriever is not None
-        index, retriever, window = self.index, self.retriever, self.config.fragments.window
-        rows: dict[tuple[str, int], Any] = {}
-
-        def relation(path: str, line: int, other_path: str, other_line: int) -> float:
-            region = (other_path, other_line)
-            if region not in rows:
-                at_cursor = region == (hole.path, hole.line)
-                start, end = (max(0, other_line - window), other_line + 1) if at_cursor else \
-                    (other_line, other_line + window)
-                rows[region] = index.region_strength(other_path, start, end)
-            fid = retriever.covering(path, line)
-            row = rows[region]
-            return float(row[fid]) if fid is not None and fid < len(row) else 0.0
-
-        return relation
 
     async def _generate_round(self, req: _Request, r: int, prompt: Prompt, blocks: list[ContextBlock],
                               generating: Callable[[], AbstractAsyncContextManager[None]] | None,

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,7 +34,12 @@ from repocomp.index.fragments import Fragment, Location
 from repocomp.index.term_index import TermIndex
 from repocomp.scoring import fragrel_scores
 
-__all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex", "draft_query_lines", "next_query", "round_query"]
+if TYPE_CHECKING:
+    from repocomp.cursor import Hole
+    from repocomp.index import Index
+
+__all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex", "draft_query_lines", "next_query", "round_query",
+           "session_relation"]
 
 log = logging.getLogger(__name__)
 
@@ -241,3 +246,27 @@ def next_query(before: list[str], partial: str, draft: str, stride: int) -> str:
         lines = (before + [partial + first])[-stride:]
         return "\n".join(lines + draft_query_lines(rest, _DRAFT_LINES - (1 if first.strip() else 0)))
     return "\n".join(before[-stride:] + draft_query_lines(draft))
+
+
+# -- FragRel over the session ----------------------------------------------------------------------------------
+
+def session_relation(index: Index, retriever: Retriever, hole: Hole,
+                     window: int) -> Callable[[str, int, str, int], float]:
+    """relation(path, line, other_path, other_line): how strongly the place `path` line relates to the region of
+    `other` through the code graph: the strongest max-product path from that region to the fragment covering the
+    place. The cursor's region is the window before it, an entry's the window from its line; one graph query per
+    region, asked only when the session memory needs it."""
+    rows: dict[tuple[str, int], np.ndarray] = {}
+
+    def relation(path: str, line: int, other_path: str, other_line: int) -> float:
+        region = (other_path, other_line)
+        if region not in rows:
+            at_cursor = region == (hole.path, hole.line)
+            start, end = (max(0, other_line - window), other_line + 1) if at_cursor else \
+                (other_line, other_line + window)
+            rows[region] = index.region_strength(other_path, start, end)
+        fid = retriever.covering(path, line)
+        row = rows[region]
+        return float(row[fid]) if fid is not None and fid < len(row) else 0.0
+
+    return relation

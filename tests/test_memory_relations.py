@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from repocomp.config import Config
-from repocomp.cursor import Cut
+from repocomp.cursor import Cut, Hole
 from repocomp.index import Index
 from repocomp.model_defaults import resolve_config
-from repocomp.pipeline import Completer, Hole
+from repocomp.retrieval import Retriever, session_relation
 
 MONEY = "def to_cents(amount):\n    return int(round(amount * 100))\n"
 BILLING = "from pkg.money import to_cents\n\n\ndef bill(total):\n    return to_cents(total)\n"
@@ -22,10 +22,10 @@ def test_entries_relate_to_each_other_through_the_graph_not_through_the_cursor(t
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "weather.py").write_text(WEATHER)
     index = Index.build(tmp_path, Config())
-    completer = Completer(index, resolve_config(Config()))
+    retriever = Retriever(index, resolve_config(Config()))
     lines = WEATHER.split("\n")
     hole = Hole("other/weather.py", Cut.from_lines(lines, 1, 4))
-    relation = completer._relation_to(hole)
+    relation = session_relation(index, retriever, hole, Config().fragments.window)
 
     money_billing = relation("pkg/money.py", 0, "pkg/billing.py", 3)
     money_cursor = relation("pkg/money.py", 0, hole.path, hole.line)
