@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import typing
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ from repocomp.config import Config
 from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Fragment, Location, window_spans, window_text
 from repocomp.index.term_index import TermIndex
-from repocomp.retrieval import RetrievalIndex, Retriever
+from repocomp.retrieval import FileWindows, RetrievalIndex, Retriever
 
 
 class Windows:
@@ -124,13 +127,79 @@ def test_leak_rule_and_the_cursor_fragment() -> None:
     assert r.covering("hole.py", 3) == 1
 
 
+def protocol_members(proto: type) -> set[str]:
+    """The members a Protocol class declares (properties, methods, annotated attributes), its bases' too.
+    `typing.get_protocol_members` from Python 3.13; before, the same read off the classes' namespaces (a Protocol
+    of properties has no `__annotations__`, so those alone say nothing)."""
+    get = getattr(typing, "get_protocol_members", None)
+    if get is not None:
+        return set(get(proto))
+    members: set[str] = set()
+    for klass in proto.__mro__:
+        if klass in (object, typing.Protocol, typing.Generic):
+            continue
+        members |= {n for n in vars(klass) if not n.startswith("_")} | set(vars(klass).get("__annotations__", {}))
+    return members
+
+
+def _parameters(fn: Callable[..., object]) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def seam_mismatches(proto: type, impl: object) -> list[str]:
+    """How `impl` (an instance) fails `proto`: a member missing, a method where the Protocol has a property or an
+    attribute, or a method whose parameter names differ from the Protocol's."""
+    out = []
+    for name in sorted(protocol_members(proto)):
+        declared = inspect.getattr_static(proto, name, None)
+        if not hasattr(impl, name):
+            out.append(f"{name}: missing")
+        elif inspect.isfunction(declared):
+            got = getattr(impl, name)
+            if not callable(got):
+                out.append(f"{name}: not a method")
+            elif _parameters(got) != _parameters(declared)[1:]:  # the Protocol's own `self` left out
+                out.append(f"{name}: parameters {_parameters(got)}, the Protocol's {_parameters(declared)[1:]}")
+        elif inspect.ismethod(getattr(impl, name)):
+            out.append(f"{name}: a method, the Protocol's is a value")
+    return out
+
+
+def test_the_seam_check_reads_every_member_of_the_protocol() -> None:
+    members = protocol_members(RetrievalIndex)
+    assert {"config", "fragments", "files", "term_index", "symmetric_relations", "region_strength"} <= members
+    assert protocol_members(FileWindows) == {"windows"}
+
+
+def test_the_seam_check_catches_a_stand_in_that_drifted() -> None:
+    class Drifted:
+        fragments: list[Fragment | None] = []
+        term_index = None
+        symmetric_relations = None
+
+        def files(self) -> dict[str, Windows]:  # a method where the index has a value
+            return {}
+
+        def region_strength(self, path: str, start: int, end: int) -> np.ndarray:  # parameters renamed
+            return np.zeros(0)
+
+    assert seam_mismatches(RetrievalIndex, Drifted()) == [
+        "config: missing", "files: a method, the Protocol's is a value",
+        "region_strength: parameters ['path', 'start', 'end'], the Protocol's ['path', 'start_line', 'end_line']"]
+
+
 def test_the_index_and_the_stand_in_both_implement_the_retrieval_seam(tmp_path: Path) -> None:
     from repocomp.index import Index
 
     (tmp_path / "a.py").write_text("def f():\n    return 1\n")
-    seam = set(RetrievalIndex.__annotations__) | {"region_strength"}
-    for index in (Index.build(tmp_path, Config()), FakeIndex({"a.py": "x = 1"})):
-        assert all(hasattr(index, name) for name in seam), type(index)
+    real, fake = Index.build(tmp_path, Config()), FakeIndex({"a.py": "x = 1"})
+    for index in (real, fake):
+        assert seam_mismatches(RetrievalIndex, index) == [], type(index)
+        assert all(seam_mismatches(FileWindows, w) == [] for w in index.files.values()), type(index)
+    # what else the completer reads of an index (`file_lines`, `update_file`, ...): the same parameters as the real
+    for name, _ in inspect.getmembers(FakeIndex, inspect.isfunction):
+        if not name.startswith("_") and hasattr(real, name):
+            assert _parameters(getattr(fake, name)) == _parameters(getattr(real, name)), name
 
 
 def test_retrieve_ranks_by_jaccard_and_applies_leak_rule() -> None:
