@@ -1,4 +1,5 @@
-"""Import-aware call resolution for TypeScript, Java, Go and Rust (graph.resolve_langs), on small real parses."""
+"""Call resolution for TypeScript, Java, Go and Rust (import-aware, graph.resolve_langs) and C and C++ (by name,
+the file's own first; `this->m()` in the enclosing class), on small real parses."""
 
 from __future__ import annotations
 
@@ -334,3 +335,92 @@ def test_typescript_package_subpath_import():
                           "test/a.test.ts": "import * as core from 'zod/v4/core';\nimport * as x from 'other';\n"
                                             "core.parse();\nx.helper();\n"})
     assert _targets(resolver, "test/a.test.ts") == {("src/v4/core/index.ts", "parse")}
+
+
+# ------------------------------------------------------------------------------------------------- C and C++
+
+C = {
+    "include/shapes.h": "#ifndef SHAPES_H\n#define SHAPES_H\nint area(int width, int height);\n"
+                        "int perimeter(int width, int height);\n#endif\n",
+    "src/shapes.c": '#include "shapes.h"\n\nint area(int width, int height) {\n    return width * height;\n}\n\n'
+                    "int perimeter(int width, int height) {\n    return 2 * (width + height);\n}\n",
+    "src/log_a.c": "void log_line(const char *s) {}\n",
+    "src/log_b.c": "void log_line(const char *s) {}\n",
+    "src/other.c": "static int twice(int x) {\n    return x + x;\n}\n",
+    "src/main.c": (
+        "#include <stdio.h>\n"
+        '#include "shapes.h"\n'
+        "\n"
+        "static int twice(int x) {\n"
+        "    return 2 * x;\n"
+        "}\n"
+        "\n"
+        "int main(void) {\n"
+        "    int a = area(2, 3);\n"
+        '    log_line("x");\n'
+        '    printf("%d\\n", twice(a));\n'
+        "    return perimeter(a, 1);\n"
+        "}\n"
+    ),
+}
+
+
+def test_c_calls_resolve_to_the_definition_in_another_file_not_the_headers_prototype():
+    resolver = _resolver(C)
+    assert resolver.files["include/shapes.h"].parsed.defs == []  # a prototype declares, it defines nothing
+    targets = _targets(resolver, "src/main.c")
+    assert {("src/shapes.c", "area"), ("src/shapes.c", "perimeter")} <= targets  # declared in the header
+    assert ("src/main.c", "twice") in targets and ("src/other.c", "twice") not in targets  # the file's own first
+    assert not any(name == "log_line" for _, name in targets)  # defined in two files: no edge
+    assert {path for path, _ in targets} == {"src/shapes.c", "src/main.c"}
+
+
+def test_c_calls_resolve_through_the_index(tmp_path):
+    from repocomp.config import Config
+    from repocomp.index import Index
+
+    for rel, text in C.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    index = Index.build(tmp_path, Config())
+    assert _index_targets(index, "src/main.c") == {("src/shapes.c", "area"), ("src/shapes.c", "perimeter"),
+                                                   ("src/main.c", "twice")}
+
+
+CPP = {
+    "src/shape.hpp": "#pragma once\nclass Rectangle {\npublic:\n    Rectangle(int w, int h);\n    int area() const;\n"
+                     "    int scaled(int k) const;\nprivate:\n    int w_, h_;\n};\n",
+    "src/shape.cpp": '#include "shape.hpp"\n\nRectangle::Rectangle(int w, int h) : w_(w), h_(h) {}\n\n'
+                     "int Rectangle::area() const {\n    return w_ * h_;\n}\n\n"
+                     "int Rectangle::scaled(int k) const {\n    return k * area();\n}\n",
+    "src/counter.hpp": "#pragma once\nclass Counter {\npublic:\n    void increment() { count_ += 1; }\n"
+                       "    void reset() { this->clear(); }\n    void clear() { count_ = 0; }\n    int count_ = 0;\n};\n",
+    "src/timer.hpp": "#pragma once\nclass Timer {\npublic:\n    void clear() {}\n};\n",
+    "src/main.cpp": (
+        '#include "shape.hpp"\n'
+        '#include "counter.hpp"\n'
+        "\n"
+        "int main() {\n"
+        "    Counter c;\n"
+        "    c.increment();\n"
+        "    Rectangle* p = new Rectangle(4, 5);\n"
+        "    return p->scaled(2);\n"
+        "}\n"
+    ),
+}
+
+
+def test_cpp_calls_resolve_to_class_methods_defined_in_another_file():
+    resolver = _resolver(CPP)
+    assert _targets(resolver, "src/main.cpp") == {
+        ("src/counter.hpp", "increment"),  # defined in the class body, in a header
+        ("src/shape.cpp", "Rectangle"),  # `new Rectangle(...)`: the constructor, defined out of line
+        ("src/shape.cpp", "scaled"),  # `p->scaled()`: `int Rectangle::scaled(...)` in the .cpp
+    }
+    assert _targets(resolver, "src/shape.cpp") == {("src/shape.cpp", "area")}  # the class's own method
+
+
+def test_cpp_this_call_goes_to_the_enclosing_class_not_another_with_the_name():
+    resolver = _resolver(CPP)
+    edges = _edges(resolver, "src/counter.hpp")
+    assert edges == {(5, "this.clear"): ("src/counter.hpp", "clear")}  # Timer::clear has the name too
