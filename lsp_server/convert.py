@@ -1,19 +1,21 @@
 """All conversion between LSP and the engine: URIs, positions (UTF-16/UTF-8/UTF-32 code units <-> Python str
 indices), document checks, and completion results -> LSP items.
 
-The engine speaks paths relative to an index root, whole buffer texts and 0-based line / column in Python str
-indices (code points); LSP speaks URIs and columns in the negotiated position encoding (UTF-16 by default).
+The engine speaks paths relative to an index root and buffers cut at the cursor (`repocomp.cursor.Cut`: 0-based
+line / column in Python str indices, code points); LSP speaks URIs and columns in the negotiated position
+encoding (UTF-16 by default).
 Nothing here touches the server or the engine's state, so every function is testable on its own.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
+
+from repocomp.cursor import Cut
 
 UTF16 = "utf-16"
 UTF8 = "utf-8"
@@ -28,16 +30,6 @@ class ConversionError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """A completion request in engine terms: absolute file path, live buffer text, 0-based str line/column."""
-
-    path: Path
-    text: str
-    line: int
-    col: int
 
 
 def normalize_encoding(encoding: object) -> str:
@@ -127,12 +119,12 @@ def check_document(text: str, max_bytes: int) -> None:
         raise ConversionError("binary", "document looks binary (contains NUL bytes); repocomp skips it")
 
 
-def to_cursor(uri: str, text: str, position: types.Position, encoding: str, max_bytes: int) -> Cursor:
-    """Engine cursor for an LSP (uri, position) over `text`, or ConversionError (scheme, binary, huge, position).
+def to_cursor(text: str, position: types.Position, encoding: str, max_bytes: int) -> Cut:
+    """The buffer `text` cut at an LSP position, or ConversionError (binary, huge, position).
 
-    Columns are returned for a text whose line breaks were normalized to \\n (the engine's view of the buffer).
+    The cut's lines are the text's with line breaks normalized to \\n (the engine's view of the buffer), its column
+    a str index.
     """
-    path = uri_to_path(uri)
     check_document(text, max_bytes)
     lines = split_lines(text)
     if position.line < 0 or position.line >= len(lines) or position.character < 0:
@@ -140,7 +132,7 @@ def to_cursor(uri: str, text: str, position: types.Position, encoding: str, max_
             "position", f"position {position.line}:{position.character} is outside the document ({len(lines)} lines)"
         )
     col = client_col_to_index(lines[position.line], position.character, encoding)
-    return Cursor(path=path, text="\n".join(lines), line=position.line, col=col)
+    return Cut.from_lines(lines, position.line, col)
 
 
 def _word_start(line: str, col: int) -> int:

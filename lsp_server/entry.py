@@ -36,7 +36,10 @@ def _parse_tcp(value: str) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lsp_server.server import LspLogHandler, create_server  # pygls is loaded only when a server runs
+    # pygls is loaded only when a server runs
+    from lsp_server import transport
+    from lsp_server.messages import LspLogHandler
+    from lsp_server.server import create_server
 
     address = _parse_tcp(args.tcp) if args.tcp else None
     level = getattr(logging, args.log_level.upper())
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if stream is not None and getattr(stream, "name", "") == "<stdout>":
             root.removeHandler(handler)
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers: list[logging.Handler] = [LspLogHandler(server, level)]
+    handlers: list[logging.Handler] = [LspLogHandler(server.messages, level)]
     if args.log_file is not None:
         try:
             # a URI or buffer text may hold lone surrogates: escaped, never a "Logging error" traceback
@@ -68,4 +71,6 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger(name).addHandler(handlers[-1])
 
     # the LSP exit code: 0 after shutdown + exit, 1 for exit without shutdown
-    return server.start_io() if address is None else server.start_tcp(*address)
+    if address is None:
+        return transport.serve_stdio(server.protocol, finish=server.shutdown_all, close=server.shutdown)
+    return transport.serve_tcp(server.protocol, *address, finish=server.shutdown_all, close=server.shutdown)

@@ -17,11 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from lsp_server.debounce import TypingRate
+from repocomp.cursor import Cut
+
+
+class Answer(Protocol):
+    """What a generation produces: the engine's result, of which only the text matters here."""
+
+    @property
+    def text(self) -> str: ...
+
+
+R = TypeVar("R", bound=Answer)
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,11 @@ class Site:
 
     before: str  # document text before the cursor
     after: str  # document text after the cursor
-    index_stamp: Any  # changes when the index behind the completion changes (a save, the index becoming ready)
+    index_stamp: Hashable  # changes when the index behind the completion changes (a save, the index becoming ready)
+
+    @classmethod
+    def of(cls, cut: Cut, index_stamp: Hashable) -> Site:
+        return cls(cut.before, cut.after, index_stamp)
 
     def typed_since(self, earlier: Site) -> str | None:
         """What was typed at the cursor since `earlier`, or None when this is not `earlier` plus typing."""
@@ -42,9 +57,9 @@ class Site:
 
 
 @dataclass
-class _Generation:
+class _Generation(Generic[R]):
     site: Site
-    task: asyncio.Task[Any]
+    task: asyncio.Task[R]
     waiters: int = 0
 
     def reusable(self) -> bool:
@@ -52,10 +67,10 @@ class _Generation:
 
 
 @dataclass
-class Served:
+class Served(Generic[R]):
     """A request's answer: the engine's result, of which the first `typed` characters were typed already."""
 
-    result: Any
+    result: R
     typed: str = ""
 
     @property
@@ -71,15 +86,15 @@ class GenerationStats:
 
 
 @dataclass
-class Generations:
+class Generations(Generic[R]):
     rate: TypingRate = field(default_factory=TypingRate)
     stats: GenerationStats = field(default_factory=GenerationStats)
-    _current: dict[str, _Generation] = field(default_factory=dict)
+    _current: dict[str, _Generation[R]] = field(default_factory=dict)
     _superseded: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     _typical_s: float = 0.0  # how long generations take lately
 
-    async def run(self, key: str, site: Site, make: Callable[[], Awaitable[Any]],
-                  changed: Callable[[], bool]) -> Served | None:
+    async def run(self, key: str, site: Site, make: Callable[[], Awaitable[R]],
+                  changed: Callable[[], bool]) -> Served[R] | None:
         """The answer for a request at `site`; None when a newer request for `key` superseded it.
 
         `make` starts the engine's completion; `changed()` says whether the document changed since the request.
@@ -110,7 +125,7 @@ class Generations:
         result = await self._wait(gen, superseded)
         return None if result is None else Served(result)
 
-    async def _timed(self, make: Callable[[], Awaitable[Any]]) -> Any:
+    async def _timed(self, make: Callable[[], Awaitable[R]]) -> R:
         started = time.monotonic()
         result = await make()
         elapsed = time.monotonic() - started
@@ -125,12 +140,13 @@ class Generations:
         turn = self._superseded[key] = asyncio.get_running_loop().create_future()
         return turn
 
-    async def _wait(self, gen: _Generation, superseded: asyncio.Future[None]) -> Any:
+    async def _wait(self, gen: _Generation[R], superseded: asyncio.Future[None]) -> R | None:
         """The generation's result; None if it was cancelled or this request was superseded first. Cancelling
         the caller (`$/cancelRequest`) cancels the generation too when nobody else waits for it."""
         gen.waiters += 1
         try:
-            await asyncio.wait([gen.task, superseded], return_when=asyncio.FIRST_COMPLETED)
+            either: list[asyncio.Future[Any]] = [gen.task, superseded]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             if gen.waiters == 1:
                 gen.task.cancel()

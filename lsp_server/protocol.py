@@ -21,6 +21,9 @@ back to the file on disk), with one `window/showMessage`; its later changes are 
 pygls also files the future of every notification's handler (and of each step of its generator handlers) in
 `_request_futures` under a made-up id that only a response would remove: one future per keystroke, kept for
 the whole session. `_execute_handler` forgets those once they finish.
+
+The protocol knows nothing of the server beyond `ProtocolHooks`, the few callbacks it makes (the server sets
+`hooks`); the transport reads `exit_code` to know when the session is over.
 """
 
 from __future__ import annotations
@@ -29,35 +32,66 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from lsp_server.convert import document_key, utf8_size_over
-
-if TYPE_CHECKING:
-    from lsp_server.server import RepocompServer
+from lsp_server.framing import MAX_MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
 
 _ALWAYS_ALLOWED = frozenset({types.EXIT})
 
 
+class ProtocolHooks(Protocol):
+    """What the protocol asks of the server it serves."""
+
+    def max_document_bytes(self) -> int:
+        """Documents larger than this are not kept (`server.maxDocumentBytes`)."""
+        ...
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """Tell the user, once per kind."""
+        ...
+
+    def document_changing(self, uri: str, old: str, change: types.TextDocumentContentChangeEvent) -> None:
+        """`change` is about to be applied to the document's text `old`."""
+        ...
+
+
+class _NoHooks:
+    """Until the server sets its own."""
+
+    def max_document_bytes(self) -> int:
+        return MAX_MESSAGE_BYTES
+
+    def warn_once(self, kind: str, message: str) -> None:
+        logger.warning("%s: %s", kind, message)
+
+    def document_changing(self, uri: str, old: str, change: types.TextDocumentContentChangeEvent) -> None:
+        return None
+
+
 class RepocompProtocol(LanguageServerProtocol):
     """pygls' language server protocol with a response for every request (see the module docstring)."""
 
-    _server: RepocompServer  # pygls declares its base LanguageServer; ours is always a RepocompServer
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.hooks: ProtocolHooks = _NoHooks()
         self.initialize_received = False
-        self.exit_code: int | None = None  # set by `exit`
+        self.exit_code: int | None = None  # set by `exit`: the session is over
         self.oversized: set[str] = set()  # keys of documents dropped for their size, until reopened or closed
 
     @property
     def shutdown_received(self) -> bool:
         return self._shutdown
+
+    @property
+    def handlers_running(self) -> int:
+        """Requests being answered (flat over a session: no leaked futures, see the module docstring)."""
+        return len(self._request_futures)
 
     def handle_body(self, body: bytes) -> None:
         """Decode, check and dispatch one frame's body; never raises (one message must not end the server)."""
@@ -140,15 +174,15 @@ class RepocompProtocol(LanguageServerProtocol):
     # ----- documents, bounded (see the module docstring) -----
 
     def _document_limit(self) -> int:
-        return self._server.options.server.max_document_bytes
+        return self.hooks.max_document_bytes()
 
     def _drop_oversized(self, uri: str) -> Generator[Any, Any, None]:
         """Stop keeping a document past the size limit: the workspace forgets it, the server treats it as closed."""
         self.workspace.remove_text_document(uri)
         self.oversized.add(document_key(uri))
         limit = self._document_limit()
-        self._server.warn_once("huge", f"{uri} is larger than {limit} bytes (server.maxDocumentBytes): repocomp "
-                                       "stops following it and does not complete in it until it is reopened smaller")
+        self.hooks.warn_once("huge", f"{uri} is larger than {limit} bytes (server.maxDocumentBytes): repocomp "
+                                     "stops following it and does not complete in it until it is reopened smaller")
         if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             closed = types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
             yield user_handler, (closed,), None
@@ -175,7 +209,7 @@ class RepocompProtocol(LanguageServerProtocol):
         limit = self._document_limit()
         for change in params.content_changes:
             # checked after each change: a document is at most the limit plus one message (framing's bound)
-            self._server.document_changing(uri, document.source, change)  # the session memory's edit
+            self.hooks.document_changing(uri, document.source, change)  # the session memory's edit
             self.workspace.update_text_document(params.text_document, change)
             if utf8_size_over(document.source, limit):
                 yield from self._drop_oversized(uri)
@@ -194,9 +228,6 @@ class RepocompProtocol(LanguageServerProtocol):
         if (user_handler := self.fm.features.get(types.EXIT)) is not None:
             yield user_handler, args, None
         self.exit_code = 0 if self._shutdown else 1
-        stop = self._server._stop_event
-        if stop is not None:
-            stop.set()
 
 
 def _id_of(data: Any) -> int | str | None:

@@ -1,7 +1,9 @@
 """Where the server's bytes come from and go to: stdio (what editors start) or one TCP client.
 
 Both run `lsp_server.framing.FrameReader` and `RepocompProtocol.handle_body` in place of pygls' message loop
-(`pygls.io_.run_async`; see those modules for why) and return the LSP exit code.
+(`pygls.io_.run_async`; see those modules for why) until the protocol records `exit` (or the input ends), and
+return the LSP exit code. The transport knows the protocol, not the server: it is handed what to call when a
+session ends without `shutdown` (`finish`: close engines and indexes) and once it is over (`close`).
 
 On stdio the protocol owns stdout: `claim_stdout` moves the real stdout to a private descriptor used only for
 frames and points fd 1 (and so `print`, C extensions and child processes) at stderr.
@@ -13,17 +15,16 @@ import asyncio
 import logging
 import os
 import sys
-import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from pygls.io_ import StdoutWriter
 
 from lsp_server.framing import CHUNK_BYTES, FrameReader, ReadChunk
+from lsp_server.protocol import RepocompProtocol
 
-if TYPE_CHECKING:
-    from lsp_server.server import RepocompServer
+Finish = Callable[[], Awaitable[None]]  # closes engines and indexes when a session ends without `shutdown`
 
 logger = logging.getLogger(__name__)
 
@@ -38,22 +39,27 @@ def claim_stdout() -> BinaryIO:
     return os.fdopen(private, "wb")
 
 
-def serve_stdio(server: RepocompServer, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
+def serve_stdio(protocol: RepocompProtocol, *, finish: Finish, close: Callable[[], None],
+                stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
     """Serve one session on stdio until `exit` or the end of input; returns the exit code."""
     source = stdin or sys.stdin.buffer
     read1: Callable[[int], bytes] = getattr(source, "read1", source.read)
-    server.protocol.set_writer(StdoutWriter(stdout or claim_stdout()))
+    protocol.set_writer(StdoutWriter(stdout or claim_stdout()))
     # its own thread: a busy shared pool must never delay reading (and with it `$/cancelRequest`)
     reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repocomp-lsp-stdin")
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        await _session(server, lambda: loop.run_in_executor(reading, read1, CHUNK_BYTES))
+        await _session(protocol, finish, lambda: loop.run_in_executor(reading, read1, CHUNK_BYTES))
 
-    return _run(server, main, after=lambda: reading.shutdown(wait=False))
+    def after() -> None:
+        reading.shutdown(wait=False)
+        close()
+
+    return _run(protocol, main, after)
 
 
-def serve_tcp(server: RepocompServer, host: str, port: int) -> int:
+def serve_tcp(protocol: RepocompProtocol, host: str, port: int, *, finish: Finish, close: Callable[[], None]) -> int:
     """Serve the first client that connects to host:port, until `exit` or it disconnects; returns the exit code."""
 
     async def main() -> None:
@@ -63,9 +69,9 @@ def serve_tcp(server: RepocompServer, host: str, port: int) -> int:
             if done.done():
                 writer.close()  # one client per server
                 return
-            server.protocol.set_writer(writer)
+            protocol.set_writer(writer)
             try:
-                await _session(server, lambda: reader.read(CHUNK_BYTES))
+                await _session(protocol, finish, lambda: reader.read(CHUNK_BYTES))
             finally:
                 writer.close()
                 if not done.done():
@@ -76,28 +82,25 @@ def serve_tcp(server: RepocompServer, host: str, port: int) -> int:
         async with listener:
             await done
 
-    return _run(server, main)
+    return _run(protocol, main, close)
 
 
-async def _session(server: RepocompServer, read_chunk: ReadChunk) -> None:
-    stop = server._stop_event
-    assert stop is not None
+async def _session(protocol: RepocompProtocol, finish: Finish, read_chunk: ReadChunk) -> None:
     frames = FrameReader(read_chunk)
-    while not stop.is_set():
+    while protocol.exit_code is None:
         body = await frames.read_body()
         if body is None:
             logger.info("end of input: the client is gone")
             break
-        server.protocol.handle_body(body)
-    if not server.protocol.shutdown_received:  # `exit` without `shutdown`, or the client vanished
+        protocol.handle_body(body)
+    if not protocol.shutdown_received:  # `exit` without `shutdown`, or the client vanished
         try:
-            await asyncio.wait_for(server.shutdown_all(), FINISH_TIMEOUT_S)
+            await asyncio.wait_for(finish(), FINISH_TIMEOUT_S)
         except Exception:
             logger.warning("closing engines and indexes failed", exc_info=True)
 
 
-def _run(server: RepocompServer, main: Callable[[], Coroutine[Any, Any, None]], after: Callable[[], None] | None = None) -> int:
-    server._stop_event = threading.Event()
+def _run(protocol: RepocompProtocol, main: Callable[[], Coroutine[Any, Any, None]], after: Callable[[], None]) -> int:
     try:
         asyncio.run(main())
     except BrokenPipeError:
@@ -105,8 +108,6 @@ def _run(server: RepocompServer, main: Callable[[], Coroutine[Any, Any, None]], 
     except KeyboardInterrupt:
         pass
     finally:
-        if after is not None:
-            after()
-        server.shutdown()  # pygls: its thread pool
-    code = server.protocol.exit_code
+        after()  # the server's thread pool
+    code = protocol.exit_code
     return 0 if code is None else code  # the end of input without `exit`: not an error of ours

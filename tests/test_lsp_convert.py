@@ -37,23 +37,49 @@ def test_utf8_and_utf32_columns() -> None:
     assert convert.normalize_encoding(None) == convert.UTF16
 
 
-def test_to_cursor_normalizes_line_breaks_and_rejects_bad_input(tmp_path: Path) -> None:
-    uri = (tmp_path / "a.py").as_uri()
+def test_to_cursor_normalizes_line_breaks_and_rejects_bad_input() -> None:
     text = "x = 1\r\n" + LINE + "\r\n"
-    cur = convert.to_cursor(uri, text, types.Position(line=1, character=len(LINE) + 1), convert.UTF16, 10_000)
-    assert (cur.path, cur.line, cur.col) == (tmp_path / "a.py", 1, len(LINE))
-    assert cur.text == "x = 1\n" + LINE + "\n"
+    cut = convert.to_cursor(text, types.Position(line=1, character=len(LINE) + 1), convert.UTF16, 10_000)
+    assert (cut.line, cut.col) == (1, len(LINE))
+    assert cut.text == "x = 1\n" + LINE + "\n"
+    assert (cut.before, cut.after) == ("x = 1\n" + LINE, "\n")
     kinds = {}
     for name, args in {
-        "position": (uri, text, types.Position(line=3, character=0), convert.UTF16, 10_000),
-        "scheme": ("untitled:Untitled-1", text, types.Position(line=0, character=0), convert.UTF16, 10_000),
-        "binary": (uri, "a\x00b", types.Position(line=0, character=0), convert.UTF16, 10_000),
-        "huge": (uri, "x" * 101, types.Position(line=0, character=0), convert.UTF16, 100),
+        "position": (text, types.Position(line=3, character=0), convert.UTF16, 10_000),
+        "binary": ("a\x00b", types.Position(line=0, character=0), convert.UTF16, 10_000),
+        "huge": ("x" * 101, types.Position(line=0, character=0), convert.UTF16, 100),
     }.items():
         with pytest.raises(convert.ConversionError) as exc:
             convert.to_cursor(*args)
         kinds[name] = exc.value.kind
-    assert kinds == {"position": "position", "scheme": "scheme", "binary": "binary", "huge": "huge"}
+    assert kinds == {"position": "position", "binary": "binary", "huge": "huge"}
+
+
+def test_a_request_is_resolved_once_from_the_lsp_request(tmp_path: Path) -> None:
+    """The request's document key, file, folder and path there, and the cut, read by every later step."""
+    from lsp_server.request import CompletionRequest
+    from lsp_server.workspace_index import WorkspaceIndexes
+
+    folder = tmp_path / "my repo"
+    (folder / "pkg").mkdir(parents=True)
+    indexes = WorkspaceIndexes()
+    indexes.add_folder(folder, Config())
+    uri = (folder / "pkg" / "a.py").as_uri()
+    assert "%20" in uri
+    request = CompletionRequest.build(uri, "x = 1\ny = ", 3, types.Position(line=1, character=4), convert.UTF16,
+                                      10_000, indexes)
+    assert request.key == convert.document_key(uri) and request.path == folder / "pkg" / "a.py"
+    assert request.folder is not None and request.root == folder.resolve() and request.rel == "pkg/a.py"
+    assert (request.cut.before, request.cut.after, request.version) == ("x = 1\ny = ", "", 3)
+    assert (request.engine_path(True), request.engine_path(False)) == ("pkg/a.py", "a.py")
+    outside = CompletionRequest.build((tmp_path / "b.py").as_uri(), "", None, types.Position(line=0, character=0),
+                                      convert.UTF16, 10_000, indexes)
+    assert (outside.folder, outside.rel, outside.index_stamp, outside.engine_path(True)) == (None, None, None, "b.py")
+    with pytest.raises(convert.ConversionError) as exc:  # the scheme is checked before the text
+        CompletionRequest.build("untitled:Untitled-1", "a\x00b", 1, types.Position(line=0, character=0),
+                                convert.UTF16, 10_000, indexes)
+    assert exc.value.kind == "scheme"
+    indexes.close()
 
 
 def test_uri_to_path_decodes_percent_escapes() -> None:
