@@ -146,6 +146,61 @@ async def test_the_in_process_model_reads_its_prompt_as_vllm_does_and_stops_on_i
     await backend.aclose()
 
 
+# Held-in lines in six languages: each file as typed up to its hole (the last line, the cursor at its end), and
+# the rest of that line, which the file's own repeated pattern decides.
+HELD_IN = {
+    "py/weekdays.py": ('WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday"]\n\n\n'
+                       "def is_monday(day):\n    return day == WEEKDAYS[0]\n\n\n"
+                       "def is_tuesday(day):\n    return day == WEEKDAYS[1]\n\n\n"
+                       "def is_wednesday(day):\n    return ", "day == WEEKDAYS[2]"),
+    "ts/users.ts": ("export interface User {\n  id: number;\n  name: string;\n  email: string;\n}\n\n"
+                    "export function rowToUser(row: string[]): User {\n  const id = Number(row[0]);\n"
+                    "  const name = row[1];\n  const email = ", "row[2];"),
+    "go/config.go": ('package config\n\nimport "os"\n\nfunc Host() string {\n\treturn os.Getenv("APP_HOST")\n}\n\n'
+                     'func Port() string {\n\treturn os.Getenv("APP_PORT")\n}\n\nfunc User() string {\n\treturn ',
+                     'os.Getenv("APP_USER")'),
+    "java/Point.java": ("public class Point {\n    private final int x;\n    private final int y;\n\n"
+                        "    public Point(int x, int y) {\n        this.x = x;\n        this.y = ", "y;"),
+    "rs/level.rs": ("pub enum Level {\n    Debug,\n    Info,\n    Warn,\n}\n\nimpl Level {\n"
+                    "    pub fn name(&self) -> &'static str {\n        match self {\n"
+                    '            Level::Debug => "debug",\n            Level::Info => "info",\n'
+                    "            Level::Warn => ", '"warn",'),
+    "c/color.c": ('const char *color_name(int c) {\n    switch (c) {\n    case 0: return "red";\n'
+                  '    case 1: return "green";\n    case 2: return "blue";\n    }\n    return "";\n}\n\n'
+                  'int color_code(const char *name) {\n    if (strcmp(name, "red") == 0) return 0;\n'
+                  '    if (strcmp(name, "green") == 0) return 1;\n    if (strcmp(name, "blue") == 0) return ', "2;"),
+}
+
+
+@pytest.mark.local_model
+@pytest.mark.slow
+async def test_local_model_completes_held_in_lines_in_six_languages(local_model: lm.LocalModel,
+                                                                   tmp_path: Path) -> None:
+    """The real model through the engine (one index, one loaded model for every hole), a few new tokens each."""
+    from repocomp.backends import make_backend
+    from repocomp.index import Index
+    from repocomp.model_defaults import resolve_config
+    from repocomp.pipeline import Completer
+
+    for rel, (before, _) in HELD_IN.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(before)
+    config = resolve_config(Config().replace("backend", name="transformers", model=str(local_model.path),
+                                             max_new_tokens=24, timeout_s=600.0, fallback=""))
+    backend = make_backend(config.backend)
+    completer = Completer(Index.build(tmp_path, config), config, backend=backend)
+    got = {}
+    try:
+        for rel, (before, _) in HELD_IN.items():
+            lines = before.split("\n")
+            result = await completer.acomplete(rel, before, len(lines) - 1, len(lines[-1]), kind="line")
+            assert result.backend == "transformers" and not result.error, (rel, result.backend, result.error)
+            got[rel] = result.text.split("\n")[0].strip()
+    finally:
+        await backend.aclose()
+    assert got == {rel: expected for rel, (_, expected) in HELD_IN.items()}
+
+
 # The server starts before any fixture could change the environment: give it the prepared model's folder.
 _SERVER_ENV = {**os.environ, "REPOCOMP_MODEL_DIR": str(lm.default_model_dir())}
 
