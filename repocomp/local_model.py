@@ -326,9 +326,18 @@ def serve_dtype() -> str:
     """The dtype vLLM serves the (bf16) local model in here: bf16 on a GPU (a machine with NVIDIA's driver tools)
     or a CPU that multiplies bf16 natively; float32 on a CPU that emulates it, where a completion through CPU vLLM
     took 24.3 s in bf16 and 4.0 s in float32 (p50; README, The local model)."""
-    from repocomp.backends.hf import cpu_has_native_bf16
-
     return "bfloat16" if shutil.which("nvidia-smi") or cpu_has_native_bf16() else "float32"
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (AVX-512 BF16 or AMX), as oneDNN reports it (torch is
+    imported here, on first use). The in-process backend's dtype "auto" asks it too (backends/hf.py)."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without oneDNN: no fast bf16 path either
+        return False
 
 
 def serve_command(model: LocalModel, port: int, python: str | None = None, dtype: str = "bfloat16") -> list[str]:

@@ -25,7 +25,10 @@ from typing import Any
 from repocomp.backends import Generation, GenerationRequest, apply_stops
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
+from repocomp.local_model import cpu_has_native_bf16
 from repocomp.text import encodable
+
+__all__ = ["TransformersBackend", "auto_dtype", "cpu_has_native_bf16"]
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +51,6 @@ class _LoadedModel:
 _LOAD_LOCK = threading.Lock()
 _LOADED: weakref.WeakValueDictionary[tuple[str, str, str], _LoadedModel] = weakref.WeakValueDictionary()
 _PROMPT_LOOKUP_TOKENS = 10  # draft length of prompt lookup decoding (the transformers docs' suggested value)
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices natively (AVX-512 BF16 or AMX), as oneDNN reports it."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # a torch without oneDNN: no fast bf16 path either
-        return False
 
 
 def auto_dtype(device: str, native_bf16: bool) -> Any:
