@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from repocomp.backends import Backend, Generation, GenerationRequest, make_backend
 from repocomp.backends.extractive import ExtractiveBackend, extract_continuation
-from repocomp.config import BackendConfig
+from repocomp.config import Config
+from repocomp.model_defaults import resolve_config
 
 CAND_A = """\
 def load(path):
@@ -75,5 +76,6 @@ def test_backend_caps_tokens_and_honours_stops() -> None:
 
 
 def test_make_backend_default_is_extractive() -> None:
-    b = make_backend(BackendConfig())
+    # "auto" resolves to the extractive backend where no local model is prepared (as in the tests)
+    b = make_backend(resolve_config(Config()).backend)
     assert isinstance(b, Backend) and b.name == "extractive"

@@ -31,7 +31,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 
-from repocomp.backends import Generation, GenerationRequest, apply_stops
+from repocomp.backends.base import Generation, GenerationRequest, apply_stops
 from repocomp.languages import PYTHON, LexicalRules, rules_for
 
 log = logging.getLogger(__name__)

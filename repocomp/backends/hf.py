@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repocomp.backends import Generation, GenerationRequest, apply_stops
+from repocomp.backends.base import Generation, GenerationRequest, apply_stops
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.local_model import cpu_has_native_bf16

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from repocomp.backends import Generation, GenerationRequest
+from repocomp.backends.base import Generation, GenerationRequest
 from repocomp.config import BackendConfig, check_endpoint
 from repocomp.errors import BackendError
 from repocomp.text import encodable

@@ -1,0 +1,60 @@
+"""A backend answered by another when it fails: `make_backend` wraps the configured one with the extractive backend
+(`[backend] fallback = "extractive"`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from repocomp.backends.base import Backend, Generation, GenerationRequest
+from repocomp.errors import BackendError
+
+__all__ = ["FallbackBackend"]
+
+log = logging.getLogger(__name__)
+
+
+class FallbackBackend:
+    """Answers with `primary`; on a BackendError, with `fallback`, saying so in the Generation."""
+
+    def __init__(self, primary: Backend, fallback: Backend) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.name = primary.name
+
+    async def agenerate(self, request: GenerationRequest) -> Generation:
+        try:
+            return await self.primary.agenerate(request)
+        except BackendError as exc:
+            log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
+            gen = await self.fallback.agenerate(request)
+            return Generation(text=gen.text, backend=gen.backend, error=f"{self.primary.name}: {exc}")
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
+        """Streams from the primary when it can stream; falls back only if it fails before yielding text."""
+        stream = getattr(self.primary, "astream", None)
+        if stream is None:
+            yield (await self.agenerate(request)).text
+            return
+        started = False
+        try:
+            async for piece in stream(request):
+                started = True
+                yield piece
+        except BackendError as exc:
+            if started:
+                raise  # half a completion plus another backend's guess would be nonsense
+            log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
+            yield (await self.fallback.agenerate(request)).text
+
+    async def aload(self) -> None:
+        try:
+            await self.primary.aload()
+        except Exception as exc:  # noqa: BLE001 - the first request reports it (and the fallback answers it)
+            log.warning("backend %s could not load (%s: %s)", self.primary.name, type(exc).__name__, exc)
+
+    async def aclose(self) -> None:
+        try:
+            await self.primary.aclose()
+        finally:
+            await self.fallback.aclose()
