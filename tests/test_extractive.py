@@ -70,7 +70,7 @@ def test_nothing_matches_is_empty() -> None:
 
 def test_backend_caps_tokens_and_honours_stops() -> None:
     g = gen("    data = read_json(", (CAND_A,), stop=("\n",))
-    assert g == Generation(text="path, strict=True)", backend="extractive")
+    assert g == Generation(text="path, strict=True)", backend="extractive", copied=True)
     assert gen("    data = read_json(", (CAND_A,), max_new_tokens=3).text == "path, strict"
     assert gen("nothing here(", (CAND_A,)).text == ""
 

@@ -6,19 +6,21 @@
 - `auto` (the default): `transformers` with the local model when one is prepared, else `extractive`
   (`repocomp.model_defaults`).
 
-The modules: `base` the interface (`GenerationRequest`, `Generation`, `Backend`), `fallback` a
+The modules: `base` the interface (`GenerationRequest`, `Generation`, `Capabilities`, `Backend`), `fallback` a
 backend answered by another when it fails, `factory` building and warming the configured one; `extractive`, `hf`
 and `vllm` the backends (each imports `base`, never this package).
 
 `make_backend(config)` builds the configured one; with `fallback = "extractive"` a failing primary is answered
-by the extractive backend instead, and `Generation.backend` says which one answered (`Generation.error` why the
-primary did not). Every failure a user can cause surfaces as `repocomp.errors.BackendError`.
+by the extractive backend instead, and `Generation.backend` says which one answered (`Generation.fell_back` that
+a fallback did, `Generation.error` why the primary did not). Callers tell backends apart by their `capabilities`,
+not their names. Every failure a user can cause surfaces as `repocomp.errors.BackendError`.
 """
 
 from __future__ import annotations
 
 from repocomp.backends.base import (
     Backend,
+    Capabilities,
     Generation,
     GenerationRequest,
     StreamingBackend,
@@ -29,6 +31,7 @@ from repocomp.backends.fallback import FallbackBackend
 
 __all__ = [
     "Backend",
+    "Capabilities",
     "FallbackBackend",
     "Generation",
     "GenerationRequest",

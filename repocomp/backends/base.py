@@ -1,4 +1,10 @@
-"""The interface every backend speaks: a request, its answer, and the protocol itself.
+"""The interface every backend speaks: a request, its answer, what a backend can do, and the protocol itself.
+
+Callers tell backends apart by `Backend.capabilities`, never by name (a name is for reports and logs): whether a
+model writes the answer (`writes`; the extractive backend copies retrieved code instead) and whether it runs in
+this process (`in_process`: loading it pays one-time costs that a warm-up generation takes off the first
+request). An answer says the same per request: `Generation.copied` (the text was copied from retrieved code) and
+`Generation.fell_back` (the configured backend failed and the fallback answered).
 
 This module imports no backend, so the backends and the factory (`repocomp.backends.factory`) import it without
 importing each other.
@@ -8,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Backend",
+    "Capabilities",
     "Generation",
     "GenerationRequest",
     "StreamingBackend",
@@ -46,14 +53,32 @@ class GenerationRequest:
 @dataclass(frozen=True)
 class Generation:
     text: str
-    backend: str  # the backend that answered ("vllm", "transformers", "extractive")
+    backend: str  # the backend that answered ("vllm", "transformers", "extractive"): for reports
     error: str = ""  # when a fallback answered: why the configured backend failed
     at_time_limit: bool = False  # max_time_s stopped the generation: the text is what came before
+    # the text was copied from retrieved code (the extractive backend, also as the fallback), not written by a model:
+    # it is whole tokens of the buffer's own text, cut by the backend itself
+    copied: bool = False
+    fell_back: bool = False  # the configured backend failed and a fallback answered (`error` says why)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend is, for the callers that must treat backends differently."""
+
+    # a model writes the answer; False: the answer is copied from the retrieved code (the extractive backend)
+    writes: bool
+    # the model runs in this process: its first generation after loading pays one-time costs (kernel selection,
+    # allocator growth), so `load_and_warm` runs a short one; a served model (vLLM) is warm already
+    in_process: bool
 
 
 @runtime_checkable
 class Backend(Protocol):
     name: str
+
+    @property
+    def capabilities(self) -> Capabilities: ...
 
     async def agenerate(self, request: GenerationRequest) -> Generation: ...
 
@@ -62,6 +87,11 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+    def stats(self) -> dict[str, Any]:
+        """The backend's counters for reports: for an in-process model its `model`, `dtype`, `prefix_cache`
+        (prefix reuse) and `output_head` (the fast output head's steps); empty where there are none."""
+        ...
 
 
 @runtime_checkable

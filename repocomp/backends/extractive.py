@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
-from repocomp.backends.base import Generation, GenerationRequest, apply_stops
+from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops
 from repocomp.languages import PYTHON, LexicalRules, rules_for
 
 log = logging.getLogger(__name__)
@@ -194,13 +195,14 @@ class ExtractiveBackend:
     """No model at all; always available, so it is the default and the fallback."""
 
     name = "extractive"
+    capabilities = Capabilities(writes=False, in_process=False)  # copies retrieved code; nothing to load
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         text = extract_continuation(request.prefix, request.candidates, request.language)
         text = _cap_tokens(text, request.max_new_tokens)
         text, _ = apply_stops(text, request.stop)
         log.debug("extractive proposal: %r", text[:80])
-        return Generation(text=text, backend=self.name)
+        return Generation(text=text, backend=self.name, copied=True)
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
         """One piece: the whole proposal (there is nothing to wait for)."""
@@ -211,3 +213,6 @@ class ExtractiveBackend:
 
     async def aclose(self) -> None:
         return None
+
+    def stats(self) -> dict[str, Any]:
+        return {}  # no counters

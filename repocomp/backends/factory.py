@@ -28,7 +28,7 @@ async def load_and_warm(backend: Backend) -> None:
     costs (kernel selection, allocator growth) that would otherwise land on the first completion a developer
     waits for. A served model (vLLM) is warm already; the extractive backend has nothing to warm."""
     await backend.aload()
-    if backend.name == "transformers":
+    if backend.capabilities.in_process:
         await backend.agenerate(GenerationRequest(prompt=_WARM_UP_PROMPT, prefix=_WARM_UP_PROMPT, suffix="",
                                                   candidates=(), max_new_tokens=4))
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
-from repocomp.backends.base import Backend, Generation, GenerationRequest
+from repocomp.backends.base import Backend, Capabilities, Generation, GenerationRequest
 from repocomp.errors import BackendError
 
 __all__ = ["FallbackBackend"]
@@ -15,12 +16,17 @@ log = logging.getLogger(__name__)
 
 
 class FallbackBackend:
-    """Answers with `primary`; on a BackendError, with `fallback`, saying so in the Generation."""
+    """Answers with `primary`; on a BackendError, with `fallback`, saying so in the Generation (`fell_back`,
+    `error`). It is its primary to its callers: the primary's name, capabilities and stats."""
 
     def __init__(self, primary: Backend, fallback: Backend) -> None:
         self.primary = primary
         self.fallback = fallback
         self.name = primary.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.primary.capabilities
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         try:
@@ -28,7 +34,8 @@ class FallbackBackend:
         except BackendError as exc:
             log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
             gen = await self.fallback.agenerate(request)
-            return Generation(text=gen.text, backend=gen.backend, error=f"{self.primary.name}: {exc}")
+            return Generation(text=gen.text, backend=gen.backend, error=f"{self.primary.name}: {exc}",
+                              copied=gen.copied, fell_back=True)
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
         """Streams from the primary when it can stream; falls back only if it fails before yielding text."""
@@ -58,3 +65,6 @@ class FallbackBackend:
             await self.primary.aclose()
         finally:
             await self.fallback.aclose()
+
+    def stats(self) -> dict[str, Any]:
+        return self.primary.stats()

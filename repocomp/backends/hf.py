@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repocomp.backends.base import Generation, GenerationRequest, apply_stops
+from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.local_model import cpu_has_native_bf16
@@ -80,6 +80,7 @@ def _stop_on_special_tokens(model: Any, tokenizer: Any) -> None:
 
 class TransformersBackend:
     name = "transformers"
+    capabilities = Capabilities(writes=True, in_process=True)
 
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto", fast_output_head: bool = True) -> None:
         self.model_name = model
@@ -268,6 +269,12 @@ class TransformersBackend:
             return {"requests": 0, "hits": 0, "hit_rate": 0.0, "reused_tokens": 0, "prefilled_tokens": 0,
                     "entries": 0, "tokens": 0}
         return self._loaded.prefix_cache.stats()
+
+    def stats(self) -> dict[str, Any]:
+        """The model (as configured), its dtype setting, prefix reuse (`cache_stats`) and the fast output head's
+        steps (`output_head_stats`)."""
+        return {"model": self.model_name, "dtype": str(self.dtype), "prefix_cache": self.cache_stats(),
+                "output_head": self.output_head_stats()}
 
     def output_head_stats(self) -> dict[str, int | float]:
         """The fast output head's steps so far (output_head.py), over the backends sharing this model: accepted

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from repocomp.backends.base import Generation, GenerationRequest
+from repocomp.backends.base import Capabilities, Generation, GenerationRequest
 from repocomp.config import BackendConfig, check_endpoint
 from repocomp.errors import BackendError
 from repocomp.text import encodable
@@ -82,6 +82,7 @@ def _base_url(url: str) -> str:
 
 class VLLMBackend:
     name = "vllm"
+    capabilities = Capabilities(writes=True, in_process=False)  # the server holds the model, warm
 
     def __init__(
         self,
@@ -210,6 +211,9 @@ class VLLMBackend:
 
     async def aload(self) -> None:
         pass  # the server holds the model
+
+    def stats(self) -> dict[str, Any]:
+        return {}  # the server keeps its own (/metrics)
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
