@@ -231,7 +231,7 @@ def test_no_backends_module_imports_a_module_that_imports_it_back() -> None:
 
 def test_the_backends_import_the_interface_not_the_package() -> None:
     graph = _import_graph()
-    for name in ("base", "fallback", "factory", "extractive", "hf", "vllm", "prefix_cache"):
+    for name in ("base", "fallback", "factory", "extractive", "hf", "vllm", "greedy", "prefix_cache"):
         assert "repocomp.backends" not in graph[f"repocomp.backends.{name}"], name
     assert not any(m.startswith("repocomp.backends") for m in graph["repocomp.local_model"])
 

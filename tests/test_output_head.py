@@ -14,6 +14,7 @@ import transformers
 from repocomp import local_model as lm
 from repocomp.backends import hf_attention
 from repocomp.backends import prefix_cache as pc
+from repocomp.backends.greedy import generate_greedy
 from repocomp.backends.hf import TransformersBackend
 from repocomp.backends.output_head import OutputHead, _bf16_round
 
@@ -37,7 +38,7 @@ def tiny_bf16_gemma3(vocab: int = 4096, dtype: torch.dtype = torch.bfloat16) -> 
 
 def greedy(model: transformers.PreTrainedModel, ids: torch.Tensor, n: int, head: OutputHead | None) -> list[int]:
     with torch.inference_mode():
-        out = pc.generate_greedy(model, ids, pc.empty_cache(), 0, n, lambda seq, _: False, 10, head=head)
+        out = generate_greedy(model, ids, pc.empty_cache(), 0, n, lambda seq, _: False, 10, head=head)
     return out[0, ids.shape[1]:].tolist()
 
 

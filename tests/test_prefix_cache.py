@@ -20,6 +20,7 @@ import transformers
 from repocomp import local_model as lm
 from repocomp.backends import GenerationRequest, hf_attention
 from repocomp.backends import prefix_cache as pc
+from repocomp.backends.greedy import generate_greedy
 from repocomp.backends.hf import TransformersBackend
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -125,8 +126,8 @@ def test_greedy_from_a_reused_prefix_is_generate_with_prompt_lookup(cut: int) ->
         full = pc.empty_cache()
         model(ids[:, :cut], cache=full, use_cache=True) if cut else None
         counting = Counting(model)
-        got = pc.generate_greedy(counting, ids, pc.cut(full, cut) if cut else pc.empty_cache(), cut, 60,
-                                 lambda seq, _: False)
+        got = generate_greedy(counting, ids, pc.cut(full, cut) if cut else pc.empty_cache(), cut, 60,
+                              lambda seq, _: False)
     assert torch.equal(got, want)
     assert counting.calls < 60  # drafts were accepted: prompt lookup decoding is on
 
@@ -136,12 +137,12 @@ def test_a_stop_ends_the_loop_with_the_cache_holding_all_but_the_last_token() ->
     model = tiny_gemma3(500)
     with torch.inference_mode():
         cache = pc.empty_cache()
-        seq = pc.generate_greedy(model, ids, cache, 0, 100, lambda s, _: s.shape[1] >= 80)
+        seq = generate_greedy(model, ids, cache, 0, 100, lambda s, _: s.shape[1] >= 80)
         assert 80 <= seq.shape[1] < 170 and cache.get_seq_length() == seq.shape[1] - 1
-        again = pc.generate_greedy(model, ids, pc.empty_cache(), 0, seq.shape[1] - 70, lambda s, _: False)
+        again = generate_greedy(model, ids, pc.empty_cache(), 0, seq.shape[1] - 70, lambda s, _: False)
     assert torch.equal(seq, again)
     with pytest.raises(ValueError):
-        pc.generate_greedy(model, ids, cache, 70, 4, lambda s, _: False)  # nothing left to prefill
+        generate_greedy(model, ids, cache, 70, 4, lambda s, _: False)  # nothing left to prefill
 
 
 def test_in_bf16_an_aligned_reuse_gives_a_fresh_prefills_logits_bit_for_bit() -> None:

@@ -7,7 +7,11 @@ so cancelling `agenerate` stops the thread's work too, not just the await.
 
 Prefix reuse: a loaded model keeps the KV caches of recent prompts per `GenerationRequest.cache_key`, and a request
 prefills only the tokens after its longest common prefix with one of its key's (prefix_cache.py); greedy requests
-decode with prompt lookup from there (`prefix_cache.generate_greedy`), with or without a key.
+decode with prompt lookup from there (`greedy.generate_greedy`), with or without a key.
+
+A request's steps (`_generate`): encode the prompt, take a cache of its longest reusable prefix, decode (greedy:
+`_decode_greedy`, sampled: `_sample`; both stop by `greedy.StopRules`), keep the cache for the next request, decode
+the new tokens into text.
 """
 
 from __future__ import annotations
@@ -15,18 +19,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.local_model import cpu_has_native_bf16
 from repocomp.text import encodable
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import BatchEncoding, PreTrainedTokenizerBase
+
+    # what AutoModelForCausalLM loads, as transformers annotates it: a PreTrainedModel and a GenerationMixin
+    from transformers.models.auto.modeling_auto import _BaseModelWithGenerate as CausalLM
+
+    from repocomp.backends.greedy import StopRules
+    from repocomp.backends.output_head import OutputHead
+    from repocomp.backends.prefix_cache import PrefixCache, Reuse
 
 __all__ = ["TransformersBackend", "auto_dtype", "cpu_has_native_bf16"]
 
@@ -35,13 +49,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class _LoadedModel:
-    model: Any
-    tokenizer: Any
-    gen_lock: threading.Lock = field(default_factory=threading.Lock)  # a model is not safe to share across threads
+    model: CausalLM
+    tokenizer: PreTrainedTokenizerBase
     # the KV caches of recent prompts, shared (and bounded) across the backends that share the model
-    prefix_cache: Any = None
-    # output_head.OutputHead, built at the first load by a backend that asks for it; None where it does not apply
-    output_head: Any = None
+    prefix_cache: PrefixCache
+    gen_lock: threading.Lock = field(default_factory=threading.Lock)  # a model is not safe to share across threads
+    # built at the first load by a backend that asks for it; None where it does not apply
+    output_head: OutputHead | None = None
     output_head_built: bool = False
 
 
@@ -53,7 +67,7 @@ _LOADED: weakref.WeakValueDictionary[tuple[str, str, str], _LoadedModel] = weakr
 _PROMPT_LOOKUP_TOKENS = 10  # draft length of prompt lookup decoding (the transformers docs' suggested value)
 
 
-def auto_dtype(device: str, native_bf16: bool) -> Any:
+def auto_dtype(device: str, native_bf16: bool) -> torch.dtype | str:
     """The dtype "auto" loads in: the checkpoint's (the local model's is bf16), except on a CPU without native
     bf16, where bf16 products are emulated: a 1,000-token prefill of the local model took 27.5 s there against
     2.3 s in float32 (AVX2 only); with AVX-512 BF16 or AMX, bf16 runs about 1.5x faster than float32 (README,
@@ -63,7 +77,7 @@ def auto_dtype(device: str, native_bf16: bool) -> Any:
     return torch.float32 if device == "cpu" and not native_bf16 else "auto"
 
 
-def _stop_on_special_tokens(model: Any, tokenizer: Any) -> None:
+def _stop_on_special_tokens(model: CausalLM, tokenizer: PreTrainedTokenizerBase) -> None:
     """Make every stop token of the prompt formats this model's tokenizer has an end of generation (Qwen2.5-Coder
     ends a fill-in-the-middle answer with <|endoftext|> or <|file_sep|>, its checkpoint names only <|im_end|>):
     the answer is decoded without special tokens, so they must stop it as tokens, not as text."""
@@ -116,7 +130,7 @@ class TransformersBackend:
                 loaded.output_head_built = True
             self._loaded = loaded
 
-    def _load(self) -> tuple[Any, Any]:
+    def _load(self) -> tuple[CausalLM, PreTrainedTokenizerBase]:
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -153,7 +167,7 @@ class TransformersBackend:
         log.info("loaded %s on %s (%s)", self.model_name, self.device, model.dtype)
         return model, tokenizer
 
-    def encode(self, prompt: str) -> Any:
+    def encode(self, prompt: str) -> BatchEncoding:
         """The model's input for `prompt`, with the tokenizer's special tokens (BOS for Gemma and Llama) as the
         model was trained and as vLLM's completions endpoint adds them: without BOS the local model's NLL on the
         ground truth of 40 line tasks was 5% higher (3.47 vs 3.31 nats per token, worse on 26 of them)."""
@@ -162,81 +176,71 @@ class TransformersBackend:
         return self._loaded.tokenizer(encodable(prompt), return_tensors="pt", add_special_tokens=True)
 
     def _generate(self, request: GenerationRequest, cancelled: threading.Event) -> tuple[str, int, bool]:
-        """(text, tokens generated, whether the time limit stopped it)."""
+        """(text, tokens generated, whether the time limit stopped it); stops early once `cancelled` is set."""
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
 
-        from repocomp.backends import prefix_cache
+        from repocomp.backends.greedy import StopRules, decode
 
         loaded = self._loaded
         assert loaded is not None, "agenerate loads the model first"
-        tok, model = loaded.tokenizer, loaded.model
         enc = self.encode(request.prompt)
         input_ids = enc["input_ids"].to(self.device)
         n_in = input_ids.shape[1]
-        stops = tuple(s for s in request.stop if s)
-        finished = request.finished
-
-        limit = request.max_time_s
-
-        class _Stop(StoppingCriteria):
-            first_token_at: float | None = None
-            at_time_limit = False
-
-            def __call__(self, ids: Any, scores: Any, **kwargs: Any) -> bool:
-                if cancelled.is_set():
-                    return True
-                # The time limit counts from the first token, not from the prefill: it bounds a run-on generation,
-                # and on a slower CPU a prefill that takes the whole limit would leave a token or two of answer.
-                now = time.monotonic()
-                if self.first_token_at is None:
-                    self.first_token_at = now
-                elif limit and now - self.first_token_at >= limit:
-                    self.at_time_limit = True
-                    return True
-                if not stops and finished is None:
-                    return False
-                text = tok.decode(ids[0, n_in:], skip_special_tokens=True)
-                return any(s in text for s in stops) or (finished is not None and finished(text))
-
-        sampling = request.temperature > 0
-        kwargs: dict[str, Any] = {"do_sample": sampling}
-        if sampling:
-            kwargs["temperature"] = request.temperature
-        else:
-            # Prompt lookup decoding: drafts of up to 10 tokens copied from the prompt after a matching n-gram,
-            # verified in one forward pass. Code repeats what the prompt shows (retrieved blocks, the file above),
-            # and a token costs the same weight reads as ten on this memory-bound CPU path; greedy output is kept.
-            kwargs["prompt_lookup_num_tokens"] = _PROMPT_LOOKUP_TOKENS
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        stop = _Stop()
+        stop = StopRules(loaded.tokenizer, n_in, tuple(s for s in request.stop if s), request.finished, cancelled,
+                         request.max_time_s)
         cached = loaded.prefix_cache
         with loaded.gen_lock, torch.inference_mode():
             # a cache holding the prompt's longest common prefix with a recent prompt of this key (or nothing), cut
             # to an aligned chunk boundary, the rest prefilled in aligned chunks: the answer is the one a fresh
             # prefill gives, bit for bit (prefix_cache's docstring)
             reuse = cached.take(request.cache_key, input_ids[0])
-            if sampling:
-                prefix_cache.prefill_aligned(model, input_ids, reuse.cache, reuse.reused, cached.chunk)
-                out = model.generate(
-                    input_ids,
-                    attention_mask=enc["attention_mask"].to(self.device),
-                    max_new_tokens=request.max_new_tokens,
-                    stopping_criteria=StoppingCriteriaList([stop]),
-                    pad_token_id=pad,
-                    **{prefix_cache.cache_argument(model): reuse.cache},
-                    **kwargs,
-                )
+            if request.temperature > 0:
+                out = self._sample(loaded, request, enc["attention_mask"], input_ids, reuse, stop)
             else:
-                # generate(prompt_lookup_num_tokens=...) cannot start from a filled cache: the same loop, which can
-                head = loaded.output_head if self.fast_output_head else None
-                out = prefix_cache.generate_greedy(model, input_ids, reuse.cache, reuse.reused,
-                                                   request.max_new_tokens, stop, kwargs["prompt_lookup_num_tokens"],
-                                                   head=head, chunk=cached.chunk)
+                out = self._decode_greedy(loaded, request, input_ids, reuse, stop)
             # kept only after a generation that ran to its end (a stop, cancelled included): its cache is whole
             cached.put(request.cache_key, out[0, :reuse.cache.get_seq_length()], n_in, reuse.cache, reuse)
         new = out[0, n_in:]
-        return tok.decode(new, skip_special_tokens=True), int(new.shape[0]), stop.at_time_limit
+        return decode(loaded.tokenizer, new), int(new.shape[0]), stop.at_time_limit
+
+    def _decode_greedy(self, loaded: _LoadedModel, request: GenerationRequest, input_ids: torch.Tensor,
+                       reuse: Reuse, stop: StopRules) -> torch.Tensor:
+        """The prompt and its greedy continuation (1, n + generated), decoded from `reuse`'s cache.
+
+        Prompt lookup decoding: drafts of up to 10 tokens copied from the prompt after a matching n-gram, verified
+        in one forward pass. Code repeats what the prompt shows (retrieved blocks, the file above), and a token
+        costs the same weight reads as ten on this memory-bound CPU path; greedy output is kept.
+        generate(prompt_lookup_num_tokens=...) cannot start from a filled cache: the same loop, which can."""
+        from repocomp.backends.greedy import generate_greedy
+
+        head = loaded.output_head if self.fast_output_head else None
+        return generate_greedy(loaded.model, input_ids, reuse.cache, reuse.reused, request.max_new_tokens, stop,
+                               _PROMPT_LOOKUP_TOKENS, head=head, chunk=loaded.prefix_cache.chunk)
+
+    def _sample(self, loaded: _LoadedModel, request: GenerationRequest, attention_mask: torch.Tensor,
+                input_ids: torch.Tensor, reuse: Reuse, stop: StopRules) -> torch.Tensor:
+        """The prompt and a sampled continuation (1, n + generated) through transformers' `generate`, from `reuse`'s
+        cache with the rest of the prompt's aligned chunks prefilled first."""
+        import torch
+        from transformers import StoppingCriteriaList
+
+        from repocomp.backends.prefix_cache import cache_argument, prefill_aligned
+
+        model, tok = loaded.model, loaded.tokenizer
+        prefill_aligned(model, input_ids, reuse.cache, reuse.reused, loaded.prefix_cache.chunk)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        out = model.generate(
+            input_ids,
+            attention_mask=attention_mask.to(self.device),
+            max_new_tokens=request.max_new_tokens,
+            stopping_criteria=StoppingCriteriaList([stop]),
+            pad_token_id=pad,
+            **{cache_argument(model): reuse.cache},
+            do_sample=True,
+            temperature=request.temperature,
+        )
+        assert isinstance(out, torch.Tensor)  # the sequences alone: no return_dict_in_generate
+        return out
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         await self._ensure_loaded()

@@ -27,10 +27,7 @@ token prefix with one of them: only the tokens after it are prefilled.
   the prefix builds. The block-skipping attention (hf_attention.py) never computes the products of the keys that
   the window hides, so the longer cache costs memory (and a longer copy per forward pass), not attention time.
 
-`generate_greedy` is the decoding loop: greedy with prompt lookup decoding (drafts from transformers'
-`PromptLookupCandidateGenerator`, verified in one forward pass, as `generate(prompt_lookup_num_tokens=...)` does),
-starting from a cache that holds a prefix of the input. transformers' assisted decoding cannot start from a filled
-cache (its first pass feeds the whole prompt again, after the cached part), hence this loop.
+The decoding loop that starts from such a cache is `greedy.generate_greedy`.
 """
 
 from __future__ import annotations
@@ -39,14 +36,13 @@ import functools
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 if TYPE_CHECKING:
-    from repocomp.backends.output_head import OutputHead
+    from transformers import DynamicCache
 
 # tokens a prefill pass computes (a cache is reused up to a multiple of it). A 950-token prefill on 2 cores, one pass
 # against chunks of 256 (median of 5, `repocomp bench prefill`): AMX bf16 676 / 474 ms, AVX2 float32 2,270 /
@@ -62,14 +58,14 @@ class Entry:
     key: str
     tokens: torch.Tensor  # 1-D: the tokens whose keys and values `cache` holds (prompt, then generated)
     prompt_len: int  # of those, the prompt's (its first `aligned_end(prompt_len, chunk)` came from aligned chunks)
-    cache: Any  # a transformers DynamicCache of plain (full-length) layers
+    cache: DynamicCache  # of plain (full-length) layers
 
 
 @dataclass
 class Reuse:
     """What `PrefixCache.take` found: a cache holding the first `reused` tokens of the prompt."""
 
-    cache: Any
+    cache: DynamicCache
     reused: int
     source: Entry | None
     shared: int = 0  # tokens the prompt shares with `source` (more than `reused` where reuse stops at a chunk)
@@ -127,7 +123,7 @@ class PrefixCache:
         return Reuse(cache=empty_cache() if best is None else cut(best.cache, reused), reused=reused, source=best,
                      shared=shared)
 
-    def put(self, key: str | None, tokens: torch.Tensor, prompt_len: int, cache: Any, reuse: Reuse) -> None:
+    def put(self, key: str | None, tokens: torch.Tensor, prompt_len: int, cache: DynamicCache, reuse: Reuse) -> None:
         """Keep `cache` (holding `tokens`, 1-D, of which the first `prompt_len` are the prompt) under `key`."""
         if key is None or not supports_reuse() or cache.get_seq_length() != tokens.shape[0]:
             return
@@ -177,42 +173,36 @@ def supports_reuse() -> bool:
     return hasattr(DynamicCache(), "layers")
 
 
-def empty_cache() -> Any:
+def empty_cache() -> DynamicCache:
     """A cache of full-length layers: every position of every layer, sliding-window layers included."""
     from transformers import DynamicCache
 
     return DynamicCache()
 
 
-def cut(cache: Any, n: int) -> Any:
+def cut(cache: DynamicCache, n: int) -> DynamicCache:
     """A new cache holding the first `n` positions of `cache` (views: `cache` is not changed)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     out = DynamicCache()
-    for layer in cache.layers:
+    for layer in cast("list[DynamicLayer]", cache.layers):  # a cache of `empty_cache`'s: plain full-length layers
+        keys, values = layer.keys, layer.values
+        assert keys is not None and values is not None, "a cache of a prefilled prompt"
         copy = DynamicLayer()
-        copy.lazy_initialization(layer.keys, layer.values)
-        copy.keys, copy.values = layer.keys[:, :, :n], layer.values[:, :, :n]
+        copy.lazy_initialization(keys, values)
+        copy.keys, copy.values = keys[:, :, :n], values[:, :, :n]
         out.layers.append(copy)
     return out
 
 
-def cache_argument(model: Any) -> str:
+def cache_argument(model: torch.nn.Module) -> str:
     """The name the model's forward takes its cache by: `cache` in transformers >= 5.x, `past_key_values` before."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def eos_ids(model: Any) -> torch.Tensor | None:
-    eos = model.generation_config.eos_token_id
-    if eos is None:
-        eos = model.config.eos_token_id
-    if eos is None:
-        return None
-    return torch.tensor([eos] if isinstance(eos, int) else list(eos), dtype=torch.long)
-
-
-def prefill_aligned(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, chunk: int | None) -> int:
+def prefill_aligned(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache, reused: int,
+                    chunk: int | None) -> int:
     """Fill `cache` (holding the first `reused` tokens of `input_ids`, (1, n)) chunk by aligned chunk up to
     `aligned_end(n, chunk)`: keys and values only (the base model, no output layer); nothing without a chunk.
     Returns the positions it holds."""
@@ -227,79 +217,10 @@ def prefill_aligned(model: Any, input_ids: torch.Tensor, cache: Any, reused: int
     return fed
 
 
-def next_logits(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, chunk: int | None) -> torch.Tensor:
-    """The next token's logits (float32, (1, vocab)) after `input_ids` (1, n), prefilled as `generate_greedy`
+def next_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache, reused: int,
+                chunk: int | None) -> torch.Tensor:
+    """The next token's logits (float32, (1, vocab)) after `input_ids` (1, n), prefilled as `greedy.generate_greedy`
     prefills from `cache` holding its first `reused` tokens: aligned chunks, then one pass that computes logits."""
     fed = prefill_aligned(model, input_ids, cache, reused, chunk)
     out = model(input_ids[:, fed:], use_cache=True, logits_to_keep=1, **{cache_argument(model): cache})
     return out.logits[:, -1].float()
-
-
-def _verified(model: Any, head: OutputHead, hidden: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
-    """The greedy tokens after each of `hidden`'s positions (1, d + 1, dim) for a pass that verified the `draft`
-    tokens (d): through the certified head one position at a time, up to the first that rejects its draft token
-    (the rest are never used); where the head cannot certify, the model's own product over every position, as its
-    forward computes it (Gemma3ForCausalLM.forward), so the tokens are those of that product either way."""
-    out: list[int] = []
-    for i in range(hidden.shape[1]):
-        token = head.argmax(hidden[0, i])
-        if token is None:
-            return model.lm_head(hidden)[0].float().argmax(-1)
-        out.append(token)
-        if i < draft.shape[0] and token != int(draft[i]):
-            break
-    return torch.tensor(out)
-
-
-def generate_greedy(model: Any, input_ids: torch.Tensor, cache: Any, reused: int, max_new_tokens: int,
-                    stop: Callable[[torch.Tensor, Any], bool], draft_tokens: int = 10,
-                    head: OutputHead | None = None, chunk: int | None = None) -> torch.Tensor:
-    """Greedy decoding with prompt lookup drafts, `input_ids` (1, n) after `cache`, which holds the keys and values
-    of its first `reused` tokens (0 <= reused < n); with `chunk`, the prompt is prefilled in aligned chunks (the
-    module's docstring) before the first pass that computes logits. Returns the sequence (1, n + generated); `cache`
-    then holds every position but the last. Stops at EOS, after `max_new_tokens`, or when `stop(sequence, None)` says so
-    (called once per forward pass, after the accepted tokens are added, as `generate` calls stopping criteria).
-    With `head` (output_head.py), each pass picks its tokens through it (the same tokens, certified; the full
-    lm_head where it cannot certify); the base model's pass, and so the cache, is the same."""
-    from transformers.generation.candidate_generator import (
-        PromptLookupCandidateGenerator,
-    )
-
-    n = input_ids.shape[1]
-    if not 0 <= reused < n:
-        raise ValueError(f"reused ({reused}) must leave at least one of the {n} prompt tokens to prefill")
-    max_length = n + max_new_tokens
-    eos = eos_ids(model)
-    lookup = PromptLookupCandidateGenerator(eos_token_id=eos, num_output_tokens=draft_tokens, max_length=max_length)
-    kwargs: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
-    keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-    base_kwargs = dict(kwargs)  # the same dict's cache: the base model's pass fills it as the full forward does
-    seq = input_ids
-    fed = prefill_aligned(model, input_ids, cache, reused, chunk)  # the positions the cache holds
-    while True:
-        cur = seq.shape[1]
-        # transformers annotates LongTensor, torch's legacy tensor type that no Tensor matches statically
-        candidate, _ = lookup.get_candidates(seq)  # type: ignore[arg-type]
-        draft = candidate.shape[1] - cur
-        if keep_logits:
-            kwargs["logits_to_keep"] = draft + 1
-        if head is not None:
-            hidden = model.model(input_ids=candidate[:, fed:], **base_kwargs).last_hidden_state[:, -draft - 1:]
-            selected = _verified(model, head, hidden, candidate[0, cur:])
-        else:
-            logits = model(input_ids=candidate[:, fed:], **kwargs).logits[0, -draft - 1:]
-            selected = logits.float().argmax(-1)
-        m = min(draft, selected.shape[0])  # the head stops at the first rejected draft token
-        n_matches = int((candidate[0, cur:cur + m] == selected[:m]).cumprod(0).sum()) if m else 0
-        valid = selected[: n_matches + 1][: max_length - cur]
-        hit_eos = False
-        if eos is not None:
-            at = torch.isin(valid, eos).nonzero()
-            if at.numel():
-                valid, hit_eos = valid[: int(at[0]) + 1], True
-        seq = torch.cat([seq, valid[None]], dim=1)
-        cache.crop(-(draft - (valid.shape[0] - 1)))  # drop the keys of the rejected draft tokens
-        fed = seq.shape[1] - 1
-        stopped = stop(seq, None)
-        if stopped or hit_eos or seq.shape[1] >= max_length:
-            return seq
