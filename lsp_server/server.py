@@ -177,10 +177,11 @@ class RepocompServer(LanguageServer):
     def _request(self, uri: str, position: types.Position) -> CompletionRequest | None:
         """The request in engine terms; None (said once per kind) when there is nothing to complete."""
         try:
-            document = self.document(uri)
+            key = convert.document_key(uri)
+            document = self.open_document(key)
             if document is None:
                 # a document dropped for its size was reported once already (the "huge" message)
-                kind = "huge" if convert.document_key(uri) in self.protocol.oversized else "uri"
+                kind = "huge" if key in self.protocol.oversized else "uri"
                 raise convert.ConversionError(kind, f"{uri} is not open in the editor; nothing to complete")
             return CompletionRequest.build(uri, document.source, document.version, position,
                                            self.position_encoding(), self.options.server.max_document_bytes,
@@ -216,17 +217,17 @@ class RepocompServer(LanguageServer):
 
     # ----- documents -----
 
-    def document(self, uri: str) -> TextDocument | None:
-        """The open document of `uri` however the editor encoded it: pygls keys documents by the decoded URI
-        (a folder with a space arrives as `my%20repo`)."""
-        return self.workspace.text_documents.get(convert.document_key(uri))
+    def open_document(self, key: str) -> TextDocument | None:
+        """The open document by its key (`convert.document_key`): pygls keys documents by the decoded URI, and
+        editors encode one URI differently (a folder with a space arrives as `my%20repo`)."""
+        return self.workspace.text_documents.get(key)
 
     def text_of(self, key: str) -> str | None:
-        document = self.workspace.text_documents.get(key)
+        document = self.open_document(key)
         return document.source if document is not None else None
 
     def _version(self, key: str) -> int | None:
-        document = self.workspace.text_documents.get(key)
+        document = self.open_document(key)
         return document.version if document is not None else None
 
     def position_encoding(self) -> str:
