@@ -1,9 +1,11 @@
 """Issue 9, items 1, 4, 5 and 6 through the real language server: `python -m lsp_server` over stdio (pytest-lsp),
 indexing a hostile repository, with the extractive backend (no model). Every wait is bounded.
 
-Bounds are loose for 2 busy cores; what the issue saw is far past them (a server frozen 15 s and +1 GB RSS on a
-150k-character line, 38 s for a one-character update of 20k statements). `record_property` keeps the figures
-(`--junitxml=FILE -o junit_family=xunit1`), which the README's "Bounds on pathological input" quotes.
+The figures are docs/security.md's ("Bounds on hostile input", the language server's table, taken on an idle
+machine), and the bounds five times them (the long line's request time: eight), room for 2 busy cores, while what
+the old code did is far past them (a server frozen 15 s and +1 GB RSS on a 150k-character line, 38 s for a
+one-character update of 20k statements). `record_property` keeps the figures (`--junitxml=FILE -o
+junit_family=xunit1`), which that table quotes.
 """
 
 from __future__ import annotations
@@ -23,8 +25,16 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from repocomp.index.store import INDEX_FILE
 
 EXTRACTIVE = {"backend": {"name": "extractive"}}
-READY_BOUND_S = 30.0  # opening the folder until its index is ready
-REQUEST_BOUND_S = 10.0  # one completion request, answered
+READY_WAIT_S = 30.0  # opening a small folder until its index is ready: a hang fails, no figure is claimed
+REQUEST_WAIT_S = 10.0  # one completion request, answered: a hang fails (the figures are bounded below)
+SLACK = 5  # the bounds: this many times docs/security.md's figures
+LONG_SLACK = 8  # the long line's request time: 320-530 ms measured on 2 cores at load 5-6, 2.4-4 times the figure
+LONG_LINE_SERVER_MS = 133  # a 150k-character minified line: the request's time in the server
+LONG_LINE_WALL_S = 0.15  # the same at the client
+LONG_LINE_RSS_MB = 2  # the server's RSS growth
+T20K_READY_S = 2.1  # 20k top-level statements: `initialize` until the folder is ready
+T20K_TYPING_MS = 28  # completion right after a one-digit edit (the buffer reaches the index later)
+T20K_PAUSED_MS = 848  # completion while the update worker puts the buffer into the index: it waits for the write
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
@@ -41,9 +51,9 @@ def repo(repo: Path) -> Path:
 
 
 async def timed_inline(client: LanguageClient, uri: str, position: types.Position) -> tuple[str, float]:
-    """The inline completion and the client's wall time for it; fails past REQUEST_BOUND_S."""
+    """The inline completion and the client's wall time for it; fails past REQUEST_WAIT_S."""
     started = time.monotonic()
-    text = await asyncio.wait_for(inline(client, uri, position), REQUEST_BOUND_S)
+    text = await asyncio.wait_for(inline(client, uri, position), REQUEST_WAIT_S)
     return text, time.monotonic() - started
 
 
@@ -60,7 +70,7 @@ async def test_planted_pickle_in_index_file_runs_nothing_when_the_server_opens_t
     (repo / ".repocomp").mkdir()
     (repo / ".repocomp" / INDEX_FILE).write_bytes(pickled_index(marker, version))
     await initialize(client, repo, EXTRACTIVE)
-    await wait_ready(client, timeout=READY_BOUND_S)
+    await wait_ready(client, timeout=READY_WAIT_S)
     assert not marker.exists(), "the planted index ran code when the server opened the folder"
     assert "area(2, 3)" in await complete_main(client, repo)
     assert not marker.exists()
@@ -70,7 +80,7 @@ async def test_a_fifo_named_like_a_source_file_does_not_hang_the_servers_indexin
         client: LanguageClient, repo: Path) -> None:
     os.mkfifo(repo / "pipe.py")  # opening it for reading would block until a writer comes: none ever does
     await initialize(client, repo, EXTRACTIVE)
-    await wait_ready(client, timeout=READY_BOUND_S)
+    await wait_ready(client, timeout=READY_WAIT_S)
     assert "area(2, 3)" in await complete_main(client, repo)
 
 
@@ -80,7 +90,7 @@ async def test_completing_in_a_150k_character_line_answers_in_seconds_with_littl
     line = minified_line(150_000)
     (repo / "app.min.js").write_text(line)  # on disk (indexed) and open in the editor
     await initialize(client, repo, EXTRACTIVE)
-    await wait_ready(client, timeout=READY_BOUND_S)
+    await wait_ready(client, timeout=READY_WAIT_S)
     before = (await stats(client))["rss_bytes"]
     uri = open_doc(client, repo / "app.min.js", line)
     _, wall_s = await timed_inline(client, uri, end_of(line))
@@ -90,7 +100,9 @@ async def test_completing_in_a_150k_character_line_answers_in_seconds_with_littl
     record_property("server_ms", round(server_ms))
     record_property("wall_s", round(wall_s, 2))
     record_property("rss_growth_mb", round(growth_mb))
-    assert server_ms < REQUEST_BOUND_S * 1000 and growth_mb < 300, (server_ms, growth_mb)
+    assert server_ms < LONG_SLACK * LONG_LINE_SERVER_MS, server_ms
+    assert wall_s < LONG_SLACK * LONG_LINE_WALL_S, wall_s
+    assert growth_mb < SLACK * LONG_LINE_RSS_MB, growth_mb
 
 
 @pytest.mark.slow
@@ -101,7 +113,7 @@ async def test_20k_top_level_statements_get_ready_and_answer_after_a_one_charact
     (repo / "consts.py").write_text(text)
     started = time.monotonic()
     await initialize(client, repo, EXTRACTIVE)
-    await wait_ready(client, timeout=READY_BOUND_S)
+    await wait_ready(client, timeout=READY_WAIT_S)
     ready_s = time.monotonic() - started
     uri = open_doc(client, repo / "consts.py", text)
     middle = types.Position(line=n // 2, character=len(f"T{n // 2} = "))  # the value's first digit
@@ -119,4 +131,5 @@ async def test_20k_top_level_statements_get_ready_and_answer_after_a_one_charact
     record_property("ready_s", round(ready_s, 1))
     record_property("server_ms", server_ms)
     record_property("wall_s", [round(typing_s, 2), round(paused_s, 2)])
-    assert max(server_ms) < REQUEST_BOUND_S * 1000, server_ms
+    assert ready_s < SLACK * T20K_READY_S, ready_s
+    assert server_ms[0] < SLACK * T20K_TYPING_MS and server_ms[1] < SLACK * T20K_PAUSED_MS, server_ms
