@@ -186,16 +186,17 @@ class Engines:
         return len(self._loading)
 
     def prefix_cache_stats(self) -> list[dict[str, Any]]:
-        """Prefix reuse of each in-process model: its backend's `cache_stats()` (requests, hits, hit_rate,
-        reused_tokens, prefilled_tokens, entries, tokens) with its `backend`, `model` and `dtype`; the backends of
-        one model share its cache, so they are one entry. None for backends without one (vLLM, extractive)."""
+        """Prefix reuse of each in-process model: the `prefix_cache` of its backend's `stats()` (requests, hits,
+        hit_rate, reused_tokens, prefilled_tokens, entries, tokens) with its `backend`, `model` and `dtype`; the
+        backends of one model share its cache, so they are one entry. None for backends without one (vLLM,
+        extractive)."""
         out: dict[tuple[str, str, str], dict[str, Any]] = {}
         for backend in list(self._backends.values()):
-            inner = getattr(backend, "primary", backend)
-            cache_stats = getattr(inner, "cache_stats", None)
-            if callable(cache_stats):
-                key = (inner.name, str(getattr(inner, "model_name", "")), str(getattr(inner, "dtype", "")))
-                out[key] = {"backend": key[0], "model": key[1], "dtype": key[2], **cache_stats()}
+            stats = backend.stats()
+            prefix_cache = stats.get("prefix_cache")
+            if prefix_cache is not None:
+                key = (backend.name, str(stats.get("model", "")), str(stats.get("dtype", "")))
+                out[key] = {"backend": key[0], "model": key[1], "dtype": key[2], **prefix_cache}
         return list(out.values())
 
 

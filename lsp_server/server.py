@@ -205,15 +205,16 @@ class RepocompServer(LanguageServer):
     def _report_answer(self, served: Served[CompletionResult], request: CompletionRequest, elapsed_s: float) -> None:
         """Stats, and what the user should know about an answer: a fallback answered, or time ran out."""
         result = served.result
-        # the resolved configuration's backend: what "auto" became (no model lookup per request)
-        backend = self.engines.resolved(request.root).backend
-        # a fallback answered: told by the names (`result.error` also carries the deadline's notes)
-        if result.backend not in (backend.name, "") and backend.name != "extractive":
-            self.warn_once("backend-down", f"backend {backend.name!r} failed; answering with {result.backend!r}")
-        if self.stats.answered(result, served.text, elapsed_s, backend.timeout_s):
+        config = self.engines.resolved(request.root)  # its backend: what "auto" became
+        configured = config.backend.name
+        # A model's backend answered by another: its fallback. (The result says which backend answered, not whether
+        # it fell back; `result.error` is also set by the deadline's notes.)
+        if result.backend not in (configured, "") and self.engines.backend_for(config).capabilities.writes:
+            self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
+        if self.stats.answered(result, served.text, elapsed_s, config.backend.timeout_s):
             # the model ran out of time, not out of ideas: say so once
-            self.warn_once("deadline", f"no completion within the {backend.timeout_s:g} s deadline: the model is "
-                                       "slow on this machine or busy (raise [backend] timeout_s)")
+            self.warn_once("deadline", f"no completion within the {config.backend.timeout_s:g} s deadline: the "
+                                       "model is slow on this machine or busy (raise [backend] timeout_s)")
 
     # ----- documents -----
 
