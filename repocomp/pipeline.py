@@ -106,10 +106,16 @@ class _Run:
     ranked: list[RankedDefinition] = field(default_factory=list)
     def_sources: list[DefinitionSource] = field(default_factory=list)
     backend_name: str = "none"
+    written: bool = False  # a model wrote the draft (not copied from retrieved code)
+    fell_back: bool = False
     error: str = ""
     emptied_by_deadline: bool = False
     rounds: list[RoundTrace] = field(default_factory=list)
     memory: MemoryDecision | None = None
+
+    def take(self, answer: Generation) -> None:
+        self.draft, self.backend_name, self.error = answer.text, answer.backend, answer.error
+        self.written, self.fell_back = not answer.copied, answer.fell_back
 
     def note(self, message: str) -> None:
         self.error = _join(self.error, message)
@@ -298,7 +304,7 @@ class Completer:
                 answer = await self._generate_round(req, r, round_prompt, blocks, generating, run)
             if answer is None:  # the deadline passed in a later round: the previous round's draft stands
                 break
-            run.draft, run.backend_name, run.error = answer.text, answer.backend, answer.error
+            run.take(answer)
             run.prompt = round_prompt
             run.rounds.append(RoundTrace(query, run.draft, blocks, at_time_limit=answer.at_time_limit))
         if (self.config.retrieval.paging and req.mode != "infile" and run.rounds and run.draft
@@ -406,7 +412,7 @@ class Completer:
             answer = await self._generate_round(req, r, prompt, blocks, generating, run)
         if answer is None:
             return
-        run.draft, run.backend_name, run.error = answer.text, answer.backend, answer.error
+        run.take(answer)
         run.prompt, run.def_sources = prompt, sources
         run.rounds.append(RoundTrace("", run.draft, blocks, at_time_limit=answer.at_time_limit, paged=names))
 
@@ -469,7 +475,7 @@ class Completer:
         timings["total"] = timings.elapsed_ms()
         return CompletionResult(text=final, backend=run.backend_name, context=context, prompt=prompt.text,
                                 prompt_tokens=prompt.tokens, rounds=run.rounds, timings_ms=dict(timings),
-                                error=run.error, definitions=traces,
+                                error=run.error, fell_back=run.fell_back, definitions=traces,
                                 cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory)
 
     def _at_a_limit(self, run: _Run, last: RoundTrace) -> bool:
@@ -479,7 +485,7 @@ class Completer:
         if last.at_time_limit:
             return True
         cap = self.config.backend.max_new_tokens
-        return run.backend_name not in ("extractive", "none") and self.count_tokens(run.draft) >= cap - _CAP_SLACK
+        return run.written and self.count_tokens(run.draft) >= cap - _CAP_SLACK
 
     # -- definitions ----------------------------------------------------------------------------------------
 
@@ -509,7 +515,7 @@ class Completer:
                                     language=language)
         async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
             gen = await self.backend.agenerate(request)
-        if gen.backend != "extractive":  # the extractive backend works on `prefix` itself
+        if not gen.copied:  # the extractive backend works on `prefix` itself
             return replace(gen, text=drop_space(gen.text, space))
         return gen
 

@@ -69,6 +69,7 @@ class CompletionResult:
     rounds: list[RoundTrace]
     timings_ms: dict[str, float]
     error: str = ""  # why the configured backend did not answer (a fallback did), or why rounds were skipped
+    fell_back: bool = False  # the configured backend failed and its fallback answered
     definitions: list[DefinitionTrace] = field(default_factory=list)  # ranked candidates, final round
     # the time limit ended the answer early, or the deadline left it empty
     cut_by_time: bool = False
