@@ -33,8 +33,8 @@ from repocomp.index.store import INDEX_FILE, REJECTED_SUFFIX, write_state
 MAIN = "from shapes import area\n\n\ntotal = "
 # The other project's code: what a completion must never hold once its index is planted here.
 OTHER = "def leak_from_other_project(n):\n    return n\n\n\ntotal = leak_from_other_project(7)\n"
-MAX_RSS_BYTES = 1 << 30
-READY_BOUND_S = 30.0
+MAX_RSS_BYTES = 3 * 250 << 20  # three times docs/security.md's 250 MB peak RSS for `complete` with a planted index
+READY_BOUND_S = 30.0  # a small folder until ready: a hang fails, no figure is claimed
 
 # Runs `repocomp.cli.main(ARGS)` as `python -m repocomp` would, recording every path opened (the audit hook sees
 # open() and os.open()) and the peak RSS, written as JSON to REPORT when the CLI returns. The peak is VmHWM, this

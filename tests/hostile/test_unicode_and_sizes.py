@@ -233,7 +233,8 @@ async def test_a_document_grown_by_appends_past_the_limit_is_dropped_and_memory_
     after = await asyncio.wait_for(stats(client), REQUEST_BOUND_S)  # answered after every change was handled
     growth_mb = (after["rss_bytes"] - before) / MIB
     record_property("rss_growth_mb_after_96_mib_appended", round(growth_mb))
-    assert growth_mb < 48, growth_mb  # kept whole, the document alone is 96 MiB
+    # docs/security.md: +0 MB; kept whole, the document alone would be 96 MiB. The bound: a few messages' worth
+    assert growth_mb < 8, growth_mb
 
     huge = [w for w in warnings(client) if "larger than 1000000 bytes" in w]
     assert len(huge) == 1 and "big.py" in huge[0], warnings(client)
