@@ -207,9 +207,7 @@ class RepocompServer(LanguageServer):
         result = served.result
         config = self.engines.resolved(request.root)  # its backend: what "auto" became
         configured = config.backend.name
-        # A model's backend answered by another: its fallback. (The result says which backend answered, not whether
-        # it fell back; `result.error` is also set by the deadline's notes.)
-        if result.backend not in (configured, "") and self.engines.backend_for(config).capabilities.writes:
+        if result.fell_back:
             self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
         if self.stats.answered(result, served.text, elapsed_s, config.backend.timeout_s):
             # the model ran out of time, not out of ideas: say so once
