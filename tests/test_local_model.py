@@ -26,6 +26,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from repocomp import local_model as lm
 from repocomp.config import Config
 from repocomp.errors import RepocompError
+from repocomp.model_defaults import resolve_backend
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTENT_REPO = REPO_ROOT / "fixtures" / "content_repo"
@@ -81,7 +82,7 @@ def test_prepare_rejects_what_is_not_a_model(tmp_path: Path) -> None:
 # ---- choosing it by default --------------------------------------------------------------------------------------
 
 def test_auto_is_extractive_without_a_model_and_the_cli_says_once_how_to_get_one(hole_repo: Path) -> None:
-    assert lm.resolve(Config()).backend.name == "extractive"
+    assert resolve_backend(Config()).backend.name == "extractive"
     first = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", cwd=hole_repo, timeout=120)
     assert first.returncode == 0, first.stderr
     assert "extractive backend" in first.stderr and "repocomp model prepare" in first.stderr
@@ -93,11 +94,11 @@ def test_auto_is_the_local_model_once_prepared_and_budgets_use_its_tokenizer(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPOCOMP_MODEL_DIR", str(tmp_path / "model"))
     lm.prepare(tiny_model_dir)
-    config = lm.resolve(Config())
+    config = resolve_backend(Config())
     assert config.backend.name == "transformers" and config.backend.model == str(tmp_path / "model")
     assert config.prompt.tokenizer == str(tmp_path / "model")
     # a user's explicit choice stays
-    chosen = lm.resolve(Config().replace("backend", name="extractive"))
+    chosen = resolve_backend(Config().replace("backend", name="extractive"))
     assert chosen.backend.name == "extractive" and chosen.prompt.tokenizer == ""
 
 

@@ -12,7 +12,7 @@ import pytest
 from repocomp import local_model as lm
 from repocomp.config import BackendConfig, Config, PromptConfig
 from repocomp.errors import RepocompError
-from repocomp.model_defaults import prompt_format
+from repocomp.model_defaults import prompt_format, resolve_backend
 
 
 def _fake_part(site: Path, dist: str, index: int, data: bytes) -> None:
@@ -87,7 +87,7 @@ def test_the_catalog_pins_the_code_models_of_the_issue_and_a_code_model_is_the_d
 
 def test_a_catalog_name_as_the_model_must_be_prepared() -> None:
     with pytest.raises(RepocompError, match="repocomp model prepare gemma-3-270m"):
-        lm.resolve(Config().replace("backend", name="transformers", model="gemma-3-270m"))
+        resolve_backend(Config().replace("backend", name="transformers", model="gemma-3-270m"))
 
 
 def test_the_prompt_format_follows_the_model(tmp_path: Path) -> None:
@@ -122,11 +122,13 @@ def test_the_readme_first_command_installs_and_prepares_what_auto_resolves_to() 
 
 
 def test_a_catalog_name_reaches_the_backend_as_its_prepared_folder(tmp_path: Path, monkeypatch) -> None:
+    from repocomp import model_defaults
     from repocomp.backends import make_backend
 
     folder = tmp_path / "cache" / "repocomp" / "models" / "gemma-3-270m"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(lm, "prepared", lambda f=None, verify=False: lm.LocalModel(folder, "gemma-3-270m", "test")
-                        if f == folder else None)
-    backend = make_backend(BackendConfig(name="transformers", model="gemma-3-270m", fallback=""))
-    assert backend.model_name == str(folder)
+    monkeypatch.setattr(model_defaults, "prepared", lambda f=None, verify=False:
+                        lm.LocalModel(folder, "gemma-3-270m", "test") if f == folder else None)
+    config = resolve_backend(Config().replace("backend", name="transformers", model="gemma-3-270m", fallback=""))
+    assert config.backend.model == str(folder)  # the configuration is resolved once, the backend built from it
+    assert make_backend(config.backend).model_name == str(folder)
