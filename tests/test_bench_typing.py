@@ -41,7 +41,7 @@ def test_prefix_reuse_is_summed_over_the_servers_models() -> None:
 
 def test_the_local_replays_settings_keep_the_users_and_name_the_prepared_model(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from repocomp import local_model
+    from repocomp import model_defaults
 
     user = tmp_path / "f32.toml"
     user.write_text('[backend]\ndtype = "float32"\nmax_new_tokens = 32\n[prompt]\nmax_tokens = 768\n'
@@ -50,11 +50,11 @@ def test_the_local_replays_settings_keep_the_users_and_name_the_prepared_model(
     def resolve(config: Config) -> Config:
         return config.replace("backend", model=str(tmp_path / "model"))
 
-    monkeypatch.setattr(local_model, "resolve", resolve)
+    monkeypatch.setattr(model_defaults, "resolve_backend", resolve)
     written = tomllib.loads(replay._local_user_config(user))
     assert written == {"backend": {"dtype": "float32", "max_new_tokens": 32, "name": "transformers",
                                    "model": str(tmp_path / "model")},
                        "prompt": {"max_tokens": 768}, "index": {"exclude": ["a b", 'c"d']}}
-    monkeypatch.setattr(local_model, "resolve", lambda config: config.replace("backend", name="extractive"))
+    monkeypatch.setattr(model_defaults, "resolve_backend", lambda config: config.replace("backend", name="extractive"))
     with pytest.raises(RepocompError, match="no local model"):
         replay._local_user_config(None)
