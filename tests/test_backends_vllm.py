@@ -146,7 +146,7 @@ async def test_fallback_to_extractive_names_the_backend() -> None:
     r = GenerationRequest(prompt="", prefix="total = compute(", suffix="", candidates=("total = compute(a, b)\n",),
                           max_new_tokens=16)
     gen = await backend.agenerate(r)
-    assert gen == Generation(text="a, b)", backend="extractive", error=gen.error)
+    assert gen == Generation(text="a, b)", backend="extractive", error=gen.error, copied=True, fell_back=True)
     assert "unreachable" in gen.error and gen.error.startswith("vllm:")
     await backend.aclose()
 
