@@ -108,9 +108,8 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
                 t0 = time.perf_counter()
                 res = await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
                 typed.append(((time.perf_counter() - t0) * 1e3, res.text))
-        model = getattr(backend, "primary", backend)
-        counters = {name: stats() if callable(stats := getattr(model, name, None)) else {}
-                    for name in ("cache_stats", "output_head_stats")}
+        stats = backend.stats()  # a fallback's are its primary's
+        counters = {"cache_stats": stats.get("prefix_cache", {}), "output_head_stats": stats.get("output_head", {})}
     finally:
         await completer.aclose()
     return results, load, typed, counters
