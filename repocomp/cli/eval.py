@@ -204,8 +204,8 @@ def _make_tasks(a: argparse.Namespace) -> int:
 
 
 def _report(a: argparse.Namespace) -> int:
+    from repocomp.eval.records import summarize
     from repocomp.eval.report import bar_chart, collect_records, intervals_markdown, markdown
-    from repocomp.eval.runner import summarize
 
     runs = collect_records(a.results)
     summaries = {label: summarize(records) for label, records in runs.items()}
@@ -220,8 +220,8 @@ def _report(a: argparse.Namespace) -> int:
 
 
 def _compare(a: argparse.Namespace) -> int:
+    from repocomp.eval.records import read_results
     from repocomp.eval.report import compare_markdown
-    from repocomp.eval.runner import read_results
 
     runs = []
     for path in (a.baseline, a.other):

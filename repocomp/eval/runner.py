@@ -320,6 +320,4 @@ class _Progress:
             self._progress.advance(self._task)
 
 
-__all__ = ["EvalOptions", "RepoEvaluator", "eval_config", "lines_outside", "open_engine", "run_eval", "task_buffer",
-           # the records' functions, from repocomp.eval.records where they live
-           "error_record", "make_record", "read_results", "summarize"]
+__all__ = ["EvalOptions", "RepoEvaluator", "eval_config", "lines_outside", "open_engine", "run_eval", "task_buffer"]
