@@ -173,30 +173,37 @@ class HunkTracker:
             log.debug("memory: edit of %s, which is not open; ignored", edit.path)
             return []
         self._docs.move_to_end(edit.path)
-        lines = doc.lines
-        n = len(lines)
-        a = min(max(int(edit.start_line), 0), n - 1)
-        b = min(max(int(edit.end_line), a), n - 1)
-        sc = min(max(int(edit.start_col), 0), len(lines[a]))
-        ec = min(max(int(edit.end_col), 0), len(lines[b])) if b > a else min(max(int(edit.end_col), sc), len(lines[b]))
-        new_seg = (lines[a][:sc] + edit.inserted + lines[b][ec:]).split("\n")
-        old_seg = lines[a:b + 1]
-        if new_seg == old_seg:
+        change = _change(doc.lines, edit)
+        if change is None:
             return []
+        a, b, old_seg, new_seg = change
         doc.chars += sum(len(s) for s in new_seg) - sum(len(s) for s in old_seg)
         if doc.chars > MAX_DOC_CHARS:
             log.debug("memory: %s grew too large to track", edit.path)
             self._forget_doc(edit.path)
             return []
-        delta = len(new_seg) - len(old_seg)
-
-        # the hunks this edit joins: those it touches, and fresh ones within the gap; then any inside the region
         mine = [self._hunks[i] for i in doc.hunk_ids]
+        merged, lo, hi = self._joined(mine, a, b, edit.time)
+        hi = min(hi, len(doc.lines) - 1)
+        original = _before_hunks(doc.lines, merged, lo, hi)
+        delta = len(new_seg) - len(old_seg)
+        doc.lines[a:b + 1] = new_seg
+        start, removed, inserted = _trim(lo, original, doc.lines[lo:hi + 1 + delta])
+        for h in mine:  # the hunks below the region move with the edit
+            if h.id not in merged and h.start_line > hi:
+                h.start_line += delta
+        out = self._settle(doc, edit, merged, start, removed, inserted)
+        self._bound()
+        return out
+
+    def _joined(self, mine: list[Hunk], a: int, b: int, now: float) -> tuple[dict[int, Hunk], int, int]:
+        """The hunks an edit of lines a..b joins: those it touches and fresh ones within the gap, then any inside
+        the region they span; (them by id, the region's first and last line)."""
         merged: dict[int, Hunk] = {}
         for h in mine:
             lo_h, hi_h = h.start_line, max(h.end_line, h.start_line + 1) - 1  # an empty hunk stands on its line
             gap = max(a - hi_h - 1, lo_h - b - 1, -1)
-            if gap < 0 or (gap < self.merge_gap_lines + 1 and edit.time - h.last_time <= self.merge_gap_s):
+            if gap < 0 or (gap < self.merge_gap_lines + 1 and now - h.last_time <= self.merge_gap_s):
                 merged[h.id] = h
         lo, hi = a, b
         changed = True
@@ -209,46 +216,32 @@ class HunkTracker:
                 if h.id not in merged and h.start_line <= hi and max(h.end_line, h.start_line + 1) - 1 >= lo:
                     merged[h.id] = h
                     changed = True
-        hi = min(hi, n - 1)
+        return merged, lo, hi
 
-        # the region as it was before every merged hunk, and as it is after this edit
-        original: list[str] = []
-        pos = lo
-        for h in sorted(merged.values(), key=lambda h: (h.start_line, h.id)):
-            original.extend(lines[pos:h.start_line])
-            original.extend(h.removed)
-            pos = max(pos, h.end_line)
-        original.extend(lines[pos:hi + 1])
-        lines[a:b + 1] = new_seg
-        current = lines[lo:hi + 1 + delta]
-        start, removed, inserted = _trim(lo, original, current)
-
-        # the hunks below the region move with the edit
-        for h in mine:
-            if h.id not in merged and h.start_line > hi:
-                h.start_line += delta
-
+    def _settle(self, doc: _Doc, edit: TextEdit, merged: dict[int, Hunk], start: int, removed: list[str],
+                inserted: list[str]) -> list[Hunk]:
+        """The merged hunks become one (the oldest id), or a new hunk is made; tombstones for the others (all of
+        them when the edit undid the region); the changed hunk first."""
         out: list[Hunk] = []
         keep_id = min(merged) if merged else None
         for hid in sorted(merged):
             if hid != keep_id or (not removed and not inserted):
                 out.append(self._drop(hid))
-        if removed or inserted:
-            if keep_id is not None:
-                hunk = self._hunks[keep_id]
-                hunk.start_line, hunk.removed, hunk.inserted = start, removed, inserted
-                hunk.first_time = min(h.first_time for h in merged.values())
-                hunk.last_time = max(edit.time, hunk.last_time)
-                self._resize(hunk)
-            else:
-                hunk = Hunk(self._next_id, edit.path, start, removed, inserted, edit.time, edit.time)
-                self._next_id += 1
-                self._hunks[hunk.id] = hunk
-                doc.hunk_ids.append(hunk.id)
-                self._sizes[hunk.id] = 0
-                self._resize(hunk)
-            out.insert(0, hunk)
-        self._bound()
+        if not removed and not inserted:
+            return out
+        if keep_id is not None:
+            hunk = self._hunks[keep_id]
+            hunk.start_line, hunk.removed, hunk.inserted = start, removed, inserted
+            hunk.first_time = min(h.first_time for h in merged.values())
+            hunk.last_time = max(edit.time, hunk.last_time)
+        else:
+            hunk = Hunk(self._next_id, edit.path, start, removed, inserted, edit.time, edit.time)
+            self._next_id += 1
+            self._hunks[hunk.id] = hunk
+            doc.hunk_ids.append(hunk.id)
+            self._sizes[hunk.id] = 0
+        self._resize(hunk)
+        out.insert(0, hunk)
         return out
 
     # -- internals -----------------------------------------------------------------------------------------
@@ -293,3 +286,28 @@ def _trim(start: int, before: list[str], after: list[str]) -> tuple[int, list[st
     while k < len(before) - s and k < len(after) - s and before[k] == after[k]:
         k += 1
     return start + k, before[k:len(before) - s], after[k:len(after) - s]
+
+
+def _change(lines: list[str], edit: TextEdit) -> tuple[int, int, list[str], list[str]] | None:
+    """The edit clamped to the file: (first line, last line, those lines, what replaces them); None when it
+    changes nothing."""
+    n = len(lines)
+    a = min(max(int(edit.start_line), 0), n - 1)
+    b = min(max(int(edit.end_line), a), n - 1)
+    sc = min(max(int(edit.start_col), 0), len(lines[a]))
+    ec = min(max(int(edit.end_col), 0), len(lines[b])) if b > a else min(max(int(edit.end_col), sc), len(lines[b]))
+    new_seg = (lines[a][:sc] + edit.inserted + lines[b][ec:]).split("\n")
+    old_seg = lines[a:b + 1]
+    return None if new_seg == old_seg else (a, b, old_seg, new_seg)
+
+
+def _before_hunks(lines: list[str], merged: dict[int, Hunk], lo: int, hi: int) -> list[str]:
+    """Lines lo..hi as they were before every merged hunk."""
+    original: list[str] = []
+    pos = lo
+    for h in sorted(merged.values(), key=lambda h: (h.start_line, h.id)):
+        original.extend(lines[pos:h.start_line])
+        original.extend(h.removed)
+        pos = max(pos, h.end_line)
+    original.extend(lines[pos:hi + 1])
+    return original
