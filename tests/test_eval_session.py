@@ -357,7 +357,7 @@ def test_memory_gt_hit_reads_the_entries_shown():
 
     def decision(consulted, *lines):
         entry = MemoryEntry("hunk", "a.py", 3, list(lines), "\n".join(lines), 1.0, ())
-        return MemoryDecision(consulted, "", 10, True, (entry,))
+        return MemoryDecision(consulted, "", 10, (entry,))
 
     assert memory_gt_hit("    x = f(1)\n", decision(True, "was: x = f(1)", "    y = 2"))  # a replaced line counts
     assert memory_gt_hit("x = f(1)", decision(True, "    x = f(1)"))

@@ -24,8 +24,10 @@ queue's bounds pushed out, and the previous sessions' from the `RecallStore`), s
    (TiM: `total` became `amount` elsewhere, so it does here too). Without it, nothing scoring `min_score` or more
    -> not consulted (the reason names the best score). Then the best `max_entries`, each a full hunk or, when its
    text would take over a third of the budget (two thirds for an analog), its thought or a one-line summary (SCM's
-   summary-vs-full); while they exceed the budget, the oldest full hunk is replaced by its summary (MemGPT's
-   eviction into a summary), and past that the weakest entry leaves. The decision's `budget_tokens` is what the
+   summary-vs-full; the summary is a template, not written by a model); while they exceed the budget, the oldest
+   full hunk is replaced by its summary (MemGPT's eviction into a summary), and past that the weakest entry leaves.
+   The controller decides the session's part of the prompt only: whether to retrieve from the repository at all
+   (SCM's and Repoformer's selective retrieval) is not decided here. The decision's `budget_tokens` is what the
    entries take (as the prompt shows them: header and comment markers counted).
 """
 
@@ -98,7 +100,6 @@ class MemoryDecision:
     consulted: bool  # False: nothing in the session relates to this cursor (or memory off)
     reason: str
     budget_tokens: int  # tokens the session takes of the prompt
-    retrieval_needed: bool  # selective retrieval (kept True unless measured to help)
     entries: tuple[MemoryEntry, ...]
 
 
@@ -221,7 +222,8 @@ def render_hunk(hunk: Hunk) -> list[str]:
 
 
 def summarize_hunk(hunk: Hunk) -> str:
-    """A hunk in one line (MemGPT's summary of an evicted event)."""
+    """A hunk in one line, from a template (where MemGPT has the model summarize an evicted event; not measured
+    here with a model-written one)."""
     changed = next((ln.strip() for ln in hunk.inserted if ln.strip()), "")
     if changed:
         shown = changed if len(changed) <= 60 else changed[:57] + "..."
@@ -728,7 +730,7 @@ def _thought_entry(path: str, text: str, score: float, reasons: tuple[str, ...])
 
 
 def _not_consulted(reason: str) -> MemoryDecision:
-    return MemoryDecision(False, reason, 0, True, ())
+    return MemoryDecision(False, reason, 0, ())
 
 
 def _consulted(entries: tuple[MemoryEntry, ...], total: int) -> MemoryDecision:
@@ -736,7 +738,7 @@ def _consulted(entries: tuple[MemoryEntry, ...], total: int) -> MemoryDecision:
     what = f"{kinds[0]} hunk(s) and {kinds[1]} thought(s) relate to this cursor"
     if entries[0].kind == "replaced":
         what = f"the code replaced at the cursor ({len(entries[0].lines)} lines); " + what
-    return MemoryDecision(True, f"{what} (best score {entries[0].score:.3f})", total, True, entries)
+    return MemoryDecision(True, f"{what} (best score {entries[0].score:.3f})", total, entries)
 
 
 def _nonblank(lines: list[str]) -> tuple[str, ...]:
