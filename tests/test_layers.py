@@ -63,14 +63,16 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def runtime_imports(path: Path, module: str, modules: Iterable[str]) -> set[str]:
-    """The project's modules `module` imports when it runs (at the top or inside a function; not under
-    `if TYPE_CHECKING:`); `from package import name` is the submodule `package.name` when there is one."""
+def runtime_imports(path: Path, module: str, modules: Iterable[str], type_checking: bool = False) -> set[str]:
+    """The project's modules `module` imports when it runs (at the top or inside a function; under
+    `if TYPE_CHECKING:` only with `type_checking`); `from package import name` is the submodule `package.name`
+    when there is one."""
     known = set(modules)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in
-                   ast.unparse(node.test) for stmt in node.body for n in ast.walk(stmt)}
+    typing_only = set() if type_checking else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body for n in ast.walk(stmt)}
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in typing_only:

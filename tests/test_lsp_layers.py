@@ -4,35 +4,13 @@ nothing of how the user is told."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-from test_layers import ROOT, import_cycles
-
-
-def all_imports(path: Path, module: str, known: set[str]) -> set[str]:
-    """The lsp_server modules `module` imports anywhere: at the top, in functions, under `if TYPE_CHECKING:`."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
-                     for a in node.names]
-        else:
-            continue
-        for name in names:
-            while name and name not in known:  # `a.b.c` of a function or class: its module
-                name = name.rpartition(".")[0]
-            if name and name != module:
-                found.add(name)
-    return found
+from test_layers import ROOT, import_cycles, runtime_imports
 
 
 def server_graph() -> dict[str, set[str]]:
     paths = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
              for p in sorted((ROOT / "lsp_server").rglob("*.py"))}
-    return {m: all_imports(p, m, set(paths)) for m, p in paths.items()}
+    return {m: runtime_imports(p, m, paths, type_checking=True) for m, p in paths.items()}
 
 
 def test_no_cycle_among_the_servers_modules_counting_type_checking_imports() -> None:
