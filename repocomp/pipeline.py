@@ -183,8 +183,6 @@ class Completer:
     @property
     def finder(self) -> DefinitionFinder | None:
         """Definition candidates need the real index (resolver, graph); None for stand-ins."""
-        from repocomp.definitions import DefinitionFinder
-
         if self._finder is None and self.index is not None and DefinitionFinder.supports(self.index):
             rel = self.config.relations
             self._finder = DefinitionFinder(self.index, self.config.definitions, self.config.fragments.window,
