@@ -56,7 +56,7 @@ def make_backend(config: BackendConfig) -> Backend:
 
             primary = TransformersBackend.from_config(config)
         else:
-            raise BackendError(f"unknown backend {config.name!r}: use auto, extractive, vllm or transformers")
+            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm or transformers")
     except BackendError:
         if config.fallback != "extractive":
             raise
