@@ -8,8 +8,8 @@
   far more). No model (retrieval only, `--backend none`) or the extractive backend: the reference setting, as a
   served model would see it, so retrieval-only evaluations measure the default a user with Code Llama gets.
 - `[retrieval] iterations = 0`: RepoCoder's 2 rounds; 1 for the in-process local model on CPU, where each round
-  pays the prefill again and the second round moved EM by -0.50 (line) and -1.75 (API) points, both inside the
-  noise, on 400 + 400 tasks (README, Evaluation).
+  pays the prefill again and the second round moved EM inside the noise with both local models (Qwen2.5-Coder
+  0.5B: -2 line, +2 API on 100 + 100 tasks; Gemma 3 270M: -0.50, -1.75 on 400 + 400; docs/evaluation.md).
 - `[backend] max_new_tokens = 0`: 128 new tokens; 48 for the in-process local model on CPU, whose tokens cost
   67-130 ms each on 2 cores. Generation stops earlier where postprocessing would cut (the end of the line or
   statement), so the cap bounds only a run-on answer. A cap in tokens, not in seconds: a time limit gave different
