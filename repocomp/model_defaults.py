@@ -55,6 +55,7 @@ LOCAL_CPU_MAX_NEW_TOKENS = 48
 QWEN_STOP_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
                     "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 _QWEN_FORMAT_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>")
+IN_PROCESS = ("auto", "transformers", "llamacpp")  # the names a local model's name or no model resolves for
 _QWEN_CODER_NAME = re.compile(r"qwen2\.5-coder", re.IGNORECASE)
 
 
@@ -77,7 +78,7 @@ def prompt_format(prompt: PromptConfig, backend_name: str | None, backend: Backe
 
 
 def _local_cpu(backend_name: str | None, backend: BackendConfig) -> bool:
-    return backend_name == "transformers" and backend.device == "cpu"
+    return backend_name == "llamacpp" or backend_name == "transformers" and backend.device == "cpu"
 
 
 def model_budget(backend_name: str | None, backend: BackendConfig) -> int:
@@ -114,21 +115,22 @@ def resolve_backend(config: Config) -> Config:
 
     - `name = "auto"`: the prepared local model in process when torch and transformers are installed, else
       `extractive`;
-    - `name = "transformers"` with no `model`: the prepared local model; with a catalog model's name (`model list`):
-      that model, which must be prepared;
+    - `name = "transformers"` or `"llamacpp"` (the in-process runtimes) with no `model`: the prepared local model;
+      with a catalog model's name (`model list`), also under "auto": that model, which must be prepared;
     - `[prompt] tokenizer = ""` and a model folder with a tokenizer: that tokenizer counts the prompt budget.
     """
     backend = config.backend
-    if backend.name in ("auto", "transformers") and backend.model in MODELS:
+    local = "transformers" if backend.name == "auto" else backend.name  # the in-process runtime that runs it
+    if backend.name in IN_PROCESS and backend.model in MODELS:
         model = prepared(default_model_dir(backend.model))
         if model is None:
             raise RepocompError(f"the model {backend.model} is not prepared: run `repocomp model prepare "
                                 f"{backend.model}` (after pip install 'repocomp[{MODELS[backend.model].extra}]')")
-        config = config.replace("backend", name="transformers", model=str(model.path))
-    elif backend.name == "auto" or (backend.name == "transformers" and not backend.model):
+        config = config.replace("backend", name=local, model=str(model.path))
+    elif backend.name in IN_PROCESS and not backend.model:
         model = prepared()
-        if model is not None and not runtime_missing():
-            config = config.replace("backend", name="transformers", model=str(model.path))
+        if model is not None and (local == "llamacpp" or not runtime_missing()):
+            config = config.replace("backend", name=local, model=str(model.path))
         elif backend.name == "auto":
             config = config.replace("backend", name="extractive")
     backend = config.backend
@@ -140,7 +142,7 @@ def resolve_backend(config: Config) -> Config:
 
 
 def _tokenizer_folder(backend: str, model: str) -> Path | None:
-    if backend == "transformers" and model:
+    if backend in ("transformers", "llamacpp") and model:
         folder = Path(model).expanduser()
     elif backend == "vllm":
         # `repocomp model serve` serves a prepared model under its name: count with the same tokenizer.

@@ -132,3 +132,21 @@ def test_a_catalog_name_reaches_the_backend_as_its_prepared_folder(tmp_path: Pat
     config = resolve_backend(Config().replace("backend", name="transformers", model="gemma-3-270m", fallback=""))
     assert config.backend.model == str(folder)  # the configuration is resolved once, the backend built from it
     assert make_backend(config.backend).model_name == str(folder)
+
+
+def test_a_model_prepared_without_its_gguf_gets_it_on_a_rerun_and_stays_verified(parts, tiny_model_dir: Path,
+                                                                                  tmp_path: Path, monkeypatch) -> None:
+    """The llamacpp backend runs the GGUF as shipped: a folder prepared before it was kept gets it, checked
+    against the pinned hash, and nothing else is redone."""
+    chunks, spec = parts
+    monkeypatch.setitem(lm.MODELS, "fake", spec)
+    out = tmp_path / "model"
+    lm.prepare(tiny_model_dir, out)
+    weights = (out / "model.safetensors").stat().st_mtime_ns
+    assert not (out / lm.GGUF).exists()
+    lm.prepare(None, out, model="fake")
+    assert (out / lm.GGUF).read_bytes() == b"".join(chunks)
+    assert (out / "model.safetensors").stat().st_mtime_ns == weights  # not converted again
+    assert lm.prepared(out, verify=True) is not None  # the manifest covers the GGUF too
+    (out / lm.GGUF).write_bytes(b"damaged")
+    assert lm.prepared(out) is None

@@ -55,8 +55,12 @@ def make_backend(config: BackendConfig) -> Backend:
             from repocomp.backends.hf import TransformersBackend
 
             primary = TransformersBackend.from_config(config)
+        elif config.name == "llamacpp":
+            from repocomp.backends.llama_cpp import LlamaCppBackend
+
+            primary = LlamaCppBackend.from_config(config)
         else:
-            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm or transformers")
+            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm, transformers or llamacpp")
     except BackendError:
         if config.fallback != "extractive":
             raise

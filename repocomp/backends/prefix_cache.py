@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
+from repocomp.backends.alignment import aligned_end, reusable
+
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
@@ -143,19 +145,6 @@ class PrefixCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-
-
-def aligned_end(n: int, chunk: int) -> int:
-    """Where the aligned chunks of an `n`-token prompt's prefill end: the last chunk boundary before its last token
-    (the pass that computes the next token's logits starts there)."""
-    return (n - 1) // chunk * chunk
-
-
-def reusable(shared: int, prompt_len: int, chunk: int) -> int:
-    """The tokens a cache of a `prompt_len`-token prompt's aligned prefill can give a prompt that shares `shared`
-    tokens with it: down to a chunk boundary its aligned chunks reached."""
-    common = min(shared, aligned_end(prompt_len, chunk))
-    return common - common % chunk
 
 
 def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
