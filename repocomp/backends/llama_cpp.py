@@ -114,6 +114,7 @@ class _LoadedModel:
         self.runtime.lib.llama_kv_self_seq_rm(self.context, 0, position, -1)
         del self.held[position:]
 
+
 _LOAD_LOCK = threading.Lock()
 _LOADED: weakref.WeakValueDictionary[str, _LoadedModel] = weakref.WeakValueDictionary()
 
@@ -188,8 +189,8 @@ class LlamaCppBackend:
 
     def _prefill(self, loaded: _LoadedModel, tokens: list[int], key: str | None,
                  cancelled: threading.Event) -> None:
-        """Make the context hold `tokens` but the last: the reusable prefix kept, the rest computed in aligned
-        chunks; the last token is computed by the first decoding step."""
+        """Make the context hold `tokens` up to their last chunk boundary: the reusable prefix kept, the rest
+        computed in aligned chunks; the last chunk is computed by the pass that gives the first token's logits."""
         shared = 0
         if key is not None and key == loaded.held_key:
             limit = min(len(loaded.held), len(tokens))
