@@ -28,6 +28,7 @@ from repocomp.backends import (
 )
 from repocomp.backends.extractive import ExtractiveBackend
 from repocomp.backends.hf import TransformersBackend
+from repocomp.backends.llama_cpp import LlamaCppBackend
 from repocomp.backends.vllm import VLLMBackend
 from repocomp.config import BackendConfig
 
@@ -76,7 +77,8 @@ def test_each_backend_says_whether_a_model_writes_and_whether_it_runs_here(tmp_p
     assert ExtractiveBackend().capabilities == Capabilities(writes=False, in_process=False)
     assert backend.capabilities == Capabilities(writes=True, in_process=False)
     assert TransformersBackend(model=str(tmp_path)).capabilities == Capabilities(writes=True, in_process=True)
-    for b in (ExtractiveBackend(), backend, TransformersBackend(model=str(tmp_path))):
+    assert LlamaCppBackend(model=str(tmp_path)).capabilities == Capabilities(writes=True, in_process=True)
+    for b in (ExtractiveBackend(), backend, TransformersBackend(model=str(tmp_path)), LlamaCppBackend(str(tmp_path))):
         assert isinstance(b, Backend)
 
 

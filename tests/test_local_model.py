@@ -97,6 +97,10 @@ def test_auto_is_the_local_model_once_prepared_and_budgets_use_its_tokenizer(
     config = resolve_backend(Config())
     assert config.backend.name == "transformers" and config.backend.model == str(tmp_path / "model")
     assert config.prompt.tokenizer == str(tmp_path / "model")
+    # the other in-process runtime runs the same prepared model, counted with the same tokenizer
+    llama = resolve_backend(Config().replace("backend", name="llamacpp"))
+    assert llama.backend.name == "llamacpp" and llama.backend.model == str(tmp_path / "model")
+    assert llama.prompt.tokenizer == str(tmp_path / "model")
     # a user's explicit choice stays
     chosen = resolve_backend(Config().replace("backend", name="extractive"))
     assert chosen.backend.name == "extractive" and chosen.prompt.tokenizer == ""
@@ -128,6 +132,17 @@ def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: lm.
     assert result["backend"] == "transformers" and not result["error"]
     # with retrieval the unusual name comes from invoices.py; from the file alone the model cannot know it
     assert (result["text"].strip() == EXPECTED) is exact, result["text"]
+
+
+@pytest.mark.local_model
+@pytest.mark.slow
+def test_llama_cpp_writes_the_same_call_from_the_models_gguf(local_model: lm.LocalModel, hole_repo: Path) -> None:
+    proc = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", "--backend", "llamacpp", "--json", cwd=hole_repo,
+                env={"REPOCOMP_MODEL_DIR": str(local_model.path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["backend"] == "llamacpp" and not result["error"]
+    assert result["text"].strip() == EXPECTED
 
 
 @pytest.mark.local_model
