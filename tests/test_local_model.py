@@ -329,3 +329,17 @@ def test_bench_complete_reports_request_and_generation_latency(hole_repo: Path, 
     assert 0 < result["request_ms"]["p50"] <= result["request_ms"]["max"]
     assert result["prompt_tokens"]["p50"] > 0
     assert result["output_head"] == {} and result["cache"] == {}  # counters of the in-process model only
+
+
+def test_bench_complete_typing_counts_the_prompts_that_only_change_from_the_cursor(hole_repo: Path,
+                                                                                    tmp_path: Path) -> None:
+    """Typing into a line keeps the prompt before the cursor's line (the same blocks, the same in-file window):
+    what is new starts at the cursor."""
+    proc = _cli("bench", "complete", str(hole_repo), "--positions", "2", "--typing", "3", "--backend", "extractive",
+                "--json", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    typed = result["typing_ms"]["n"]
+    assert typed == len(result["typed_answers"]) >= 3
+    assert 0 < result["typed_same_to_cursor"] <= typed
+    assert 0 < result["typed_new_tokens"]["p50"] < result["prompt_tokens"]["p50"] / 2

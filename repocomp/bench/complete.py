@@ -9,8 +9,10 @@ figures of different machines are never mixed; `--json` lists every answer, so t
 a busy one) can be compared answer by answer (with `--typing`, the typed requests' answers too).
 
 `--typing K` then types the next K characters of each position's line one at a time, a request after each, as a
-language server sends them (the document as cache key): their latency and how many reused the prompt prefix the
-model computed for the previous keystroke (the in-process model reuses it up to a 256-token chunk boundary).
+language server sends them (the document as cache key): their latency, how many reused the prompt prefix the
+model computed for the previous keystroke (the in-process models reuse it up to a chunk boundary), how many
+prompts repeated the previous one up to the cursor's line (so that only the code from there on is new: the typed
+text and, with fill-in-the-middle, the code after the cursor), and how many tokens followed the common prefix.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -54,6 +57,8 @@ class CompleteBenchResult:
     cache: dict[str, float] = field(default_factory=dict)  # the backend's prefix reuse (requests, hits, tokens)
     output_head: dict[str, float] = field(default_factory=dict)  # the fast output head's steps (accepted, fallbacks)
     typed_answers: list[str] = field(default_factory=list)  # the typed requests' answers, in order (--typing)
+    typed_same_to_cursor: int = 0  # typed prompts that repeat the previous one up to the cursor's line
+    typed_new_tokens: dict[str, float] = field(default_factory=dict)  # prompt tokens after that common prefix
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -85,10 +90,25 @@ def cpu_flags() -> str:
     return ", ".join(shown) or "none of AMX, AVX-512, AVX2"
 
 
+@dataclass(frozen=True)
+class _Typed:
+    ms: float
+    answer: str
+    same_to_cursor: bool  # the prompt repeats the previous one up to the cursor's line
+    new_tokens: int  # prompt tokens after the common prefix with the previous prompt
+
+
+def _typed(ms: float, answer: str, prompt: str, previous: str, line_start: str, count: Any) -> _Typed:
+    """One typed request's figures; `line_start` is the cursor line's text before the first typed character."""
+    shared = len(os.path.commonprefix([prompt, previous]))
+    at = prompt.rfind(line_start)
+    return _Typed(ms, answer, at >= 0 and shared >= at, count(prompt[shared:]))
+
+
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
-                 typing: int = 0) -> tuple[list, float, list[tuple[float, str]], dict[str, dict[str, float]]]:
-    """(results, model load and warm-up in ms, typed requests' (ms,
-    answer), the backend's counters: prefix reuse under "cache_stats", the output head under "output_head_stats")."""
+                 typing: int = 0) -> tuple[list, float, list[_Typed], dict[str, dict[str, float]]]:
+    """(results, model load and warm-up in ms, the typed requests, the backend's counters: prefix reuse under
+    "cache_stats", the output head under "output_head_stats")."""
     from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer
 
@@ -103,11 +123,14 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
     try:
         for path, line, col in positions:
             results.append(await completer.acomplete(path, texts[path], line, col))
-            rest = texts[path].split("\n")[line][col:]
-            for k in range(1, min(typing, len(rest)) + 1):  # the line's own next characters, one at a time
+            line_text = texts[path].split("\n")[line]
+            previous = results[-1].prompt
+            for k in range(1, min(typing, len(line_text) - col) + 1):  # the line's own next characters, one at a time
                 t0 = time.perf_counter()
                 res = await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
-                typed.append(((time.perf_counter() - t0) * 1e3, res.text))
+                ms = (time.perf_counter() - t0) * 1e3
+                typed.append(_typed(ms, res.text, res.prompt, previous, line_text[:col], completer.count_tokens))
+                previous = res.prompt
         stats = backend.stats()  # a fallback's are its primary's
         counters = {"cache_stats": stats.get("prefix_cache", {}), "output_head_stats": stats.get("output_head", {})}
     finally:
@@ -134,9 +157,10 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         first_request_ms=round(results[0].timings_ms["total"], 1),
         failures=sum(1 for r in results if r.backend != config.backend.name),
         at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds),
-        answers=[r.text for r in results], typing_ms=_stats([ms for ms, _ in typed]) if typed else {},
+        answers=[r.text for r in results], typing_ms=_stats([t.ms for t in typed]) if typed else {},
         cache=dict(counters["cache_stats"]), output_head=dict(counters["output_head_stats"]),
-        typed_answers=[text for _, text in typed])
+        typed_answers=[t.answer for t in typed], typed_same_to_cursor=sum(t.same_to_cursor for t in typed),
+        typed_new_tokens=_stats([t.new_tokens for t in typed]) if typed else {})
 
 
 def format_table(res: CompleteBenchResult) -> str:
@@ -153,6 +177,10 @@ def format_table(res: CompleteBenchResult) -> str:
         s = res.typing_ms
         lines.append(f"{'typed, a request a key (ms)':<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}"
                      f"{s['max']:>10.1f}")
+    if res.typing_ms:
+        lines.append(f"typed prompts the same as the previous one up to the cursor's line: {res.typed_same_to_cursor} "
+                     f"of {res.typing_ms['n']:.0f}; tokens after the common prefix p50 "
+                     f"{res.typed_new_tokens['p50']:.0f} (max {res.typed_new_tokens['max']:.0f})")
     if res.cache.get("requests"):
         c = res.cache
         lines.append(f"prefix reuse: {c['hits']:.0f} of {c['requests']:.0f} requests hit ({c['hit_rate']:.0%}); "
