@@ -116,7 +116,8 @@ def resolve_backend(config: Config) -> Config:
     - `name = "auto"`: the prepared local model in process when torch and transformers are installed, else
       `extractive`;
     - `name = "transformers"` or `"llamacpp"` (the in-process runtimes) with no `model`: the prepared local model;
-      with a catalog model's name (`model list`), also under "auto": that model, which must be prepared;
+    - `name` "auto", "transformers" or "llamacpp" with a catalog model's name (`model list`): that model, which must
+      be prepared;
     - `[prompt] tokenizer = ""` and a model folder with a tokenizer: that tokenizer counts the prompt budget.
     """
     backend = config.backend
@@ -127,7 +128,7 @@ def resolve_backend(config: Config) -> Config:
             raise RepocompError(f"the model {backend.model} is not prepared: run `repocomp model prepare "
                                 f"{backend.model}` (after pip install 'repocomp[{MODELS[backend.model].extra}]')")
         config = config.replace("backend", name=local, model=str(model.path))
-    elif backend.name in IN_PROCESS and not backend.model:
+    elif backend.name == "auto" or (backend.name in IN_PROCESS and not backend.model):
         model = prepared()
         if model is not None and (local == "llamacpp" or not runtime_missing()):
             config = config.replace("backend", name=local, model=str(model.path))
