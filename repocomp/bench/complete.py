@@ -98,11 +98,12 @@ class _Typed:
     new_tokens: int  # prompt tokens after the common prefix with the previous prompt
 
 
-def _typed(ms: float, answer: str, prompt: str, previous: str, line_start: str, count: Any) -> _Typed:
-    """One typed request's figures; `line_start` is the cursor line's text before the first typed character."""
+def _typed(ms: float, answer: str, prompt: str, previous: str, above: str, line: str, count: Any) -> _Typed:
+    """One typed request's figures: `above` is a few lines above the cursor's, `line` the cursor's line up to the
+    cursor (both end the in-file context: where they are in the prompt says where the cursor's line starts)."""
     shared = len(os.path.commonprefix([prompt, previous]))
-    at = prompt.rfind(line_start)
-    return _Typed(ms, answer, at >= 0 and shared >= at, count(prompt[shared:]))
+    at = prompt.rfind(above + line)
+    return _Typed(ms, answer, at >= 0 and shared >= at + len(above), count(prompt[shared:]))
 
 
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
@@ -123,13 +124,15 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
     try:
         for path, line, col in positions:
             results.append(await completer.acomplete(path, texts[path], line, col))
-            line_text = texts[path].split("\n")[line]
+            lines = texts[path].split("\n")
+            line_text, above = lines[line], "".join(f"{text}\n" for text in lines[max(0, line - 3):line])
             previous = results[-1].prompt
             for k in range(1, min(typing, len(line_text) - col) + 1):  # the line's own next characters, one at a time
                 t0 = time.perf_counter()
                 res = await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
                 ms = (time.perf_counter() - t0) * 1e3
-                typed.append(_typed(ms, res.text, res.prompt, previous, line_text[:col], completer.count_tokens))
+                typed.append(_typed(ms, res.text, res.prompt, previous, above, line_text[:col + k],
+                                    completer.count_tokens))
                 previous = res.prompt
         stats = backend.stats()  # a fallback's are its primary's
         counters = {"cache_stats": stats.get("prefix_cache", {}), "output_head_stats": stats.get("output_head", {})}
