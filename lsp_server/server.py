@@ -344,7 +344,8 @@ class RepocompServer(LanguageServer):
                     "ids": f.id_counts()} for f in (indexes.folders.values() if indexes is not None else ())]
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed,
-                "cut_by_time": self.stats.cut_by_time, "rss_bytes": rss_bytes(), "memory": self.sessions.stats()
+                "cut_by_time": self.stats.cut_by_time, "retrieval_skipped": self.stats.retrieval_skipped,
+                "rss_bytes": rss_bytes(), "memory": self.sessions.stats()
                 | {"consulted": self.stats.memory_consulted, "skipped": self.stats.memory_skipped},
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
                 "backends_loading": self.engines.loading(), "prefix_cache": self.engines.prefix_cache_stats(),

@@ -25,6 +25,7 @@ class RequestStats:
     cut_by_time: int = 0  # answers the generation time limit shortened or the deadline emptied
     memory_consulted: int = 0  # requests whose prompt the session memory's controller gave recent edits
     memory_skipped: int = 0  # requests it judged the session unrelated to (or had nothing)
+    retrieval_skipped: int = 0  # requests whose prompt showed no retrieved code (`[retrieval] selective`)
 
     def answered(self, result: CompletionResult, shown: str, elapsed_s: float, deadline_s: float) -> bool:
         """Count an answer (`shown`: the part of `result` the request shows); whether the deadline emptied it."""
@@ -33,6 +34,8 @@ class RequestStats:
                 self.memory_consulted += 1
             else:
                 self.memory_skipped += 1
+        if result.retrieval is not None and not result.retrieval.retrieve:
+            self.retrieval_skipped += 1
         emptied = not shown.strip() and elapsed_s >= deadline_s
         if result.cut_by_time or emptied:
             self.cut_by_time += 1

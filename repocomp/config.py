@@ -159,6 +159,9 @@ class RetrievalConfig:
     # default: it cost 6 EM points on 100 API tasks with Gemma 3 270M (docs/evaluation.md; `repocomp eval --paging`).
     paging: bool = False
     paging_max: int = 4  # definitions paged in at most
+    # SCM's controller for retrieval: the prompt shows retrieved code only where the repository holds code more
+    # similar to the query than the file in view above it (repocomp/retrieval_decision.py); off until measured
+    selective: bool = False
 
     def validate(self) -> None:
         check_setting(1 <= self.paging_max <= 100, "paging_max must be in 1..100")

@@ -60,6 +60,7 @@ from repocomp.results import (
     shown_context,
 )
 from repocomp.retrieval import Hit, Retriever, round_query, session_relation
+from repocomp.retrieval_decision import RetrievalDecision, decide
 from repocomp.trailing_space import drop_space, split_trailing_space
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class _Run:
     emptied_by_deadline: bool = False
     rounds: list[RoundTrace] = field(default_factory=list)
     memory: MemoryDecision | None = None
+    retrieval: RetrievalDecision | None = None  # the last round's, with `[retrieval] selective`
 
     def take(self, answer: Generation) -> None:
         self.draft, self.backend_name, self.error = answer.text, answer.backend, answer.error
@@ -291,6 +293,11 @@ class Completer:
                          "deadline passed")
                 break
             query, blocks = self._retrieve(req, r, run.draft, timings)
+            if self.config.retrieval.selective and blocks:
+                with timings(f"decide_{r}"):
+                    run.retrieval = self._decide(req, query, blocks)
+                if not run.retrieval.retrieve:
+                    blocks = []
             if state is not None:
                 with timings(f"definitions_{r}"):
                     state, run.ranked, run.def_sources = self._rank_definitions(req, state, blocks)
@@ -354,6 +361,16 @@ class Completer:
             blocks = [self._block(h, shift, hole.path, hole.context_start_line, file_cache) for h in res.hits]
         timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
         return query, blocks
+
+    def _decide(self, req: _Request, query: str, blocks: list[ContextBlock]) -> RetrievalDecision:
+        """Whether the prompt shows the retrieved code: not when the file in view above the query holds code as
+        similar to it (retrieval_decision.py)."""
+        assert self.index is not None
+        window = self.config.fragments.window
+        before = req.hole.before
+        above = before[max(0, len(before) - _IN_VIEW_LINES):max(0, len(before) - window)]
+        texts = [f.text for f in (self.index.fragments[b.fragment_id] for b in blocks) if f is not None]
+        return decide(query, above, texts, window)
 
     def _rank_definitions(self, req: _Request, state: BufferState, blocks: list[ContextBlock],
                           ) -> tuple[BufferState, list[RankedDefinition], list[DefinitionSource]]:
@@ -474,7 +491,8 @@ class Completer:
         return CompletionResult(text=final, backend=run.backend_name, context=context, prompt=prompt.text,
                                 prompt_tokens=prompt.tokens, rounds=run.rounds, timings_ms=dict(timings),
                                 error=run.error, fell_back=run.fell_back, definitions=traces,
-                                cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory)
+                                cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory,
+                                retrieval=run.retrieval)
 
     def _at_a_limit(self, run: _Run, last: RoundTrace) -> bool:
         """Whether the last draft was stopped by the time limit or the token cap (a model's tokens, counted again

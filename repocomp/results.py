@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from repocomp.definitions import RankedDefinition
     from repocomp.memory.session import MemoryDecision
     from repocomp.prompt import DefinitionSource, Prompt
+    from repocomp.retrieval_decision import RetrievalDecision
 
 __all__ = ["CompletionResult", "ContextBlock", "DefinitionTrace", "RoundTrace", "definition_traces",
            "shown_context"]
@@ -74,6 +75,8 @@ class CompletionResult:
     # the time limit ended the answer early, or the deadline left it empty
     cut_by_time: bool = False
     memory: MemoryDecision | None = None  # the session memory's controller: consulted or not, and what it chose
+    # whether the prompt showed the retrieved code (`[retrieval] selective`; None: not decided, it always does)
+    retrieval: RetrievalDecision | None = None
 
 
 def shown_context(prompt: Prompt, retrieved: list[ContextBlock]) -> list[ContextBlock]:

@@ -165,6 +165,16 @@ def memory_text(result: Any) -> list[str]:
     return out
 
 
+def retrieval_text(result: Any) -> list[str]:
+    """With `[retrieval] selective`: whether the prompt showed the retrieved code, and why."""
+    d = getattr(result, "retrieval", None)
+    if d is None:
+        return []
+    verdict = "shown" if d.retrieve else "not shown"
+    return [f"retrieved code: {verdict} (most similar to the query: a retrieved fragment {d.repository:.4f}, "
+            f"the file above in view {d.in_file:.4f})"]
+
+
 def explain_text(result: Any) -> str:
     """Per round: query, draft and a table of retrieved fragments (1-based lines as editors show them)."""
     out: list[str] = []
@@ -185,6 +195,7 @@ def explain_text(result: Any) -> str:
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
         out.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
         out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    out += retrieval_text(result)
     out += definitions_text(result)
     out += memory_text(result)
     out.append(f"backend: {result.backend}" + (f" (fallback; {result.error})" if result.error else ""))

@@ -6,8 +6,8 @@ rerun's check that `--out` holds this run's records), written (`append_record`, 
 
 A record: the run's fields (`task_id`, `repo`, `path`, `kind`, `mode`, `fragrel`, `backend`, `query_relations`,
 `definitions`); then either `error` with no scores (a rerun retries it) or `prediction`, `em`, `es`, `context`
-(one entry per run of lines the prompt showed), `prompt_tokens`, `timings_ms`, `gt_line_hit`, `def_hit` and,
-for line tasks, `gt_line_attainable`; session tasks add `memory_requested`, `memory`, `memory_events`,
+(one entry per run of lines the prompt showed), `prompt_tokens`, `timings_ms`, `gt_line_hit`, `def_hit`, for line
+tasks `gt_line_attainable`, and with `[retrieval] selective` `retrieved`, `sim_in_file`, `sim_repository`; session tasks add `memory_requested`, `memory`, `memory_events`,
 `commit`, `hunk` and, when completed, `memory_consulted`, `memory_entries`, `memory_gt_hit`.
 """
 
@@ -122,7 +122,15 @@ def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: di
         "gt_line_hit": gt_line_hit(task.ground_truth, result.context),
         "def_hit": def_hit(task.api_definitions, result.context),
         **({} if attainable is None else {"gt_line_attainable": attainable}),
+        **retrieval_fields(getattr(result, "retrieval", None)),
     }
+
+
+def retrieval_fields(decision: Any) -> dict[str, Any]:
+    """With `[retrieval] selective`: whether the prompt showed the retrieved code, and the two similarities."""
+    if decision is None:
+        return {}
+    return {"retrieved": decision.retrieve, "sim_in_file": decision.in_file, "sim_repository": decision.repository}
 
 
 def session_fields(task: Task, options: EvalOptions, memory: bool, n_events: int) -> dict[str, Any]:
