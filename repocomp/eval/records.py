@@ -7,8 +7,9 @@ rerun's check that `--out` holds this run's records), written (`append_record`, 
 A record: the run's fields (`task_id`, `repo`, `path`, `kind`, `mode`, `fragrel`, `backend`, `query_relations`,
 `definitions`); then either `error` with no scores (a rerun retries it) or `prediction`, `em`, `es`, `context`
 (one entry per run of lines the prompt showed), `prompt_tokens`, `timings_ms`, `gt_line_hit`, `def_hit`, for line
-tasks `gt_line_attainable`, and with `[retrieval] selective` `retrieved`, `sim_in_file`, `sim_repository`; session tasks add `memory_requested`, `memory`, `memory_events`,
-`commit`, `hunk` and, when completed, `memory_consulted`, `memory_entries`, `memory_gt_hit`.
+tasks `gt_line_attainable`, and with `[retrieval] selective` `retrieved`, `sim_in_file`, `sim_repository`; session
+tasks add `memory_requested`, `memory`, `memory_events`, `commit`, `hunk` and, when completed, `memory_consulted`,
+`memory_entries`, `memory_gt_hit`.
 """
 
 from __future__ import annotations
