@@ -266,10 +266,14 @@ class LlamaCppBackend:
         yield (await self.agenerate(request)).text
 
     def stats(self) -> dict[str, Any]:
-        """The model file, the runtime and prefix reuse (requests, hits, hit_rate, reused and prefilled tokens)."""
-        counts: dict[str, float] = dict(self._loaded.counts) if self._loaded is not None else \
+        """The model file, the runtime and prefix reuse (requests, hits, hit_rate, reused and prefilled tokens, the
+        prompt kept: entries and tokens)."""
+        loaded = self._loaded
+        counts: dict[str, float] = dict(loaded.counts) if loaded is not None else \
             {"requests": 0, "hits": 0, "reused_tokens": 0, "prefilled_tokens": 0}
         counts["hit_rate"] = counts["hits"] / counts["requests"] if counts["requests"] else 0.0
+        held = len(loaded.held) if loaded is not None else 0
+        counts["entries"], counts["tokens"] = int(held > 0), held  # one prompt kept, as transformers' entries
         return {"model": self.model_name, "runtime": "llama.cpp", "prefix_cache": counts}
 
     async def aclose(self) -> None:
