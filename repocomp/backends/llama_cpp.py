@@ -10,8 +10,8 @@ token, so a cancelled request stops the thread's work too.
 
 Prefix reuse: the context keeps the keys and values of the last prompt of one cache key (`GenerationRequest.
 cache_key`; none: nothing kept), and a request of the same key prefills only what follows their common prefix,
-cut to an aligned chunk boundary (alignment.py) and prefilled in aligned chunks (`n_ubatch = CHUNK`, every batch
-starting at a multiple of it): the answer is the one a fresh prefill gives, bit for bit. llama.cpp's attention
+cut to an aligned chunk boundary (alignment.py) and prefilled in aligned chunks (one `llama_decode` call each,
+starting at a multiple of CHUNK): the answer is the one a fresh prefill gives, bit for bit. llama.cpp's attention
 rounds differently for a batch cut elsewhere (logits moved by up to 0.3 at one cut), which the alignment avoids.
 """
 
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 # costs about the same per token in chunks of 32 as of 512 (112 and 103 tokens a second, 0.5B model, 2 cores)
 CHUNK = 32
 CONTEXT = 8192  # tokens the context holds (the prompt and its answer): 96 MiB of keys and values for the 0.5B model
-BATCH = 512  # tokens handed to one llama_decode call (split into aligned ubatches of CHUNK)
 
 
 def gguf_path(model: str) -> Path:
@@ -93,12 +92,13 @@ class _LoadedModel:
         return ffi.buffer(buf, n)[:] if n > 0 else b""
 
     def decode(self, tokens: list[int], cancelled: threading.Event | None = None) -> None:
-        """Compute `tokens` after what the context holds, in batches starting where `held` ends."""
+        """Compute `tokens` after what the context holds, a chunk per call (a cancelled request stops within one
+        chunk's time, about 0.3 s on 2 cores; the calls cost what one long one does)."""
         lib, ffi = self.runtime.lib, self.runtime.ffi
-        for start in range(0, len(tokens), BATCH):
+        for start in range(0, len(tokens), CHUNK):
             if cancelled is not None and cancelled.is_set():
                 return
-            part = tokens[start:start + BATCH]
+            part = tokens[start:start + CHUNK]
             arr = ffi.new("llama_token[]", part)
             if lib.llama_decode(self.context, lib.llama_batch_get_one(arr, len(part))) != 0:
                 raise BackendError("llamacpp: llama_decode failed (the context is full?)")
@@ -129,7 +129,7 @@ def _load_model(path: Path, threads: int) -> _LoadedModel:
     if model == runtime.ffi.NULL:
         raise BackendError(f"llamacpp: cannot load {path} as a GGUF model")
     cp = lib.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = CONTEXT, BATCH, CHUNK
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = CONTEXT, CHUNK, CHUNK
     cp.n_threads = cp.n_threads_batch = threads
     context = lib.llama_init_from_model(model, cp)
     if context == runtime.ffi.NULL:
