@@ -156,7 +156,8 @@ class RetrievalConfig:
     iterations: int = 0
     # MemGPT's model-directed paging: after the last round, the repository names the draft uses that the prompt
     # does not define are looked up (their definitions) for one more round; no such name, no extra round. Off by
-    # default: it cost 6 EM points on 100 API tasks with Gemma 3 270M (docs/evaluation.md; `repocomp eval --paging`).
+    # default: no exact match changed on 100 API tasks with the code model, at twice the time, and it cost 6 points
+    # with Gemma 3 270M (docs/evaluation.md; `repocomp eval --paging`).
     paging: bool = False
     paging_max: int = 4  # definitions paged in at most
     # SCM's controller for retrieval: the prompt shows retrieved code only where the repository holds code more
