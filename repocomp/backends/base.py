@@ -12,9 +12,11 @@ importing each other.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "Backend",
@@ -23,7 +25,10 @@ __all__ = [
     "GenerationRequest",
     "StreamingBackend",
     "apply_stops",
+    "generate_in_thread",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -103,3 +108,15 @@ def apply_stops(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     """Cut `text` before the earliest stop sequence; returns (text, whether a stop was found)."""
     cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+async def generate_in_thread(generate: Callable[[GenerationRequest, threading.Event], T],
+                             request: GenerationRequest) -> T:
+    """`generate(request, cancelled)` in a worker thread, for the in-process models: cancelling the await sets
+    `cancelled`, which the generation checks after every token, so the thread's work stops too, not just the await."""
+    cancelled = threading.Event()
+    try:
+        return await asyncio.to_thread(generate, request, cancelled)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise

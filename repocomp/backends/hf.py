@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops
+from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.local_model import cpu_has_native_bf16
@@ -244,12 +244,8 @@ class TransformersBackend:
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         await self._ensure_loaded()
-        cancelled = threading.Event()
         try:
-            text, n, at_time_limit = await asyncio.to_thread(self._generate, request, cancelled)
-        except asyncio.CancelledError:
-            cancelled.set()  # the thread stops at its next token
-            raise
+            text, n, at_time_limit = await generate_in_thread(self._generate, request)
         except BackendError:
             raise
         except (RuntimeError, ValueError) as exc:

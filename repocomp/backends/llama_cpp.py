@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from repocomp.backends.alignment import aligned_end, reusable
-from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops
+from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
 from repocomp.backends.llama_runtime import Runtime, load
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
@@ -191,22 +191,18 @@ class LlamaCppBackend:
                  cancelled: threading.Event) -> None:
         """Make the context hold `tokens` up to their last chunk boundary: the reusable prefix kept, the rest
         computed in aligned chunks; the last chunk is computed by the pass that gives the first token's logits."""
-        shared = 0
-        if key is not None and key == loaded.held_key:
-            limit = min(len(loaded.held), len(tokens))
-            while shared < limit and loaded.held[shared] == tokens[shared]:
-                shared += 1
+        same_key = key is not None and key == loaded.held_key
+        shared = len(os.path.commonprefix([loaded.held, tokens])) if same_key else 0
         # the held prompt's aligned chunks reached aligned_end(len(held)); its answer's tokens came after it
-        keep = reusable(shared, len(loaded.held), CHUNK) if shared else 0
+        keep = reusable(shared, len(loaded.held), CHUNK)
         loaded.forget_from(keep)
         loaded.held_key = key
         counts = loaded.counts
         counts["requests"] += 1
         counts["hits"] += keep > 0
         counts["reused_tokens"] += keep
-        end = aligned_end(len(tokens), CHUNK)
         counts["prefilled_tokens"] += len(tokens) - keep
-        loaded.decode(tokens[keep:end], cancelled)
+        loaded.decode(tokens[keep:aligned_end(len(tokens), CHUNK)], cancelled)
 
     def _generate(self, request: GenerationRequest, cancelled: threading.Event) -> tuple[str, int, bool]:
         """(text, tokens generated, whether the time limit stopped it); stops early once `cancelled` is set."""
@@ -251,12 +247,7 @@ class LlamaCppBackend:
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         await self.aload()
-        cancelled = threading.Event()
-        try:
-            text, n, at_limit = await asyncio.to_thread(self._generate, request, cancelled)
-        except asyncio.CancelledError:
-            cancelled.set()  # the thread stops at its next token
-            raise
+        text, n, at_limit = await generate_in_thread(self._generate, request)
         text, _ = apply_stops(text, request.stop)
         log.debug("llamacpp generated %d tokens", n)
         return Generation(text=text, backend=self.name, at_time_limit=at_limit)
