@@ -316,3 +316,9 @@ def test_bench_prefill_reports_exact_aligned_reuse_and_the_cuts_each_rule_allows
     assert floor["gflop"] == round(flop / 1e9, 1) and floor["gflops"] > 0
     assert floor["ms"] == pytest.approx(flop / 1e6 / floor["gflops"], rel=0.05, abs=1)  # rates print rounded
     assert "the floor under a cold prefill" in table
+
+
+def test_an_empty_held_prompt_gives_nothing_to_reuse() -> None:
+    """llama.cpp's context holds nothing before its first request: no prefix, never a negative one."""
+    assert pc.reusable(0, 0, 32) == 0 and pc.reusable(5, 0, 32) == 0
+    assert pc.reusable(100, 200, 32) == 96 and pc.reusable(300, 200, 32) == 192

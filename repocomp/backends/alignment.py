@@ -16,6 +16,6 @@ def aligned_end(n: int, chunk: int) -> int:
 
 def reusable(shared: int, prompt_len: int, chunk: int) -> int:
     """The tokens a cache of a `prompt_len`-token prompt's aligned prefill can give a prompt that shares `shared`
-    tokens with it: down to a chunk boundary its aligned chunks reached."""
-    common = min(shared, aligned_end(prompt_len, chunk))
+    tokens with it: down to a chunk boundary its aligned chunks reached (none from an empty prompt)."""
+    common = max(0, min(shared, aligned_end(prompt_len, chunk)))
     return common - common % chunk
