@@ -3,7 +3,7 @@ holds code more similar to the query than the file above it."""
 
 from __future__ import annotations
 
-from test_pipeline import LIB, ScriptedBackend
+from test_pipeline import HOLE, LIB, ScriptedBackend
 from test_retrieval import FakeIndex, small_config
 
 from repocomp.model_defaults import resolve_config
@@ -24,17 +24,6 @@ REPEATS = "\n".join([
     "            data = fh.read()",  # 9
     "        return ",  # 10 (cursor after 'return ')
 ])
-# only the repository (lib.py) has code like the one being typed
-NEW = "\n".join([
-    "import lib",  # 0
-    "",  # 1
-    "def main(path):",  # 2
-    "    with open(path) as fh:",  # 3
-    "        data = fh.read()",  # 4
-    "    cfg = ",  # 5 (cursor after 'cfg = ')
-])
-
-
 def test_the_decision_compares_the_best_windows_by_jaccard_similarity() -> None:
     query = "a = f(x)\nb = g(y)"  # 9 distinct tokens: a = f ( x ) b g y
     above = ["a = f(x)", "c = h(z)", "b = g(q)", "unrelated = 1"]  # windows of 2 lines
@@ -59,8 +48,8 @@ def test_no_retrieved_code_where_the_file_above_explains_the_line() -> None:
 
 
 def test_retrieved_code_where_only_the_repository_has_it() -> None:
-    comp = _completer({"lib.py": LIB, "hole.py": NEW})
-    res = comp.complete("hole.py", NEW, 5, len("    cfg = "), trace=True)
+    comp = _completer({"lib.py": LIB, "hole.py": HOLE})  # only lib.py has code like the lines above the cursor
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
     assert res.retrieval is not None and res.retrieval.retrieve
     assert res.retrieval.repository > res.retrieval.in_file
     assert "parse_config(data)" in res.prompt
