@@ -16,6 +16,8 @@ parser in `_CHUNK`-byte pieces, so that other threads get the interpreter lock b
 from __future__ import annotations
 
 import re
+import sys
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +28,7 @@ from graph.languages import CLASS_KINDS, DEFINITION_KINDS, parser_for, spec
 
 MAX_DEPTH = 1_000  # syntax tree levels the graph looks at; a deeper part is flattened into its level-1000 node
 _CHUNK = 16 * 1024  # bytes handed to the parser at a time (the lock can change hands between pieces)
+_pieces = threading.local()  # the one buffer each thread hands the parser its pieces in (see `_parse`)
 _MAX_CALLEE_CHARS = 200  # a longer callee expression is not a name a call edge can resolve
 _DOTTED = re.compile(r"^[A-Za-z_$][\w$]*(?:\s*(?:\.|::|->)\s*[A-Za-z_$][\w$]*)*$")
 _SEP = re.compile(r"\s*(?:\.|::|->)\s*")
@@ -152,11 +155,19 @@ def _java_callee(src: bytes, name: Node) -> Node:
 
 
 def _parse(language: str, source: bytes) -> Tree:
-    """The syntax tree, the source read in pieces: between two, another thread may take the interpreter lock."""
-    view = memoryview(source)
+    """The syntax tree, the source read in pieces: between two, another thread may take the interpreter lock.
 
-    def read(offset: int, _point: tuple[int, int]) -> bytes:
-        return bytes(view[offset:offset + _CHUNK])
+    py-tree-sitter (0.26) keeps a reference to every object the read callback returns and never drops it, so
+    fresh pieces would leak the whole source on every parse; every piece is written into one buffer per thread
+    instead (the parser is done with a piece when it asks for the next)."""
+    view = memoryview(source)
+    piece = getattr(_pieces, "buffer", None)
+    if piece is None:
+        piece = _pieces.buffer = bytearray()
+
+    def read(offset: int, _point: tuple[int, int]) -> bytearray:
+        piece[:] = view[offset:offset + _CHUNK]
+        return piece
 
     return parser_for(language).parse(read)
 
@@ -209,7 +220,7 @@ def parse_source(text: str, language: str) -> ParsedFile:
                                            starts[stack[-1][1]] > node.start_point[0]):
             stack.pop()
         idx = len(kinds)
-        kinds.append(node.type)
+        kinds.append(sys.intern(node.type))  # one string per kind, not per node
         starts.append(node.start_point[0])
         ends.append(node.end_point[0] + 1)
         parents.append(stack[-1][1])
@@ -254,7 +265,9 @@ def parse_source(text: str, language: str) -> ParsedFile:
         triples, parsed.facts = _facts.extract(language, source, tree.root_node, index_of, kinds, MAX_DEPTH)
         parsed.imports = [Import(*t) for t in triples]
 
-    for callee in _captures(lang.call_query, tree.root_node, "callee"):
+    # in source order: the query cursor's order of captures varies from run to run, and the index should not
+    callees = sorted(_captures(lang.call_query, tree.root_node, "callee"), key=lambda n: (n.start_byte, n.end_byte))
+    for callee in callees:
         end = callee.end_byte
         if language == "java":
             callee = _java_callee(source, callee)
@@ -270,5 +283,5 @@ def parse_source(text: str, language: str) -> ParsedFile:
             continue
         line = callee.start_point[0]
         if line < n_lines:
-            parsed.calls.append((int(owner[line]), tuple(_SEP.split(text_))))
+            parsed.calls.append((int(owner[line]), tuple(map(sys.intern, _SEP.split(text_)))))
     return parsed

@@ -71,6 +71,27 @@ def test_update_file_equals_full_rebuild(repo):
     _assert_same(index, Index.build(repo, EXACT))
 
 
+def test_fragment_texts_follow_their_files_through_updates(repo):
+    """A fragment reads its text from a file's text: after one of two identical files changes, the windows they
+    shared keep their text (read from the other file), and the changed file's windows read its new text."""
+    shared = "\n".join(f"value_{i} = compute({i})" for i in range(45))
+    (repo / "copy_a.py").write_text(shared)
+    (repo / "copy_b.py").write_text(shared)
+    index = Index.build(repo, EXACT)
+    index.update_file("copy_a.py", text="head = 1\n" + shared)
+    index.update_file("copy_b.py", text=shared.replace("value_40", "renamed_40"))
+
+    def window(path, loc):
+        return "\n".join(index.files[path].lines[loc.start_line:loc.end_line])
+
+    for frag in index.fragments:
+        for loc in frag.locations if frag else ():
+            assert frag.text == window(loc.path, loc), (frag.id, loc)
+    loaded_texts = sorted(f.text for f in index.fragments if f)
+    index.save()
+    assert sorted(f.text for f in Index.load(repo, EXACT).fragments if f) == loaded_texts
+
+
 def test_update_from_buffer_text_and_remove_file(repo):
     index = Index.build(repo, EXACT)
     buffer = (repo / "app.py").read_text() + "\n\ndef unsaved():\n    return Engine(1).start()\n"

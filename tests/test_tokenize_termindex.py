@@ -92,6 +92,28 @@ def test_set_rows_equals_fresh_build() -> None:
     assert idx.score(new[5] or "", "jaccard")[10] == 0.0  # row 10 was cleared
 
 
+def test_updates_folded_into_the_rows_equal_a_fresh_build(monkeypatch) -> None:
+    """Past a few changed rows the delta is folded into the row matrix: rows replaced, cleared, grown, and set
+    again after a fold score as a fresh build of the final texts does."""
+    monkeypatch.setattr("repocomp.index.term_index._MAX_DELTA_ROWS", 3)
+    rng = random.Random(5)
+    texts: list[str | None] = list(_corpus(60, seed=4))
+    idx = TermIndex.build(texts)
+    for step in range(25):
+        ids = rng.sample(range(len(texts) + 3), rng.randrange(1, 6))
+        new: list[str | None] = [None if rng.random() < 0.2 else c for c in _corpus(len(ids), seed=100 + step)]
+        idx.set_rows(ids, new)
+        texts += [None] * (max(ids) + 1 - len(texts))
+        for i, t in zip(ids, new):
+            texts[i] = t
+    fresh = TermIndex.build(texts)
+    assert idx.n_rows == fresh.n_rows
+    for q in (texts[3] or "x", "name3 = name4", "brand newterm"):
+        for m in ("jaccard", "bm25"):
+            np.testing.assert_allclose(idx.score(q, m), fresh.score(q, m), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(idx.nonempty(), fresh.nonempty())
+
+
 def test_take_equals_a_build_of_the_kept_rows_and_drops_unused_terms() -> None:
     texts: list[str | None] = list(_corpus(200, seed=3))
     idx = TermIndex.build(texts)

@@ -24,7 +24,7 @@ from graph.code_graph import CodeGraph, FileNodes
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
 from repocomp.index.fragment_store import FragmentStore
-from repocomp.index.fragments import Fragment, Location, window_text
+from repocomp.index.fragments import Fragment, Location, line_starts
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.term_index import StateVersionError, TermIndex
 
@@ -76,9 +76,17 @@ def _split(flat: Any, lengths: np.ndarray) -> list[Any]:
 
 
 def _text_blob(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    encoded = [t.encode("utf-8", "surrogatepass") for t in texts]  # editor buffers may hold lone surrogates
-    blob = np.frombuffer(b"".join(encoded), np.uint8)
-    return blob, np.fromiter((len(e) for e in encoded), np.int64, len(encoded))
+    """The texts' UTF-8 bytes end to end and each one's length, filled in place: one copy of the texts, not two."""
+    def encoded(t: str) -> bytes:
+        return t.encode("utf-8", "surrogatepass")  # editor buffers may hold lone surrogates
+
+    lengths = np.fromiter((len(t) if t.isascii() else len(encoded(t)) for t in texts), np.int64, len(texts))
+    blob = np.empty(int(lengths.sum()), np.uint8)
+    at = 0
+    for t, n in zip(texts, lengths.tolist()):
+        blob[at:at + n] = np.frombuffer(encoded(t), np.uint8)
+        at += n
+    return blob, lengths
 
 
 def _untext_blob(blob: np.ndarray, lengths: np.ndarray) -> list[str]:
@@ -231,13 +239,27 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     n_frags = len(alive)
     fragments: list[Fragment | None] = [None] * n_frags
     entries: list[FileEntry] = list(index.files.values())
-    lines = [text.split("\n") for text in texts]
-    for frag, file_i, start, end in a["locations"].reshape(-1, 4).tolist():
-        if not (0 <= frag < n_frags and alive[frag] and 0 <= file_i < n_files):
+    locations = a["locations"].reshape(-1, 4)
+    frag_col, file_col = locations[:, 0], locations[:, 1]
+    if len(locations) and not (0 <= frag_col.min() and frag_col.max() < n_frags and alive[frag_col].all()
+                               and 0 <= file_col.min() and file_col.max() < n_files):
+        raise ValueError("location out of range")
+    _, first = np.unique(frag_col, return_index=True)  # a fragment reads its text where it is first located
+    first = first[np.argsort(file_col[first], kind="stable")]
+    for rows in np.split(first, np.flatnonzero(np.diff(file_col[first])) + 1):  # by file: one file's offsets
+        if not len(rows):
+            continue
+        text = texts[int(file_col[rows[0]])]
+        starts = line_starts(text)
+        for frag, _, start, end in locations[rows].tolist():
+            if not 0 <= start < end < len(starts):
+                raise ValueError("location out of range")
+            fragments[frag] = Fragment(frag, text, [], starts[start], starts[end] - 1)
+    paths, n_lines = [e.path for e in entries], line_counts.tolist()
+    for frag, file_i, start, end in locations.tolist():
+        if not 0 <= start < end <= n_lines[file_i]:
             raise ValueError("location out of range")
-        if fragments[frag] is None:
-            fragments[frag] = Fragment(frag, window_text(lines[file_i], start, end), [])
-        fragments[frag].locations.append(Location(entries[file_i].path, start, end))
+        fragments[frag].locations.append(Location(paths[file_i], start, end))  # type: ignore[union-attr]
     if any((f is None) == bool(live) for f, live in zip(fragments, alive)):
         raise ValueError("fragment without location")
     if any(not 0 <= w < n_frags for e in entries for w in e.windows):

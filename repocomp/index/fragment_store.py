@@ -4,6 +4,9 @@ Identical windows (licence headers, boilerplate) share one fragment, so retrieva
 same text. An id stays put while any location keeps it, and a fragment that lost its last location keeps its id
 until `release`, so that an edit that re-adds the same window (most windows of an edited file are unchanged) gets
 the old id back: ids do not churn with every keystroke. `compact` renumbers densely when dead ids pile up.
+
+Texts are found by their hash, not held as dictionary keys: a fragment's text is a slice of its file's text
+(`Fragment`), and a key would be a copy of every window.
 """
 
 from __future__ import annotations
@@ -21,7 +24,28 @@ class FragmentStore(Sequence[Fragment | None]):
 
     def __init__(self, fragments: Iterable[Fragment | None] = ()) -> None:
         self._items: list[Fragment | None] = list(fragments)
-        self._by_text = {f.text: f.id for f in self._items if f is not None}
+        self._index_texts()
+
+    def _index_texts(self) -> None:
+        self._by_hash: dict[int, int] = {}
+        self._collided: dict[str, int] = {}  # texts whose hash another live text has (never seen in practice)
+        for frag in self._items:
+            if frag is not None:
+                self._remember(frag.text, frag.id)
+
+    def _remember(self, text: str, frag_id: int) -> None:
+        if self._by_hash.setdefault(hash(text), frag_id) != frag_id:
+            self._collided[text] = frag_id
+
+    def find(self, text: str) -> int | None:
+        """The id of the live fragment with this text, if any."""
+        if self._collided and text in self._collided:
+            return self._collided[text]
+        frag_id = self._by_hash.get(hash(text))
+        if frag_id is None:
+            return None
+        frag = self._items[frag_id]
+        return frag_id if frag is not None and frag.text == text else None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -39,22 +63,32 @@ class FragmentStore(Sequence[Fragment | None]):
 
     def add(self, text: str, loc: Location) -> int:
         """Record that `text` occurs at `loc`; returns its fragment id (an existing one for a known text)."""
-        frag_id = self._by_text.get(text)
+        return self.add_slice(text, 0, len(text), loc)
+
+    def add_slice(self, source: str, start: int, end: int, loc: Location) -> int:
+        """Record that `source[start:end]` (a window of a file's text) occurs at `loc`; returns its fragment id.
+        The fragment reads its text from `source` from now on."""
+        text = source[start:end]
+        frag_id = self.find(text)
         if frag_id is None:
             frag_id = len(self._items)
-            self._items.append(Fragment(frag_id, text, []))
-            self._by_text[text] = frag_id
+            self._items.append(Fragment(frag_id, source, [], start, end))
+            self._remember(text, frag_id)
         frag = self._items[frag_id]
-        assert frag is not None  # `_by_text` holds live fragments only
+        assert frag is not None  # `find` gives live fragments only
+        frag.point_at(source, start, end)
         frag.locations.append(loc)
         return frag_id
 
-    def forget_path(self, frag_ids: Iterable[int], path: str) -> None:
-        """Drop the locations in `path` of these fragments (they stay, possibly empty, until `release`)."""
+    def forget_path(self, frag_ids: Iterable[int], path: str, text: str | None = None) -> None:
+        """Drop the locations in `path` of these fragments (they stay, possibly empty, until `release`); those
+        that read their text from `text` (the file's text being dropped) take a copy of it."""
         for frag_id in frag_ids:
             frag = self._items[frag_id]
             assert frag is not None  # a file's fragments are released only after it forgets them
             frag.locations = [loc for loc in frag.locations if loc.path != path]
+            if text is not None:
+                frag.detach(text)
 
     def release(self, frag_ids: Iterable[int]) -> list[int]:
         """Remove those of `frag_ids` that have no location left; returns their ids, sorted."""
@@ -62,7 +96,11 @@ class FragmentStore(Sequence[Fragment | None]):
         for frag_id in dead:
             frag = self._items[frag_id]
             assert frag is not None  # chosen above for being present
-            del self._by_text[frag.text]
+            text = frag.text
+            if self._collided.get(text) == frag_id:
+                del self._collided[text]
+            elif self._by_hash.get(hash(text)) == frag_id:
+                del self._by_hash[hash(text)]
             self._items[frag_id] = None
         return dead
 
@@ -74,10 +112,8 @@ class FragmentStore(Sequence[Fragment | None]):
         """Renumber the live fragments densely, in id order; returns the old ids kept (new id = position)."""
         keep = np.flatnonzero(self.alive_mask())
         self._items = [self._items[i] for i in keep.tolist()]
-        by_text: dict[str, int] = {}
         for new_id, frag in enumerate(self._items):
             assert frag is not None  # `keep` holds the live ids
             frag.id = new_id
-            by_text[frag.text] = new_id
-        self._by_text = by_text
+        self._index_texts()
         return keep

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Location:
     """Where a fragment's text stands: `path` relative to the repository root (POSIX), lines 0-indexed half-open."""
 
@@ -14,13 +14,45 @@ class Location:
     end_line: int
 
 
-@dataclass
 class Fragment:
-    """One unique window text and every place it occurs."""
+    """One unique window text and every place it occurs.
 
-    id: int
-    text: str
-    locations: list[Location] = field(default_factory=list)
+    The text is held as a slice of a file's text (`source[start:end]`), made when read: windows overlap, so a copy
+    per window would hold each line window/stride times over."""
+
+    __slots__ = ("id", "locations", "_source", "_start", "_end")
+
+    def __init__(self, id: int, text: str, locations: list[Location] | None = None,
+                 start: int = 0, end: int | None = None) -> None:
+        self.id = id
+        self.locations = [] if locations is None else locations
+        self._source, self._start, self._end = text, start, len(text) if end is None else end
+
+    @property
+    def text(self) -> str:
+        if self._start == 0 and self._end == len(self._source):
+            return self._source
+        return self._source[self._start:self._end]
+
+    def point_at(self, source: str, start: int, end: int) -> None:
+        """Take the same text from `source[start:end]` (a file's current text) instead."""
+        self._source, self._start, self._end = source, start, end
+
+    def detach(self, source: str) -> None:
+        """Hold a copy of the text if it is a slice of `source` (a file text being dropped)."""
+        if self._source is source:
+            self._source, self._start, self._end = self.text, 0, self._end - self._start
+
+    def __repr__(self) -> str:
+        return f"Fragment({self.id}, {self.text!r}, {self.locations!r})"
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset of each line of `text` in it, then len(text) + 1: line i's text is text[s[i]:s[i + 1] - 1]."""
+    starts = [0]
+    for line in text.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    return starts
 
 
 def window_spans(n_lines: int, window: int, stride: int) -> list[tuple[int, int]]:

@@ -33,7 +33,7 @@ from repocomp.errors import (
 from repocomp.index import codec as index_codec
 from repocomp.index import trust as index_trust
 from repocomp.index.fragment_store import FragmentStore
-from repocomp.index.fragments import Location, window_spans, window_text
+from repocomp.index.fragments import Location, line_starts, window_spans
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
 from repocomp.index.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
@@ -137,7 +137,7 @@ class Index:
         phases["relations"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        index.term_index = TermIndex.build([f.text if f else None for f in index.fragments])
+        index.term_index = TermIndex.build(f.text if f else None for f in index.fragments)
         phases["term_index"] = time.perf_counter() - t
 
         index._summarize(walked, phases)
@@ -148,10 +148,11 @@ class Index:
         nodes = self.graph.set_file(path, parsed)
         self.resolver.set_file(make_symbols(path, parsed))
         entry = FileEntry(path, language, text, parsed, [], nodes.node_ids)
-        lines = text.split("\n")
+        starts = line_starts(text)
         cfg = self.config.fragments
-        for start, end in window_spans(len(lines), cfg.window, cfg.stride):
-            entry.windows.append(self.fragments.add(window_text(lines, start, end), Location(path, start, end)))
+        for start, end in window_spans(len(starts) - 1, cfg.window, cfg.stride):
+            entry.windows.append(self.fragments.add_slice(text, starts[start], starts[end] - 1,
+                                                          Location(path, start, end)))
         self.files[path] = entry
         return entry
 
@@ -162,7 +163,7 @@ class Index:
         if entry is None:
             return set()
         touched = set(entry.windows)
-        self.fragments.forget_path(touched, path)
+        self.fragments.forget_path(touched, path, entry.text)
         self.graph.remove_file(path)
         self.resolver.remove_file(path)
         return touched

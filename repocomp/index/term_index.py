@@ -77,60 +77,95 @@ class _Postings:
 
 
 class TermIndex:
-    """Rows (fragment ids) of tokenized texts; `None` rows are empty (removed fragments)."""
+    """Rows (fragment ids) of tokenized texts; `None` rows are empty (removed fragments).
+
+    Rows are kept as one row-major CSR of term ids and counts as of the last fold (`_rows`), plus the rows set
+    since (`_changed`): a few arrays whatever the row count, not two small arrays per row."""
 
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
-        self._terms: list[np.ndarray | None] = []  # per row: sorted unique term ids (int32)
-        self._counts: list[np.ndarray | None] = []  # per row: counts of those terms (float32)
+        self._rows = sp.csr_matrix((0, 0), dtype=np.float32)  # rows x terms counts, as of the last fold
+        self._present = np.zeros(0, bool)  # per row: holds a text (False: never set, or cleared)
+        self._changed: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}  # rows set since the fold
         self._df = np.zeros(0, np.int64)  # documents containing each term
         self._n_docs = 0  # live (non-None) rows
         self._total_len = 0  # tokens over live rows
         self._row_len = np.zeros(0, np.float32)  # tokens per row (BM25 doc length)
         self._row_set = np.zeros(0, np.float32)  # distinct terms per row (Jaccard |D|)
         self._base = _Postings.empty(0)
-        self._n_base = 0
         self._stale = np.zeros(0, bool)  # base rows overridden by the delta
         self._delta = _Postings.empty(0)
-        self._delta_ids: set[int] = set()
         self._idf_cache: tuple[int, np.ndarray] | None = None
         self._version = 0  # bumps on every change; keys the idf cache
 
     # -- construction -------------------------------------------------------------------------------------
 
     @classmethod
-    def build(cls, texts: list[str | None]) -> TermIndex:
+    def build(cls, texts: Iterable[str | None]) -> TermIndex:
+        """The index of `texts` (any iterable: fragment texts are made one at a time, never all held)."""
         idx = cls()
-        idx.set_rows(list(range(len(texts))), texts)
-        idx._fold()
+        lengths: list[int] = []
+        present: list[bool] = []
+        term_parts: list[np.ndarray] = []
+        count_parts: list[np.ndarray] = []
+        chunk_terms: list[np.ndarray] = []
+        chunk_counts: list[np.ndarray] = []
+        for text in texts:
+            present.append(text is not None)
+            if text is None:
+                lengths.append(0)
+                continue
+            terms, counts = idx._encode(text)
+            lengths.append(len(terms))
+            chunk_terms.append(terms)
+            chunk_counts.append(counts)
+            if len(chunk_terms) == 4096:  # many small arrays -> one, as they come
+                term_parts.append(np.concatenate(chunk_terms))
+                count_parts.append(np.concatenate(chunk_counts))
+                chunk_terms, chunk_counts = [], []
+        term_parts += chunk_terms
+        count_parts += chunk_counts
+        indptr = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        terms = np.concatenate(term_parts) if term_parts else np.zeros(0, np.int32)
+        del term_parts
+        counts = np.concatenate(count_parts) if count_parts else np.zeros(0, np.float32)
+        del count_parts
+        idx._set_folded(np.array(present, bool), indptr, terms, counts)
         return idx
+
+    def _set_folded(self, present: np.ndarray, indptr: np.ndarray, terms: np.ndarray, counts: np.ndarray) -> None:
+        """Take these rows (CSR over `self.vocab`) as the whole index, with their statistics and postings."""
+        n, n_terms = len(present), len(self.vocab)
+        self._rows = sp.csr_matrix((counts, terms, indptr), shape=(n, n_terms))
+        self._present = present
+        running = np.zeros(len(counts) + 1, np.float64)
+        np.cumsum(counts, out=running[1:])
+        self._row_len = (running[indptr[1:]] - running[indptr[:-1]]).astype(np.float32)
+        self._row_set = np.diff(indptr).astype(np.float32)
+        self._df = np.bincount(terms, minlength=n_terms).astype(np.int64)
+        self._n_docs = int(present.sum())
+        self._total_len = int(counts.sum(dtype=np.float64))
+        self._version += 1
+        self._fold()
 
     def take(self, rows: np.ndarray) -> TermIndex:
         """A new index whose row i is this one's row `rows[i]`, with a vocabulary of the terms those rows use
         (what `build` on their texts gives, without tokenizing again)."""
-        terms = [self._terms[r] for r in rows.tolist()]
-        counts = [self._counts[r] for r in rows.tolist()]
+        self._fold()
+        kept = self._rows[rows]
         used = np.zeros(len(self.vocab), bool)
-        for t in terms:
-            if t is not None:
-                used[t] = True
+        used[kept.indices] = True
         remap = np.cumsum(used, dtype=np.int64) - 1  # monotone: a row's term ids stay sorted
         new = TermIndex()
         new.vocab = {tok: int(remap[i]) for tok, i in self.vocab.items() if used[i]}
-        new._terms = [None if t is None else remap[t].astype(np.int32) for t in terms]
-        new._counts = counts
-        live = [t for t in new._terms if t is not None and len(t)]
-        new._df = np.bincount(np.concatenate(live), minlength=len(new.vocab)).astype(np.int64) if live \
-            else np.zeros(len(new.vocab), np.int64)
-        new._row_len, new._row_set = self._row_len[rows], self._row_set[rows]
-        new._n_docs = sum(t is not None for t in terms)
-        new._total_len = int(new._row_len.sum())
-        new._fold()
+        new._set_folded(self._present[rows], kept.indptr.astype(np.int64),
+                        remap[kept.indices].astype(np.int32), kept.data.astype(np.float32))
         return new
 
     @property
     def n_rows(self) -> int:
-        return len(self._terms)
+        return len(self._present)
 
     def nonempty(self) -> np.ndarray:
         """Bool per row: the row holds at least one token (removed rows never do)."""
@@ -144,11 +179,19 @@ class TermIndex:
         terms, counts = np.unique(np.asarray(ids, np.int32), return_counts=True)
         return terms, counts.astype(np.float32)
 
+    def _row(self, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Row `i`'s (terms, counts), None when it holds no text."""
+        if i in self._changed:
+            return self._changed[i]
+        if not self._present[i]:
+            return None
+        lo, hi = self._rows.indptr[i], self._rows.indptr[i + 1]
+        return self._rows.indices[lo:hi], self._rows.data[lo:hi]
+
     def _grow(self, n_rows: int) -> None:
-        if n_rows > len(self._terms):
-            extra = n_rows - len(self._terms)
-            self._terms.extend([None] * extra)
-            self._counts.extend([None] * extra)
+        if n_rows > self.n_rows:
+            extra = n_rows - self.n_rows
+            self._present = np.concatenate([self._present, np.zeros(extra, bool)])
             self._row_len = np.concatenate([self._row_len, np.zeros(extra, np.float32)])
             self._row_set = np.concatenate([self._row_set, np.zeros(extra, np.float32)])
         if len(self.vocab) > len(self._df):
@@ -163,58 +206,71 @@ class TermIndex:
         encoded = [None if t is None else self._encode(t) for t in texts]
         self._grow(max(ids) + 1)
         for row, enc in zip(ids, encoded):
-            old = self._terms[row]
+            old = self._row(row)
             if old is not None:
-                self._df[old] -= 1
+                self._df[old[0]] -= 1
                 self._n_docs -= 1
                 self._total_len -= int(self._row_len[row])
+            self._changed[row] = enc
+            self._present[row] = enc is not None
             if enc is None:
-                self._terms[row] = self._counts[row] = None
                 self._row_len[row] = self._row_set[row] = 0.0
             else:
                 terms, counts = enc
-                self._terms[row], self._counts[row] = terms, counts
                 self._df[terms] += 1
                 self._n_docs += 1
                 self._row_len[row] = counts.sum()
                 self._row_set[row] = len(terms)
                 self._total_len += int(self._row_len[row])
         self._version += 1
-        self._delta_ids.update(ids)
-        if len(self._delta_ids) > _MAX_DELTA_ROWS:
+        if len(self._changed) > _MAX_DELTA_ROWS:
             self._fold()
         else:
             self._rebuild_delta()
 
     def _rebuild_delta(self) -> None:
-        ids = np.fromiter(sorted(self._delta_ids), np.int64, len(self._delta_ids))
-        live, terms, counts = self._live_rows(ids.tolist())
-        self._delta = _Postings.from_rows(np.asarray(live, np.int64), terms, counts, len(self.vocab))
-        self._stale = np.zeros(self._n_base, bool)
-        self._stale[ids[ids < self._n_base]] = True
-
-    def _live_rows(self, ids: Iterable[int]) -> tuple[list[int], list[np.ndarray], list[np.ndarray]]:
-        """Those of `ids` whose rows are present, with their terms and counts (a row has both or neither)."""
-        live: list[int] = []
-        terms: list[np.ndarray] = []
-        counts: list[np.ndarray] = []
-        for i in ids:
-            t, c = self._terms[i], self._counts[i]
-            if t is not None:
-                assert c is not None  # set_rows and load fill terms and counts together
-                live.append(i)
-                terms.append(t)
-                counts.append(c)
-        return live, terms, counts
+        ids = sorted(self._changed)
+        live = [i for i in ids if self._changed[i] is not None]
+        rows = [self._changed[i] for i in live]
+        self._delta = _Postings.from_rows(np.asarray(live, np.int64), [r[0] for r in rows],  # type: ignore[index]
+                                          [r[1] for r in rows], len(self.vocab))  # type: ignore[index]
+        n_base = self._rows.shape[0]
+        self._stale = np.zeros(n_base, bool)
+        stale = np.asarray(ids, np.int64)
+        self._stale[stale[stale < n_base]] = True
 
     def _fold(self) -> None:
-        """Snapshot every row into the base postings; empties the delta."""
-        live, terms, counts = self._live_rows(range(len(self._terms)))
-        self._base = _Postings.from_rows(np.asarray(live, np.int64), terms, counts, len(self.vocab))
-        self._n_base = self.n_rows
-        self._delta_ids.clear()
-        self._delta = _Postings.empty(len(self.vocab))
-        self._stale = np.zeros(self._n_base, bool)
+        """Fold the rows set since the last fold into the row CSR and snapshot it into the base postings (a
+        transpose in scipy's C code); empties the delta."""
+        n, n_terms = self.n_rows, len(self.vocab)
+        base = self._rows
+        if self._changed or base.shape != (n, n_terms):
+            kept = np.zeros(n, bool)
+            kept[:base.shape[0]] = self._present[:base.shape[0]]
+            kept[list(self._changed)] = False
+            lengths = np.zeros(n, np.int64)
+            lengths[:base.shape[0]] = np.diff(base.indptr)
+            mask = np.repeat(kept[:base.shape[0]], lengths[:base.shape[0]])
+            lengths[~kept] = 0
+            live = sorted(i for i, r in self._changed.items() if r is not None)
+            for i in live:
+                lengths[i] = len(self._changed[i][0])  # type: ignore[index]
+            indptr = np.zeros(n + 1, np.int64)
+            np.cumsum(lengths, out=indptr[1:])
+            terms = np.empty(int(indptr[-1]), np.int32)
+            counts = np.empty(int(indptr[-1]), np.float32)
+            from_base = np.repeat(kept, lengths)  # the postings' places that keep a base row
+            terms[from_base], counts[from_base] = base.indices[mask], base.data[mask]
+            for i in live:
+                row = self._changed[i]
+                terms[indptr[i]:indptr[i + 1]], counts[indptr[i]:indptr[i + 1]] = row  # type: ignore[misc]
+            self._rows = sp.csr_matrix((counts, terms, indptr), shape=(n, n_terms))
+            self._changed.clear()
+        by_term = self._rows.tocsc()
+        self._base = _Postings(by_term.indptr.astype(np.int64), by_term.indices.astype(np.int32, copy=False),
+                               by_term.data)
+        self._delta = _Postings.empty(n_terms)
+        self._stale = np.zeros(n, bool)
 
     # -- scoring --------------------------------------------------------------------------------------------
 
@@ -230,7 +286,7 @@ class TermIndex:
 
     def _gather(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows, counts, which = self._base.gather(terms)
-        if self._delta_ids:
+        if self._changed:
             keep = ~self._stale[rows]
             rows, counts, which = rows[keep], counts[keep], which[keep]
             d_rows, d_counts, d_which = self._delta.gather(terms)
@@ -279,19 +335,14 @@ class TermIndex:
 
     def state(self) -> dict[str, Any]:
         """Plain arrays and scalars, no custom classes (the index codec stores them as they are)."""
-        alive = np.fromiter((t is not None for t in self._terms), bool, self.n_rows)
-        lengths = np.fromiter((0 if t is None else len(t) for t in self._terms), np.int64, self.n_rows)
-        indptr = np.zeros(self.n_rows + 1, np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        live_terms = [t for t in self._terms if t is not None]
-        live_counts = [c for c in self._counts if c is not None]
+        self._fold()
         return {
             "version": _STATE_VERSION,
             "vocab": "\n".join(self.vocab),  # tokens never contain whitespace
-            "alive": alive,
-            "indptr": indptr,
-            "terms": np.concatenate(live_terms) if live_terms else np.zeros(0, np.int32),
-            "counts": np.concatenate(live_counts) if live_counts else np.zeros(0, np.float32),
+            "alive": self._present.copy(),
+            "indptr": self._rows.indptr.astype(np.int64),
+            "terms": self._rows.indices.astype(np.int32, copy=False),
+            "counts": self._rows.data.astype(np.float32, copy=False),
         }
 
     @staticmethod
@@ -306,23 +357,11 @@ class TermIndex:
         idx = cls()
         words = d["vocab"].split("\n") if d["vocab"] else []
         idx.vocab = {w: i for i, w in enumerate(words)}
-        alive, indptr = np.asarray(d["alive"], bool), np.asarray(d["indptr"], np.int64)
-        terms = np.asarray(d["terms"], np.int32)
-        counts = np.asarray(d["counts"], np.float32)
-        n = len(alive)
-        idx._terms = [terms[indptr[i]:indptr[i + 1]] if alive[i] else None for i in range(n)]
-        idx._counts = [counts[indptr[i]:indptr[i + 1]] if alive[i] else None for i in range(n)]
-        lengths = np.diff(indptr)
-        row_of = np.repeat(np.arange(n), lengths)
-        idx._row_len = np.bincount(row_of, weights=counts, minlength=n).astype(np.float32)
-        idx._row_set = lengths.astype(np.float32)
-        idx._df = np.bincount(terms, minlength=len(words)).astype(np.int64)
-        idx._n_docs = int(alive.sum())
-        idx._total_len = int(counts.sum())
-        idx._fold()
+        idx._set_folded(np.asarray(d["alive"], bool), np.asarray(d["indptr"], np.int64),
+                        np.asarray(d["terms"], np.int32), np.asarray(d["counts"], np.float32))
         return idx
 
     def to_csr(self) -> sp.csr_matrix:
         """Rows x terms count matrix (for inspection and tests)."""
-        st = self.state()
-        return sp.csr_matrix((st["counts"], st["terms"], st["indptr"]), shape=(self.n_rows, len(self.vocab)))
+        self._fold()
+        return self._rows.copy()
