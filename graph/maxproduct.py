@@ -156,8 +156,9 @@ def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff:
     n = adjacency.shape[0]
     if len(sources) == 0:
         return sp.csr_matrix((0, n), dtype=np.float64)
-    s, t, d = _bounded_dijkstra(adjacency.indptr.astype(np.int64), adjacency.indices.astype(np.int64),
-                                adjacency.data.astype(np.float64), sources, -np.log(cutoff),
+    # the index arrays as scipy keeps them (int32 or int64: numba compiles each): a copy would cost O(edges) per call
+    s, t, d = _bounded_dijkstra(adjacency.indptr, adjacency.indices, adjacency.data.astype(np.float64, copy=False),
+                                sources, -np.log(cutoff),
                                 max_reach if max_reach > 0 else np.iinfo(np.int64).max, HUB_WINDOW, HUB_DEGREE)
     # the kernel emits sources in order, so `s` is already sorted: build CSR directly
     indptr = np.zeros(len(sources) + 1, dtype=np.int64)

@@ -101,7 +101,7 @@ def _fold_rows(centres, f_ptr, f_idx, f_val, d_ptr, d_idx, d_val, t_ptr, t_idx, 
 
 
 def _csr_arrays(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.float64)
+    return m.indptr, m.indices, m.data.astype(np.float64, copy=False)  # int32 or int64 indices: numba compiles each
 
 
 def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_fragments: sp.csr_matrix | None,

@@ -64,6 +64,11 @@ def check_setting(cond: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
+# Peak memory of an index build per character of source it indexes (files, syntax, graph, relations, term index),
+# measured with `repocomp bench index` on a 1.6M-line and a 7.6M-line repository (docs/performance.md)
+INDEX_BYTES_PER_SOURCE_CHAR = 16
+
+
 @dataclass(frozen=True)
 class IndexConfig:
     dir: str = ".repocomp"  # relative to the repository root, or absolute
@@ -75,6 +80,8 @@ class IndexConfig:
     # looking at 20 entries per allowed file (repocomp.index.walk)
     max_files: int = 100_000
     max_total_bytes: int = 1 << 30  # source text indexed, all files together
+    # what building the index may take in memory, at most: held by the source text it admits (`text_budget`)
+    max_memory_mb: int = 4096
     # the file system's root or the user's home with no repository marker in it (an editor opened there) is not
     # indexed unless this is set; it is then indexed within the limits above
     allow_broad_root: bool = False
@@ -83,6 +90,14 @@ class IndexConfig:
         check_setting(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")
         check_setting(0 < self.max_files <= 10_000_000, "max_files must be in 1..10000000")
         check_setting(0 < self.max_total_bytes <= 1 << 36, "max_total_bytes must be in 1..68719476736 (64 GiB)")
+        check_setting(1 <= self.max_memory_mb <= 1 << 20, "max_memory_mb must be in 1..1048576 (1 TiB)")
+
+    def text_budget(self) -> tuple[int, str]:
+        """The source text a folder may index, in characters, and the setting that bounds it."""
+        by_memory = (self.max_memory_mb << 20) // INDEX_BYTES_PER_SOURCE_CHAR
+        if by_memory < self.max_total_bytes:
+            return by_memory, f"max_memory_mb {self.max_memory_mb:,}"
+        return self.max_total_bytes, f"max_total_bytes {self.max_total_bytes:,}"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""`repocomp bench index PATH [--runs N]`: per-phase medians of a full index build, peak RSS, relation storage,
-and the latency of one-file incremental updates.
+"""`repocomp bench index PATH [--runs N]`: lines, files, per-phase medians of a full index build, peak RSS, relation
+storage, and the latency of one-file incremental updates (`repocomp bench monorepo` assembles a large PATH).
 
 Each build runs in a fresh subprocess so that its peak RSS is its own.
 """
@@ -27,6 +27,7 @@ total = time.perf_counter() - t
 w = index.relations
 print(json.dumps({"phases_s": index.summary.phases_s, "total_s": total, "fragments": index.summary.fragments,
                   "files": index.summary.files, "nodes": index.summary.nodes,
+                  "lines": sum(e.parsed.n_lines for e in index.files.values()), "warnings": index.summary.warnings,
                   "relation_bytes": int(w.data.nbytes + w.indices.nbytes + w.indptr.nbytes),
                   "index_bytes": index.summary.index_bytes,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     med = {k: statistics.median(b["phases_s"].get(k, 0.0) for b in builds) for k in phases}
     last = builds[-1]
     result = {
-        "path": str(args.path), "runs": args.runs, "files": last["files"], "fragments": last["fragments"],
+        "path": str(args.path), "runs": args.runs, "lines": last["lines"], "files": last["files"],
+        "fragments": last["fragments"], "warnings": last["warnings"],
         "nodes": last["nodes"], "phase_median_s": med,
         "total_median_s": statistics.median(b["total_s"] for b in builds),
         "peak_rss_mb_max": max(b["peak_rss_mb"] for b in builds),
@@ -98,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"bench index {result['path']}: {result['files']} files, {result['fragments']} fragments, "
-          f"{result['nodes']} nodes, {args.runs} runs (medians)")
+    print(f"bench index {result['path']}: {result['lines']:,} lines, {result['files']:,} files, "
+          f"{result['fragments']:,} fragments, {result['nodes']:,} nodes, {args.runs} runs (medians)")
+    for warning in result["warnings"]:
+        print(f"  warning: {warning}")
     for k, v in med.items():
         print(f"  {k:<12} {v:8.3f} s")
     print(f"  {'total':<12} {result['total_median_s']:8.3f} s")

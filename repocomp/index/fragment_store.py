@@ -24,6 +24,7 @@ class FragmentStore(Sequence[Fragment | None]):
 
     def __init__(self, fragments: Iterable[Fragment | None] = ()) -> None:
         self._items: list[Fragment | None] = list(fragments)
+        self._alive = np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
         self._index_texts()
 
     def _index_texts(self) -> None:
@@ -73,6 +74,9 @@ class FragmentStore(Sequence[Fragment | None]):
         if frag_id is None:
             frag_id = len(self._items)
             self._items.append(Fragment(frag_id, source, [], start, end))
+            if frag_id == len(self._alive):  # grown by doubling: appends stay O(1)
+                self._alive = np.concatenate([self._alive, np.zeros(max(16, frag_id), bool)])
+            self._alive[frag_id] = True
             self._remember(text, frag_id)
         frag = self._items[frag_id]
         assert frag is not None  # `find` gives live fragments only
@@ -102,16 +106,18 @@ class FragmentStore(Sequence[Fragment | None]):
             elif self._by_hash.get(hash(text)) == frag_id:
                 del self._by_hash[hash(text)]
             self._items[frag_id] = None
+            self._alive[frag_id] = False
         return dead
 
     def alive_mask(self) -> np.ndarray:
         """Per id: still present (False for ids whose windows all went away)."""
-        return np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
+        return self._alive[:len(self._items)].copy()
 
     def compact(self) -> np.ndarray:
         """Renumber the live fragments densely, in id order; returns the old ids kept (new id = position)."""
         keep = np.flatnonzero(self.alive_mask())
         self._items = [self._items[i] for i in keep.tolist()]
+        self._alive = np.ones(len(self._items), bool)
         for new_id, frag in enumerate(self._items):
             assert frag is not None  # `keep` holds the live ids
             frag.id = new_id

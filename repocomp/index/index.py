@@ -209,8 +209,8 @@ class Index:
         return self._within_limits(changed)
 
     def _within_limits(self, changed: dict[str, tuple[str, str] | None]) -> dict[str, tuple[str, str] | None]:
-        """`changed` less the new files that would take the folder past [index] max_files or max_total_bytes
-        (counted as the walk counts them): an update never grows the index past what a build would hold."""
+        """`changed` less the new files that would take the folder past [index] max_files or its text budget
+        (max_total_bytes, max_memory_mb; counted as the walk counts them): an update never grows the index past what a build would hold."""
         new = sorted(p for p, v in changed.items() if v is not None and p not in self.files)
         if not new:
             return changed
@@ -219,11 +219,12 @@ class Index:
         size = sum(len(e.text) for e in self.files.values()) + sum(
             len(v[1]) - len(self.files[p].text) if v is not None else -len(self.files[p].text)
             for p, v in changed.items() if p in self.files)
+        max_bytes, bytes_setting = cfg.text_budget()
         for path in new:
             text = changed[path][1]  # type: ignore[index]
-            if files + 1 > cfg.max_files or size + len(text) > cfg.max_total_bytes:
-                log.warning("%s not indexed: the folder is at its limits ([index] max_files %d, max_total_bytes "
-                            "%d)", path if addressable(path) else repr(path), cfg.max_files, cfg.max_total_bytes)
+            if files + 1 > cfg.max_files or size + len(text) > max_bytes:
+                log.warning("%s not indexed: the folder is at its limits ([index] max_files %d, %s)",
+                            path if addressable(path) else repr(path), cfg.max_files, bytes_setting)
                 del changed[path]
                 continue
             files, size = files + 1, size + len(text)

@@ -8,7 +8,8 @@ names with control characters (a newline in a path cannot be addressed as FILE:L
 a prompt) and folders on another file system than the root (`/proc` and `/sys` when the root is `/`). Non-UTF-8
 files are decoded with replacement characters and reported.
 
-A folder is indexed up to `[index] max_files` files and `max_total_bytes` of text, and the walk looks at no more
+A folder is indexed up to `[index] max_files` files and `max_total_bytes` of text (less where `max_memory_mb` says
+so), and the walk looks at no more
 than `_ENTRIES_PER_FILE` directory entries per allowed file: past any of them the rest of the folder is left out,
 with a warning (`WalkResult.warnings`). Nothing here stops the run; the walk is a loop, not a recursion, so a
 folder nested thousands deep costs its size and no more.
@@ -331,7 +332,7 @@ class _Walk:
     def __init__(self, root: Path, config: Config, result: WalkResult) -> None:
         self.root = root
         self.max_files = config.index.max_files
-        self.max_bytes = config.index.max_total_bytes
+        self.max_bytes, self.bytes_setting = config.index.text_budget()
         self.entries_left = _ENTRIES_PER_FILE * self.max_files
         self.bytes = 0
         self.result = result
@@ -368,7 +369,7 @@ class _Walk:
         size = len(source.text)  # decoded characters: what the index holds (and what an update counts)
         if self.bytes + size > self.max_bytes:
             self._stop(f"{self.root}: indexed partially: {self.bytes:,} bytes of source in "
-                       f"{len(self.result.files):,} files ([index] max_total_bytes {self.max_bytes:,}); the rest "
+                       f"{len(self.result.files):,} files ([index] {self.bytes_setting}); the rest "
                        "of the folder is left out")
             return False
         self.bytes += size

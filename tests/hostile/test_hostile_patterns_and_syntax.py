@@ -234,6 +234,30 @@ def test_a_folder_over_max_files_is_indexed_partially_with_a_warning(tmp_path: P
     assert 2000 // 25 <= summary["files"] <= 2000 // 23 and any("max_total_bytes" in w for w in summary["warnings"])
 
 
+def test_a_folder_past_its_memory_budget_is_indexed_partially_with_one_warning(tmp_path: Path) -> None:
+    """`[index] max_memory_mb` admits the source text a build can hold in that memory (16 bytes of index per
+    character, measured): 1 MB admits 65,536 characters, 21 of these 40 files of 3,000."""
+    from repocomp.config import INDEX_BYTES_PER_SOURCE_CHAR
+
+    root = tmp_path / "big"
+    root.mkdir()
+    body = "".join(f"value_{i:04d} = compute({i:04d}, 0)\n" for i in range(100))
+    assert len(body) == 3000
+    for i in range(40):
+        (root / f"m{i:02d}.py").write_text(body.replace("value_", f"val{i:02d}_"))  # distinct, same length
+    config = tmp_path / "small.toml"
+    config.write_text("[index]\nmax_memory_mb = 1\n")
+    proc, _, _ = measured_index(tmp_path / "home", str(root), "--config", str(config))
+    summary = summary_of(proc)
+    assert summary["files"] == (1 << 20) // INDEX_BYTES_PER_SOURCE_CHAR // 3000 == 21
+    assert [w for w in summary["warnings"] if "indexed partially" in w and "max_memory_mb 1" in w], summary
+    assert proc.stderr.count("indexed partially") == 1
+
+    config.write_text("[index]\nmax_memory_mb = 2\n")  # 131,072 characters: every file, nothing said
+    summary = summary_of(measured_index(tmp_path / "home", str(root), "--config", str(config))[0])
+    assert summary["files"] == 40 and summary["warnings"] == []
+
+
 def test_a_folder_of_many_entries_stops_the_walk_at_its_entry_budget(tmp_path: Path) -> None:
     root = tmp_path / "flat"
     root.mkdir()
