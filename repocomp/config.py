@@ -6,13 +6,13 @@ Every section is a frozen dataclass; `load_config` fills them from TOML, naming 
 Where a setting comes from matters: a repository is untrusted input (README, "Security model"). The user's
 own config file (`$XDG_CONFIG_HOME/repocomp/config.toml`), an explicit file the user names (`--config`), CLI
 flags and LSP initialization options may set anything. A repository's own `repocomp.toml`/`pyproject.toml` may
-not send code off the machine or make repocomp write outside the repository: there, `[backend] endpoints` other
-than loopback and an `[index] dir` outside the root are dropped with a warning naming the file and key. No setting
-a repository may set points outside it: its path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken
-from its root and dropped with a warning when they lead out; its `[index] exclude` holds at most
-`MAX_REPOSITORY_EXCLUDES` patterns. The file itself is read only when it is a regular file inside the root (a
-symlink leading out is not read), of at most `MAX_CONFIG_BYTES`; one nested too deeply for the parser is a
-`ConfigError`, never a traceback. Settings whose product is the cost are validated together (window / stride,
+not send code off the machine, make repocomp write outside the repository or raise its memory budget: there,
+`[backend] endpoints` other than loopback, an `[index] dir` outside the root and an `[index] max_memory_mb` above the
+default are dropped with a warning naming the file and key. No setting a repository may set points outside it: its
+path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken from its root and dropped with a warning when
+they lead out; its `[index] exclude` holds at most `MAX_REPOSITORY_EXCLUDES` patterns. The file itself is read only
+when it is a regular file inside the root (a symlink leading out is not read), of at most `MAX_CONFIG_BYTES`; one
+nested too deeply for the parser is a `ConfigError`, never a traceback. Settings whose product is the cost are validated together (window / stride,
 max_reach x top_k, cutoff with max_reach = 0 or with context_weight), each rule naming its number.
 """
 
@@ -590,6 +590,9 @@ def _distrust(table: Any, path: Path, repo_root: Path) -> Any:
     if isinstance(index, dict) and isinstance(index.get("dir"), str):
         if not (root / index["dir"]).resolve().is_relative_to(root):
             dropped.append(("index.dir", f"{_shown(index['dir'])} is outside the repository"))
+    budget = index.get("max_memory_mb") if isinstance(index, dict) else None
+    if isinstance(budget, int) and budget > IndexConfig.max_memory_mb:  # a repository may lower it, not raise it
+        dropped.append(("index.max_memory_mb", f"{budget:,} is above the default {IndexConfig.max_memory_mb:,}"))
     if isinstance(index, dict) and isinstance(index.get("exclude"), (list, tuple)) \
             and len(index["exclude"]) > MAX_REPOSITORY_EXCLUDES:  # each is matched against every path
         dropped.append(("index.exclude", f"{len(index['exclude']):,} patterns, at most "

@@ -210,6 +210,15 @@ def test_a_repositorys_huge_exclude_list_is_ignored_with_one_warning_and_indexin
     assert load_config(repo).index.exclude == ("shapes.py",)
 
 
+def test_a_repository_may_lower_its_memory_budget_but_not_raise_it(repo: Path, caplog) -> None:
+    (repo / "repocomp.toml").write_text("[index]\nmax_memory_mb = 100000\n")
+    with caplog.at_level("WARNING"):
+        assert load_config(repo).index.max_memory_mb == 4096
+    assert any("max_memory_mb ignored: 100,000 is above the default 4,096" in r.message for r in caplog.records)
+    (repo / "repocomp.toml").write_text("[index]\nmax_memory_mb = 512\n")
+    assert load_config(repo).index.max_memory_mb == 512
+
+
 # ------------------------------------------------------------------------------------------------ the real server
 
 
