@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from graph.csr_rows import replace_rows
 from graph.parsing import ParsedFile
 
 EDGE_TYPES = ("syntax", "directory", "file", "call")
@@ -43,6 +44,9 @@ class CodeGraph:
         self.alive = np.zeros(0, dtype=bool)
         self.length = np.zeros(0, dtype=np.float64)  # text length each node owns
         self._csr: sp.csr_matrix | None = None
+        # nodes with an edge added or removed since `_csr` was made (both ends of an added edge): `cost_matrix`
+        # patches their rows and their old neighbours' instead of rebuilding
+        self._touched: set[int] = set()
 
     # -- ids -----------------------------------------------------------------------------------------------------
     @property
@@ -56,11 +60,18 @@ class CodeGraph:
         self.alive = np.concatenate((self.alive, np.ones(len(kinds), dtype=bool)))
         lens = np.zeros(len(kinds)) if lengths is None else lengths
         self.length = np.concatenate((self.length, lens))
-        return np.arange(start, start + len(kinds), dtype=np.int64)
+        ids = np.arange(start, start + len(kinds), dtype=np.int64)
+        self._touch(ids)
+        return ids
 
     def _kill(self, ids: np.ndarray) -> None:
         self.alive[ids] = False
         self.length[ids] = 0.0
+        self._touch(ids)
+
+    def _touch(self, ids: np.ndarray | list[int]) -> None:
+        if self._csr is not None:
+            self._touched.update(np.asarray(ids, np.int64).ravel().tolist())
 
     @property
     def n_alive(self) -> int:
@@ -100,6 +111,7 @@ class CodeGraph:
         for name in missing:
             if name:
                 self._dir_files[self._folder(name)] += 1
+                self._touch([self.dirs[self._folder(name)]])  # gains an edge to the new folder
         return self.dirs[folder]
 
     def _release_dir(self, folder: str) -> None:
@@ -133,7 +145,7 @@ class CodeGraph:
         syntax = np.stack((ids[child], ids[parsed.parent[child]]), axis=1) if len(child) else np.zeros((0, 2), np.int64)
         entry = FileNodes(path, file_node, ids, syntax.astype(np.int64))
         self.files[path] = entry
-        self._csr = None
+        self._touch([self.dirs[self._folder(path)]])  # its edge to the new file node
         return entry
 
     def remove_file(self, path: str) -> FileNodes | None:
@@ -141,20 +153,24 @@ class CodeGraph:
         if old is not None:
             self._kill(np.concatenate((old.node_ids, [old.file_node])))
             self._release_dir(self._folder(path))
-            self._csr = None
         return old
 
     def set_calls(self, path: str, edges: np.ndarray) -> None:
-        self.files[path].call_edges = edges.reshape(-1, 2).astype(np.int64)
-        self._csr = None
+        entry = self.files[path]
+        self._touch(entry.call_edges)
+        entry.call_edges = edges.reshape(-1, 2).astype(np.int64)
+        self._touch(entry.call_edges)
 
     # -- edges ---------------------------------------------------------------------------------------------------
-    def edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """All edges as ((k, 2) node pairs, (k,) type codes)."""
-        entries = list(self.files.values())
+    def edges(self, paths: list[str] | None = None, folders: list[str] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """All edges as ((k, 2) node pairs, (k,) type codes); or those of these files (syntax, file, their folder
+        edge, their calls) and these folders (their edge to the parent folder)."""
+        entries = list(self.files.values()) if paths is None else [self.files[p] for p in paths]
         file_pairs = [(e.node_ids[0], e.file_node) for e in entries]
         dir_pairs = [(e.file_node, self.dirs[self._folder(e.path)]) for e in entries]
-        dir_pairs += [(node, self.dirs[self._folder(folder)]) for folder, node in self.dirs.items() if folder]
+        dir_pairs += [(self.dirs[folder], self.dirs[self._folder(folder)])
+                      for folder in (self.dirs if folders is None else folders) if folder]
         groups = {
             "syntax": [e.syntax_edges for e in entries],
             "file": [np.array(file_pairs, dtype=np.int64).reshape(-1, 2)],
@@ -174,10 +190,25 @@ class CodeGraph:
         return {name: int(counts[i]) for i, name in enumerate(EDGE_TYPES)}
 
     def cost_matrix(self) -> sp.csr_matrix:
-        """Symmetric CSR of edge costs -log(w); parallel edges keep the strongest."""
-        if self._csr is not None:
-            return self._csr
-        pairs, types = self.edges()
+        """Symmetric CSR of edge costs -log(w); parallel edges keep the strongest.
+
+        After a change only the rows of the touched nodes and of their old neighbours are made again, from the
+        edges of the files and folders they belong to: the same matrix as a rebuild, in time that follows the
+        change (a rebuild sorts every edge of the repository)."""
+        if self._csr is None:
+            u, v, c = self._costs(*self.edges())
+            n = self.n_ids
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(u, minlength=n), out=indptr[1:])
+            # explicit zeros are weight-1 edges: build the CSR by hand so they are kept
+            self._csr = sp.csr_matrix((c, v, indptr), shape=(n, n))
+        elif self._touched or self._csr.shape[0] != self.n_ids:
+            self._csr = self._patched(self._csr)
+        self._touched.clear()
+        return self._csr
+
+    def _costs(self, pairs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Edges both ways, without self-loops, the cheapest of parallel ones: (u, v, cost) sorted by (u, v)."""
         cost = -np.log(np.array([self.weights[t] for t in EDGE_TYPES]))[types]
         u = np.concatenate((pairs[:, 0], pairs[:, 1]))
         v = np.concatenate((pairs[:, 1], pairs[:, 0]))
@@ -188,13 +219,46 @@ class CodeGraph:
         u, v, c = u[order], v[order], c[order]
         first = np.ones(len(u), dtype=bool)
         first[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
-        u, v, c = u[first], v[first], c[first]
+        return u[first], v[first], c[first]
+
+    def _patched(self, old: sp.csr_matrix) -> sp.csr_matrix:
+        """`old` with the rows the touched nodes changed made again (see `cost_matrix`)."""
         n = self.n_ids
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(u, minlength=n), out=indptr[1:])
-        # explicit zeros are weight-1 edges: build the CSR by hand so they are kept
-        self._csr = sp.csr_matrix((c, v, indptr), shape=(n, n))
-        return self._csr
+        touched = np.array(sorted(self._touched), np.int64)
+        is_touched = np.zeros(n, bool)
+        is_touched[touched] = True
+        before = touched[touched < old.shape[0]]
+        neighbours = np.unique(old[before].indices).astype(np.int64)
+        # every current edge at a touched node is an edge of a touched node's file, a call from the file of an old
+        # neighbour (a caller that is new is touched itself), or joins a touched folder to its files and folders
+        owners = {self.owner[i] for i in touched.tolist()} & self.files.keys()
+        callers = {self.owner[i] for i in neighbours.tolist() if self.kind[i] not in ("file", "directory")}
+        touched_folders = {f for f, node in self.dirs.items() if node in self._touched}
+        folders = sorted(f for f in self.dirs if f in touched_folders or (f and self._folder(f) in touched_folders))
+        pairs, types = self.edges(sorted(owners), folders)
+        calls = [self.files[p].call_edges for p in sorted(callers - owners) if p in self.files]
+        members = [(e.file_node, self.dirs[folder]) for e in self.files.values()
+                   if (folder := self._folder(e.path)) in touched_folders]  # a touched folder's files
+        extra = calls + [np.array(members, np.int64).reshape(-1, 2)]
+        extra_types = [np.full(len(a), _TYPE_CODE["call"], np.int8) for a in calls] + \
+            [np.full(len(members), _TYPE_CODE["directory"], np.int8)]
+        u, v, c = self._costs(np.concatenate([pairs, *extra]), np.concatenate([types, *extra_types]))
+        at_touched = is_touched[u] | is_touched[v]
+        u, v, c = u[at_touched], v[at_touched], c[at_touched]
+        # the untouched neighbours keep their other entries
+        kept = neighbours[~is_touched[neighbours]]
+        rest = old[kept].tocoo()
+        off = ~is_touched[rest.col]
+        rows = np.concatenate((u, kept[rest.row[off]]))
+        cols = np.concatenate((v, rest.col[off].astype(np.int64)))
+        costs = np.concatenate((c, rest.data[off]))
+        redone = np.union1d(touched, kept)
+        order = np.lexsort((cols, rows))
+        rows, cols, costs = rows[order], cols[order], costs[order]
+        indptr = np.zeros(len(redone) + 1, np.int64)
+        np.cumsum(np.bincount(np.searchsorted(redone, rows), minlength=len(redone)), out=indptr[1:])
+        block = sp.csr_matrix((costs, cols, indptr), shape=(len(redone), n))
+        return replace_rows(old, redone, block, (n, n))
 
     def edge_type(self, a: int, b: int) -> str | None:
         """The strongest edge type joining two nodes (for explanations)."""

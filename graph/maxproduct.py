@@ -16,6 +16,10 @@ of degree <= `HUB_DEGREE` relay to all of theirs, so graphs without hubs get exa
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numba
 import numpy as np
 import scipy.sparse as sp
@@ -31,11 +35,9 @@ SOURCE_CHUNK = 8192
 
 @numba.njit(cache=True, nogil=True)
 def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, window,  # pragma: no cover - compiled
-                      hub_degree):
-    n = indptr.shape[0] - 1
-    dist = np.full(n, np.inf)
-    pred = np.full(n, -1, np.int64)  # the node each tentative distance came from (-1: the source)
-    touched = np.empty(n, np.int64)
+                      hub_degree, dist, pred, touched):
+    # dist (inf), pred (-1: the node each tentative distance came from, -1 for the source) and touched: work
+    # arrays of at least the graph's size, handed back as they came (see `_work_arrays`)
     cap = max(16, sources.shape[0] * 32)
     out_s = np.empty(cap, np.int64)
     out_t = np.empty(cap, np.int64)
@@ -46,8 +48,8 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, windo
     hcap = 1024
     heap_d = np.empty(hcap, np.float64)
     heap_v = np.empty(hcap, np.int64)
-    # `dist` and `pred` are allocated once for all sources; after each source only the entries it touched are
-    # reset (`touched`), so a source costs what it reaches, not O(n).
+    # after each source only the entries of `dist` and `pred` it touched are reset (`touched`), so a source costs
+    # what it reaches, not O(n).
     for si in range(sources.shape[0]):
         s = sources[si]
         n_touch = 0
@@ -137,6 +139,28 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, windo
     return out_s[:n_out], out_t[:n_out], out_d[:n_out]
 
 
+_spare: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # one set of work arrays not in use, at most
+_spare_lock = threading.Lock()
+
+
+@contextmanager
+def _work_arrays(n: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The kernel's per-node work arrays: the kernel leaves them as it found them, so one set is kept between
+    calls and an update of a large graph does not fill three arrays of its size on every call (a call beside a
+    running one gets its own)."""
+    with _spare_lock:
+        arrays = _spare.pop() if _spare and len(_spare[0][0]) >= n else None
+    if arrays is None:
+        size = max(n, 1024)
+        arrays = (np.full(size, np.inf), np.full(size, -1, np.int64), np.empty(size, np.int64))
+    try:
+        yield arrays
+    finally:
+        with _spare_lock:
+            if not _spare or len(_spare[0][0]) < len(arrays[0]):
+                _spare[:] = [arrays]
+
+
 def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff: float,
                           max_reach: int = 0) -> sp.csr_matrix:
     """Strength of the strongest path from each source to every node it reaches with strength >= cutoff.
@@ -157,9 +181,11 @@ def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff:
     if len(sources) == 0:
         return sp.csr_matrix((0, n), dtype=np.float64)
     # the index arrays as scipy keeps them (int32 or int64: numba compiles each): a copy would cost O(edges) per call
-    s, t, d = _bounded_dijkstra(adjacency.indptr, adjacency.indices, adjacency.data.astype(np.float64, copy=False),
-                                sources, -np.log(cutoff),
-                                max_reach if max_reach > 0 else np.iinfo(np.int64).max, HUB_WINDOW, HUB_DEGREE)
+    with _work_arrays(n) as work:
+        s, t, d = _bounded_dijkstra(adjacency.indptr, adjacency.indices,
+                                    adjacency.data.astype(np.float64, copy=False), sources, -np.log(cutoff),
+                                    max_reach if max_reach > 0 else np.iinfo(np.int64).max, HUB_WINDOW, HUB_DEGREE,
+                                    *work)
     # the kernel emits sources in order, so `s` is already sorted: build CSR directly
     indptr = np.zeros(len(sources) + 1, dtype=np.int64)
     np.cumsum(np.bincount(s, minlength=len(sources)), out=indptr[1:])

@@ -165,3 +165,42 @@ def test_two_builds_store_the_same_index(tmp_path) -> None:
     for meta in (first[0], second[0]):
         meta["summary"].pop("phases_s")
     assert first[0] == second[0]
+
+
+def test_the_cost_matrix_patched_after_each_update_equals_a_rebuild(tmp_path) -> None:
+    """Edits, new files in new folders, removals: the rows the update touched are made again, and the matrix is
+    the one a rebuild gives, entry for entry (weight-1 edges are explicit zeros)."""
+    import random
+
+    root = tmp_path / "index_repo"
+    shutil.copytree(FIXTURE, root)
+    index = Index.build(root, Config())
+    rng = random.Random(7)
+    files = sorted(index.files)
+    inserts = ["x = clamp(1, 2, 3)", "def added():\n    return normalize([1])", "", "import os", "    pass"]
+    for step in range(30):
+        path = rng.choice(files)
+        roll = rng.random()
+        if roll < 0.5 and path in index.files:
+            lines = index.files[path].text.split("\n")
+            lines.insert(rng.randrange(len(lines)), rng.choice(inserts))
+            index.update_file(path, text="\n".join(lines))
+        elif roll < 0.7 and path in index.files:
+            (root / path).unlink()
+            index.remove_file(path)
+        else:
+            new = f"new{rng.randrange(3)}/sub{rng.randrange(2)}/m{step}.py"
+            (root / new).parent.mkdir(parents=True, exist_ok=True)
+            (root / new).write_text(f"from pkg.util import clamp\n\n\ndef f{step}():\n    return clamp({step}, 0, 9)\n")
+            index.update_file(new)
+            files.append(new)
+        graph = index.graph
+        patched = graph.cost_matrix().copy()
+        assert not graph._touched
+        graph._csr = None
+        rebuilt = graph.cost_matrix()
+        for m in (patched, rebuilt):
+            m.sort_indices()
+        assert patched.shape == rebuilt.shape, step
+        assert np.array_equal(patched.indptr, rebuilt.indptr) and np.array_equal(patched.indices, rebuilt.indices)
+        assert np.array_equal(patched.data, rebuilt.data), step

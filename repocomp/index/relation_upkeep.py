@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
+from graph.csr_rows import drop_columns, replace_rows
 from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
 from repocomp.index.fragments import window_spans
@@ -98,20 +99,16 @@ class RelationUpkeep:
     def recompute(self, rows: np.ndarray, progress: Progress | None = None) -> None:
         """Replace these rows of W by freshly computed ones (all rows at build time)."""
         n = len(self.index.fragments)
-        if self.relations.shape != (n, n):
-            self.relations.resize((n, n))
         rows = np.unique(np.asarray(rows, dtype=np.int64))
-        keep = np.ones(n, dtype=bool)
-        keep[rows] = False
         blocks = []
         for lo in range(0, len(rows), _ROWS_PER_BLOCK):
             blocks.append(self._block(rows[lo:lo + _ROWS_PER_BLOCK]))
             if progress:
                 progress(min(lo + _ROWS_PER_BLOCK, len(rows)), len(rows), "relations")
-        new = sp.vstack(blocks, format="coo") if blocks else sp.coo_matrix((0, n))
-        new_full = sp.csr_matrix((new.data, (rows[new.row], new.col)), shape=(n, n), dtype=np.float32)
-        self.relations = (sp.diags(keep.astype(np.float32)) @ self.relations + new_full).tocsr()
-        self.relations.eliminate_zeros()
+        new = sp.vstack(blocks, format="csr", dtype=np.float32) if blocks else sp.csr_matrix((0, n), dtype=np.float32)
+        new.eliminate_zeros()
+        new.sort_indices()
+        self.relations = replace_rows(self.relations, rows, new, (n, n))
 
     def reach(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
         """Graph nodes within the cutoff of `seeds` under `costs` (the graph before or after a change)."""
@@ -129,7 +126,6 @@ class RelationUpkeep:
         change wait for `refresh`, because a popular definition can put thousands of rows within reach of one
         edit. A removed fragment keeps no row and appears in no column."""
         n = len(self.index.fragments)
-        self.relations.resize((n, n))
         self.pending_old = np.union1d(self.pending_old, old_reach)
         self.pending_seeds = np.union1d(self.pending_seeds, new_seeds)
         alive = self.index.fragments.alive_mask()
@@ -137,13 +133,11 @@ class RelationUpkeep:
             self.pending_rows = np.union1d(self.pending_rows, touched[alive[touched]])
         else:
             self.recompute(touched[alive[touched]])
-        dead = touched[~alive[touched]]
-        if len(dead):
-            mask = np.ones(n, dtype=np.float32)
-            mask[dead] = 0
-            d = sp.diags(mask)
-            self.relations = (d @ self.relations @ d).tocsr()
-            self.relations.eliminate_zeros()
+        dead = np.unique(touched[~alive[touched]])
+        w = self.relations
+        if w.shape != (n, n) or len(dead):  # a removed fragment keeps no row and appears in no column
+            none = sp.csr_matrix((len(dead), n), dtype=np.float32)
+            self.relations = drop_columns(replace_rows(w, dead, none, (n, n)), dead)
 
     @property
     def stale(self) -> bool:
