@@ -202,6 +202,7 @@ class CodeGraph:
             np.cumsum(np.bincount(u, minlength=n), out=indptr[1:])
             # explicit zeros are weight-1 edges: build the CSR by hand so they are kept
             self._csr = sp.csr_matrix((c, v, indptr), shape=(n, n))
+            self._csr.has_sorted_indices = True  # `_costs` sorts by (u, v)
         elif self._touched or self._csr.shape[0] != self.n_ids:
             self._csr = self._patched(self._csr)
         self._touched.clear()
@@ -231,14 +232,17 @@ class CodeGraph:
         neighbours = np.unique(old[before].indices).astype(np.int64)
         # every current edge at a touched node is an edge of a touched node's file, a call from the file of an old
         # neighbour (a caller that is new is touched itself), or joins a touched folder to its files and folders
+        near = np.union1d(touched, neighbours)
         owners = {self.owner[i] for i in touched.tolist()} & self.files.keys()
         callers = {self.owner[i] for i in neighbours.tolist() if self.kind[i] not in ("file", "directory")}
         touched_folders = {f for f, node in self.dirs.items() if node in self._touched}
         folders = sorted(f for f in self.dirs if f in touched_folders or (f and self._folder(f) in touched_folders))
         pairs, types = self.edges(sorted(owners), folders)
         calls = [self.files[p].call_edges for p in sorted(callers - owners) if p in self.files]
-        members = [(e.file_node, self.dirs[folder]) for e in self.files.values()
-                   if (folder := self._folder(e.path)) in touched_folders]  # a touched folder's files
+        # a touched folder's files: its old neighbours and the new file nodes (the files are not scanned)
+        members = [(node, self.dirs[folder]) for node in near.tolist()
+                   if self.kind[node] == "file" and (folder := self._folder(self.owner[node])) in touched_folders
+                   and self.owner[node] in self.files and self.files[self.owner[node]].file_node == node]
         extra = calls + [np.array(members, np.int64).reshape(-1, 2)]
         extra_types = [np.full(len(a), _TYPE_CODE["call"], np.int8) for a in calls] + \
             [np.full(len(members), _TYPE_CODE["directory"], np.int8)]
@@ -258,6 +262,7 @@ class CodeGraph:
         indptr = np.zeros(len(redone) + 1, np.int64)
         np.cumsum(np.bincount(np.searchsorted(redone, rows), minlength=len(redone)), out=indptr[1:])
         block = sp.csr_matrix((costs, cols, indptr), shape=(len(redone), n))
+        block.has_sorted_indices = True  # sorted by (row, column) above
         return replace_rows(old, redone, block, (n, n))
 
     def edge_type(self, a: int, b: int) -> str | None:

@@ -105,13 +105,15 @@ def _csr_arrays(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_fragments: sp.csr_matrix | None,
-                   costs: sp.csr_matrix, cutoff: float, max_reach: int = 0) -> sp.csr_matrix:
+                   costs: sp.csr_matrix, cutoff: float, max_reach: int = 0,
+                   sizes: np.ndarray | None = None) -> sp.csr_matrix:
     """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept.
 
     `fragment_nodes` is the fragment x node membership matrix; `node_fragments` its transpose (node x fragment),
     passed in when the caller keeps one, else computed here."""
     n_frag = fragment_nodes.shape[0]
-    sizes = np.asarray(fragment_nodes.sum(axis=1)).ravel()
+    if sizes is None:  # the fragments' owned lengths, as a caller that keeps F keeps them
+        sizes = np.asarray(fragment_nodes.sum(axis=1)).ravel()
     node_frag = fragment_nodes.T.tocsr() if node_fragments is None else node_fragments
     if not node_frag.has_sorted_indices:  # hub nodes find the row's neighbourhood by binary search
         node_frag = node_frag.sorted_indices()

@@ -169,7 +169,7 @@ def test_two_builds_store_the_same_index(tmp_path) -> None:
 
 def test_the_cost_matrix_patched_after_each_update_equals_a_rebuild(tmp_path) -> None:
     """Edits, new files in new folders, removals: the rows the update touched are made again, and the matrix is
-    the one a rebuild gives, entry for entry (weight-1 edges are explicit zeros)."""
+    the one a rebuild gives, entry for entry (weight-1 edges are explicit zeros); so are F's transpose and sums."""
     import random
 
     root = tmp_path / "index_repo"
@@ -194,6 +194,10 @@ def test_the_cost_matrix_patched_after_each_update_equals_a_rebuild(tmp_path) ->
             (root / new).write_text(f"from pkg.util import clamp\n\n\ndef f{step}():\n    return clamp({step}, 0, 9)\n")
             index.update_file(new)
             files.append(new)
+        upkeep = index.upkeep  # F, its transpose and its row sums are patched the same way
+        transposed = upkeep.fragment_nodes.T.tocsr()
+        assert (upkeep.node_fragments != transposed).nnz == 0 and upkeep.node_fragments.shape == transposed.shape
+        np.testing.assert_array_equal(upkeep._sizes, np.asarray(upkeep.fragment_nodes.sum(axis=1)).ravel())
         graph = index.graph
         patched = graph.cost_matrix().copy()
         assert not graph._touched

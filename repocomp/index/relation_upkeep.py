@@ -38,6 +38,7 @@ class RelationUpkeep:
         self._symmetric: tuple[sp.csr_matrix, int, tuple[int, int], sp.csr_matrix] | None = None
         self.fragment_nodes = sp.csr_matrix((0, 0))  # F: fragment x node owned lengths (Eq. 8's len)
         self._fragment_nodes_t: sp.csr_matrix | None = None
+        self._sizes = np.zeros(0)  # F's row sums: each fragment's owned length (Eq. 8's normaliser)
         # graph nodes near changes whose relation rows still await `refresh`
         self.pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
         self.pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
@@ -64,16 +65,23 @@ class RelationUpkeep:
         shape = (len(self.index.fragments), self.index.graph.n_ids)
         self.fragment_nodes = sp.csr_matrix((v, (r, c)), shape=shape)  # duplicates summed: locations add up
         self._fragment_nodes_t = None
+        self._sizes = np.asarray(self.fragment_nodes.sum(axis=1)).ravel()
 
     def patch_fragment_nodes(self, removed: Triplets, added: Triplets) -> None:
-        """F minus the changed files' old windows plus their new ones (cheaper than a rebuild)."""
+        """F minus the changed files' old windows plus their new ones: only the rows (and, where F's transpose is
+        kept, the columns) those windows touch are made again."""
         shape = (len(self.index.fragments), self.index.graph.n_ids)
-        self.fragment_nodes.resize(shape)
         r, c = np.concatenate((removed[0], added[0])), np.concatenate((removed[1], added[1]))
-        v = np.concatenate((-removed[2], added[2]))
-        self.fragment_nodes = (self.fragment_nodes + sp.csr_matrix((v, (r, c)), shape=shape)).tocsr()
-        self.fragment_nodes.eliminate_zeros()
-        self._fragment_nodes_t = None
+        delta = sp.csr_matrix((np.concatenate((-removed[2], added[2])), (r, c)), shape=shape)
+        rows = np.unique(r)
+        self.fragment_nodes, new = _patch_rows(self.fragment_nodes, delta, rows, shape)
+        sizes = np.zeros(shape[0])
+        sizes[:len(self._sizes)] = self._sizes[:shape[0]]
+        sizes[rows] = np.asarray(new.sum(axis=1)).ravel()
+        self._sizes = sizes
+        if self._fragment_nodes_t is not None:
+            self._fragment_nodes_t = _patch_rows(self._fragment_nodes_t, delta.T.tocsr(), np.unique(c),
+                                                 shape[::-1])[0]
 
     @property
     def node_fragments(self) -> sp.csr_matrix:
@@ -86,7 +94,7 @@ class RelationUpkeep:
     def _block(self, rows: np.ndarray) -> sp.csr_matrix:
         index, rel = self.index, self.index.config.relations
         block = structure_rows(rows, self.fragment_nodes, self.node_fragments, index.graph.cost_matrix(),
-                               rel.cutoff, rel.max_reach)
+                               rel.cutoff, rel.max_reach, self._sizes)
         if rel.context_weight > 0:
             stride = index.config.fragments.stride
             positions = {int(r): [(loc.path, loc.start_line // stride) for loc in index.fragments[r].locations]
@@ -98,17 +106,26 @@ class RelationUpkeep:
 
     def recompute(self, rows: np.ndarray, progress: Progress | None = None) -> None:
         """Replace these rows of W by freshly computed ones (all rows at build time)."""
+        self.relations = self._with_rows(np.unique(np.asarray(rows, dtype=np.int64)), progress)
+
+    def _with_rows(self, rows: np.ndarray, progress: Progress | None = None,
+                   dead: np.ndarray | None = None) -> sp.csr_matrix:
+        """W with these rows (sorted, unique) computed afresh, and the `dead` fragments' rows and columns gone:
+        one pass over W's entries however many rows change."""
         n = len(self.index.fragments)
-        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        dead = np.zeros(0, np.int64) if dead is None else dead
         blocks = []
         for lo in range(0, len(rows), _ROWS_PER_BLOCK):
             blocks.append(self._block(rows[lo:lo + _ROWS_PER_BLOCK]))
             if progress:
                 progress(min(lo + _ROWS_PER_BLOCK, len(rows)), len(rows), "relations")
-        new = sp.vstack(blocks, format="csr", dtype=np.float32) if blocks else sp.csr_matrix((0, n), dtype=np.float32)
+        blocks.append(sp.csr_matrix((len(dead), n), dtype=np.float32))
+        new = sp.vstack(blocks, format="csr", dtype=np.float32)
         new.eliminate_zeros()
         new.sort_indices()
-        self.relations = replace_rows(self.relations, rows, new, (n, n))
+        order = np.argsort(np.concatenate((rows, dead)), kind="stable")
+        return drop_columns(replace_rows(self.relations, np.concatenate((rows, dead))[order], new[order], (n, n)),
+                            dead)
 
     def reach(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
         """Graph nodes within the cutoff of `seeds` under `costs` (the graph before or after a change)."""
@@ -129,15 +146,14 @@ class RelationUpkeep:
         self.pending_old = np.union1d(self.pending_old, old_reach)
         self.pending_seeds = np.union1d(self.pending_seeds, new_seeds)
         alive = self.index.fragments.alive_mask()
+        dead = np.unique(touched[~alive[touched]])  # a removed fragment keeps no row and appears in no column
         if defer:
             self.pending_rows = np.union1d(self.pending_rows, touched[alive[touched]])
+            now = np.zeros(0, np.int64)
         else:
-            self.recompute(touched[alive[touched]])
-        dead = np.unique(touched[~alive[touched]])
-        w = self.relations
-        if w.shape != (n, n) or len(dead):  # a removed fragment keeps no row and appears in no column
-            none = sp.csr_matrix((len(dead), n), dtype=np.float32)
-            self.relations = drop_columns(replace_rows(w, dead, none, (n, n)), dead)
+            now = np.unique(touched[alive[touched]])
+        if len(now) or len(dead) or self.relations.shape != (n, n):
+            self.relations = self._with_rows(now, dead=dead)
 
     @property
     def stale(self) -> bool:
@@ -167,6 +183,7 @@ class RelationUpkeep:
         """Follow a renumbering: `keep` = old fragment ids kept; the maps give each old id its new one (or -1)."""
         self.fragment_nodes = self.fragment_nodes[keep][:, np.flatnonzero(node_map >= 0)].tocsr()
         self._fragment_nodes_t = None
+        self._sizes = np.asarray(self.fragment_nodes.sum(axis=1)).ravel()
         self.relations = self.relations[keep][:, keep].tocsr()
 
         def remap(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -238,3 +255,14 @@ class RelationUpkeep:
             path.append(int(pred[si, path[-1]]))
         types = [graph.edge_type(u, v) for u, v in zip(path, path[1:])]
         return [t for t in types if t is not None] or ["same node"]
+
+
+def _patch_rows(m: sp.csr_matrix, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int]
+                ) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """`m` (grown to `shape`) plus `delta`, whose entries all lie in `rows` (sorted, unique): the sum, and its
+    rows `rows`."""
+    m.resize(shape)
+    new = (m[rows] + delta[rows]).tocsr()
+    new.eliminate_zeros()
+    new.sort_indices()
+    return replace_rows(m, rows, new, shape), new
