@@ -146,7 +146,7 @@ class RelationUpkeep:
         self.pending_old = np.union1d(self.pending_old, old_reach)
         self.pending_seeds = np.union1d(self.pending_seeds, new_seeds)
         alive = self.index.fragments.alive_mask()
-        dead = np.unique(touched[~alive[touched]])  # a removed fragment keeps no row and appears in no column
+        dead = np.unique(touched[~alive[touched]])
         if defer:
             self.pending_rows = np.union1d(self.pending_rows, touched[alive[touched]])
             now = np.zeros(0, np.int64)
