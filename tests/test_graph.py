@@ -128,7 +128,7 @@ def test_networkx_export_matches_graph_size(index):
 
 def test_parsing_holds_no_memory_after_it_returns() -> None:
     """The parser keeps a reference to every piece its read callback returns (py-tree-sitter 0.26): ten more
-    parses of a 55 kB file must not hold the pieces (they held ~60 kB each before the pieces shared a buffer)."""
+    parses of a 55 kB file must not hold the pieces (they held ~60 kB each when every file was read in pieces)."""
     import gc
     import tracemalloc
 
