@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-
 _FEW_ROWS = 4096  # up to this many replaced rows, the rows between them are copied as slices (no masks)
 
 

@@ -259,7 +259,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     for frag, file_i, start, end in locations.tolist():
         if not 0 <= start < end <= n_lines[file_i]:
             raise ValueError("location out of range")
-        fragments[frag].locations.append(Location(paths[file_i], start, end))  # type: ignore[union-attr]
+        fragments[frag].locations.append(Location(paths[file_i], start, end))
     if any((f is None) == bool(live) for f, live in zip(fragments, alive)):
         raise ValueError("fragment without location")
     if any(not 0 <= w < n_frags for e in entries for w in e.windows):
