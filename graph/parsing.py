@@ -8,9 +8,10 @@ A file is repository input, so its syntax is bounded: the queries start no match
 levels (150,000 nested calls `f(f(...))` made the call query run for minutes while holding the interpreter
 lock), and a file whose tree is deeper is flattened there (`ParsedFile.too_deep`; the index summary names it):
 what lies deeper belongs to the nearest statement above it. Real code nests far less (the deepest file of the
-benchmark repositories, 1,309 files in 8 languages, is 70 levels; the median 16). The source is handed to the
-parser in `_CHUNK`-byte pieces, so that other threads get the interpreter lock between them (tree-sitter's
-`parse` holds it for the whole parse otherwise: about 0.8 s for a 1 MB file). Nothing here recurses in Python.
+benchmark repositories, 1,309 files in 8 languages, is 70 levels; the median 16). A source over `_DIRECT_BYTES`
+is handed to the parser in `_CHUNK`-byte pieces, so that other threads get the interpreter lock between them
+(tree-sitter's `parse` holds it for the whole parse otherwise: about 0.2 s for a 1 MB file; `_parse` says why
+smaller ones are not). Nothing here recurses in Python.
 """
 
 from __future__ import annotations

@@ -210,7 +210,8 @@ class Index:
 
     def _within_limits(self, changed: dict[str, tuple[str, str] | None]) -> dict[str, tuple[str, str] | None]:
         """`changed` less the new files that would take the folder past [index] max_files or its text budget
-        (max_total_bytes, max_memory_mb; counted as the walk counts them): an update never grows the index past what a build would hold."""
+        (max_total_bytes, max_memory_mb; counted as the walk counts them): an update never grows the index past
+        what a build would hold."""
         new = sorted(p for p, v in changed.items() if v is not None and p not in self.files)
         if not new:
             return changed
