@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from graph.csr_rows import replace_rows
 from repocomp.config import SIMILARITIES
 from repocomp.tokenize import code_tokens
 
@@ -245,26 +246,16 @@ class TermIndex:
         n, n_terms = self.n_rows, len(self.vocab)
         base = self._rows
         if self._changed or base.shape != (n, n_terms):
-            kept = np.zeros(n, bool)
-            kept[:base.shape[0]] = self._present[:base.shape[0]]
-            kept[list(self._changed)] = False
-            lengths = np.zeros(n, np.int64)
-            lengths[:base.shape[0]] = np.diff(base.indptr)
-            mask = np.repeat(kept[:base.shape[0]], lengths[:base.shape[0]])
-            lengths[~kept] = 0
-            live = sorted(i for i, r in self._changed.items() if r is not None)
-            for i in live:
-                lengths[i] = len(self._changed[i][0])  # type: ignore[index]
-            indptr = np.zeros(n + 1, np.int64)
+            ids = sorted(self._changed)
+            rows = [self._changed[i] for i in ids]
+            lengths = [0 if r is None else len(r[0]) for r in rows]
+            indptr = np.zeros(len(ids) + 1, np.int64)
             np.cumsum(lengths, out=indptr[1:])
-            terms = np.empty(int(indptr[-1]), np.int32)
-            counts = np.empty(int(indptr[-1]), np.float32)
-            from_base = np.repeat(kept, lengths)  # the postings' places that keep a base row
-            terms[from_base], counts[from_base] = base.indices[mask], base.data[mask]
-            for i in live:
-                row = self._changed[i]
-                terms[indptr[i]:indptr[i + 1]], counts[indptr[i]:indptr[i + 1]] = row  # type: ignore[misc]
-            self._rows = sp.csr_matrix((counts, terms, indptr), shape=(n, n_terms))
+            live = [r for r in rows if r is not None]
+            terms = np.concatenate([r[0] for r in live]) if live else np.zeros(0, np.int32)
+            counts = np.concatenate([r[1] for r in live]) if live else np.zeros(0, np.float32)
+            changed = sp.csr_matrix((counts, terms, indptr), shape=(len(ids), n_terms))
+            self._rows = replace_rows(base, np.asarray(ids, np.int64), changed, (n, n_terms))
             self._changed.clear()
         by_term = self._rows.tocsc()
         self._base = _Postings(by_term.indptr.astype(np.int64), by_term.indices.astype(np.int32, copy=False),
