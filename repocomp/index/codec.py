@@ -240,9 +240,10 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     fragments: list[Fragment | None] = [None] * n_frags
     entries: list[FileEntry] = list(index.files.values())
     locations = a["locations"].reshape(-1, 4)
-    frag_col, file_col = locations[:, 0], locations[:, 1]
+    frag_col, file_col, start_col, end_col = locations.T
     if len(locations) and not (0 <= frag_col.min() and frag_col.max() < n_frags and alive[frag_col].all()
-                               and 0 <= file_col.min() and file_col.max() < n_files):
+                               and 0 <= file_col.min() and file_col.max() < n_files and 0 <= start_col.min()
+                               and (start_col < end_col).all() and (end_col <= line_counts[file_col]).all()):
         raise ValueError("location out of range")
     _, first = np.unique(frag_col, return_index=True)  # a fragment reads its text where it is first located
     first = first[np.argsort(file_col[first], kind="stable")]
@@ -252,13 +253,9 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         text = texts[int(file_col[rows[0]])]
         starts = line_starts(text)
         for frag, _, start, end in locations[rows].tolist():
-            if not 0 <= start < end < len(starts):
-                raise ValueError("location out of range")
             fragments[frag] = Fragment(frag, text, [], starts[start], starts[end] - 1)
-    paths, n_lines = [e.path for e in entries], line_counts.tolist()
+    paths = [e.path for e in entries]
     for frag, file_i, start, end in locations.tolist():
-        if not 0 <= start < end <= n_lines[file_i]:
-            raise ValueError("location out of range")
         fragments[frag].locations.append(Location(paths[file_i], start, end))
     if any((f is None) == bool(live) for f, live in zip(fragments, alive)):
         raise ValueError("fragment without location")
