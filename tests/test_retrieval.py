@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from repocomp.config import Config
 from repocomp.index.fragment_store import FragmentStore
-from repocomp.index.fragments import Fragment, Location, window_spans, window_text
+from repocomp.index.fragments import Fragment, Location, window_spans
 from repocomp.index.term_index import TermIndex
 from repocomp.retrieval import FileWindows, RetrievalIndex, Retriever
 
@@ -45,7 +45,7 @@ class FakeIndex:
         lines = self._files[path]
         fc = self.config.fragments
         for s, e in window_spans(len(lines), fc.window, fc.stride):
-            self.fragments.add(window_text(lines, s, e), Location(path, s, e))
+            self.fragments.add("\n".join(lines[s:e]), Location(path, s, e))
 
     def _rebuild_w(self) -> None:
         n = len(self.fragments)

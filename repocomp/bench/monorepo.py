@@ -4,8 +4,8 @@ the indexer on (`repocomp bench index OUT`).
 Copies the source files the indexer reads (by extension) from each source folder into `OUT/<n>-<name>/`, keeping
 their paths: by default this interpreter's installed packages (site-packages: torch, transformers, scipy, ... where
 installed) and the benchmark repositories in the user's cache. Copies, not links: the walk leaves out symbolic
-links that lead out of the repository. Files over `[index] max_file_bytes`, version-control folders and symbolic
-links are skipped. Prints files and lines.
+links that lead out of the repository. Files over `[index] max_file_bytes`, the folders the walk skips and
+symbolic links are skipped. Prints files and lines.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from pathlib import Path
 
 from graph.languages import EXTENSIONS
 from repocomp.config import IndexConfig, user_cache_dir
+from repocomp.index.walk import ALWAYS_SKIPPED_DIRS
 
-_SKIPPED_DIRS = {".git", ".hg", ".svn", "__pycache__", ".repocomp", "node_modules"}
+_SKIPPED_DIRS = ALWAYS_SKIPPED_DIRS | {IndexConfig.dir}  # what the walk skips, and the index folders
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -71,7 +71,3 @@ def window_spans(n_lines: int, window: int, stride: int) -> list[tuple[int, int]
         if end >= n_lines:
             return spans
         start += stride
-
-
-def window_text(lines: list[str], start: int, end: int) -> str:
-    return "\n".join(lines[start:end])

@@ -35,7 +35,7 @@ _MAX_GITIGNORE_BYTES = 1 << 20  # the start of a larger .gitignore is read, the 
 
 log = logging.getLogger(__name__)
 
-_ALWAYS_SKIPPED_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", ".tox", ".mypy_cache"}
+ALWAYS_SKIPPED_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", ".tox", ".mypy_cache"}
 
 
 @dataclass
@@ -182,7 +182,7 @@ class FileRule:
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         """`rel` is ignored by name; its parent folders are not checked (the walk prunes them as it goes)."""
-        if is_dir and (rel.rpartition("/")[2] in _ALWAYS_SKIPPED_DIRS or self.root / rel == self.index_dir):
+        if is_dir and (rel.rpartition("/")[2] in ALWAYS_SKIPPED_DIRS or self.root / rel == self.index_dir):
             return True
         if self._exclude and self._exclude.ignores(rel, is_dir):
             return True
