@@ -165,6 +165,10 @@ class RetrievalConfig:
     # (README, Evaluation). The graph still ranks definitions ([definitions] w_relation).
     alpha: float = 0.0  # FragRel Eq. 10 (the paper's value is 0.5); 0 turns FragRel off
     query_relations: float = 0.0  # weight of cursor-region-to-candidate path strength (beyond the paper); 0 = off
+    # FragRel Eq. 6: weight of the semantic relation (the cosine of the local model's mean input embeddings) beside
+    # the structural one in Eq. 9, among the fragments most similar to the query (repocomp/semantic.py); with
+    # alpha > 0 only; 0 = off
+    semantic: float = 0.0
     top_k: int = 10
     # RepoCoder rounds (1 = vanilla retrieve-then-generate); 0 = the model's: 2, or 1 for the in-process local
     # model on CPU (repocomp.model_defaults)
@@ -186,6 +190,7 @@ class RetrievalConfig:
         check_setting(self.similarity in SIMILARITIES, f"similarity must be one of {', '.join(SIMILARITIES)}")
         check_setting(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
         check_setting(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")
+        check_setting(0.0 <= self.semantic <= 1000.0, "semantic must be in [0, 1000]")
         check_setting(0 < self.top_k <= 10_000, "top_k must be in 1..10000")
         check_setting(0 <= self.iterations <= 100, "iterations must be in 0..100 (0 = the model's)")
 
@@ -383,7 +388,8 @@ class Config:
         """RepoCoder as published: similar code only, no relations (FragRel, query side) and no definitions.
 
         The one place the FragRel switch (`--no-fragrel`) is turned into settings."""
-        return self.replace("retrieval", alpha=0.0, query_relations=0.0).replace("definitions", enabled=False)
+        plain = self.replace("retrieval", alpha=0.0, query_relations=0.0, semantic=0.0)
+        return plain.replace("definitions", enabled=False)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -32,7 +32,8 @@ from graph.languages import family_for
 from repocomp.config import Config
 from repocomp.index.fragments import Fragment, Location
 from repocomp.index.term_index import TermIndex
-from repocomp.scoring import fragrel_scores
+from repocomp.scoring import SemanticSums, fragrel_scores
+from repocomp.semantic import SemanticRelations, relations_for
 
 if TYPE_CHECKING:
     from repocomp.cursor import Hole
@@ -102,6 +103,7 @@ class Retriever:
         self.config = config or index.config
         self._diag_key: tuple[Any, ...] | None = None
         self._diag = True
+        self._semantic: SemanticRelations | None = None
 
     def _has_diagonal(self, w: sp.csr_matrix) -> bool:
         """Indexes keep W's diagonal zero; check each new matrix once instead of on every request."""
@@ -178,14 +180,28 @@ class Retriever:
             s_ind = np.concatenate([s_ind, np.zeros(n - len(s_ind), np.float32)])
         # W only when FragRel is on: after an index change it is rebuilt on first use (milliseconds)
         w = self.index.symmetric_relations if alpha != 0.0 else None
+        semantic = self._semantic_sums(s_ind, available) if alpha != 0.0 and rc.semantic > 0.0 else None
         scores = fragrel_scores(s_ind, w, alpha, available=available, extra=extra,
-                                drop_diagonal=w is not None and self._has_diagonal(w), lenders=lenders)
+                                drop_diagonal=w is not None and self._has_diagonal(w), lenders=lenders,
+                                semantic=semantic)
         t3 = time.perf_counter()
         timings["fragrel"] = (t3 - t2) * 1e3
 
         hits = self._top(scores.s_ind, scores.s_env, scores.s_rel, available, top_k, path, prompt_start_line)
         timings["rank"] = (time.perf_counter() - t3) * 1e3
         return RetrievalResult(hits=hits, excluded=excluded, timings_ms=timings)
+
+    def _semantic_sums(self, s_ind: np.ndarray, available: np.ndarray) -> SemanticSums:
+        """Eq. 6's part of Eq. 9, among the fragments most similar to the query."""
+        if self._semantic is None:
+            self._semantic = relations_for(self.config)
+        frags = self.index.fragments
+
+        def texts(ids: np.ndarray) -> list[str]:
+            return [f.text if (f := frags[i]) is not None else "" for i in ids.tolist()]
+
+        ids, num, den = self._semantic.environment(s_ind, available, texts)
+        return SemanticSums(ids, num, den, self.config.retrieval.semantic)
 
     def _top(self, s_ind: np.ndarray, s_env: np.ndarray, s_rel: np.ndarray, available: np.ndarray, k: int,
              path: str | None, prompt_start: int) -> list[Hit]:

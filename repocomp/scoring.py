@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["FragRelScores", "fragrel_scores", "environment_scores"]
+__all__ = ["FragRelScores", "SemanticSums", "fragrel_scores", "environment_scores"]
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,25 @@ def _fit(v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class SemanticSums:
+    """Eq. 9's sums over the semantic relation (Eq. 6) for some fragment ids, and its weight beside W."""
+
+    ids: np.ndarray
+    numerator: np.ndarray  # sum_j w_ij * s_ind_j
+    denominator: np.ndarray  # sum_j w_ij
+    weight: float
+
+
 def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarray | None = None,
-                       drop_diagonal: bool = True, lenders: np.ndarray | None = None) -> np.ndarray:
+                       drop_diagonal: bool = True, lenders: np.ndarray | None = None,
+                       semantic: SemanticSums | None = None) -> np.ndarray:
     """Eq. 9 for every row of W: weighted mean of the available neighbours' (and `lenders'`) independent scores.
 
     One sparse product with two right-hand columns computes numerator and denominator together. A stored
     diagonal is subtracted (Eq. 9 is over the *other* fragments) unless the caller knows W has none.
-    `lenders` (ids, not available themselves) add w_ji * s_ind_j from their own rows j.
+    `lenders` (ids, not available themselves) add w_ji * s_ind_j from their own rows j. `semantic` adds its
+    weighted sums to both (the relation strength is the sum of the structural and the weighted semantic one).
     """
     n = w.shape[0]
     s = _fit(np.asarray(s_ind, np.float32), w.shape[1])
@@ -62,6 +74,10 @@ def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarra
         lend = np.column_stack([s[lenders], np.ones(len(lenders), np.float32)])
         prod += np.asarray(w[lenders].T @ lend, dtype=np.float64)[:n]
     num, den = prod[:, 0], prod[:, 1]
+    if semantic is not None:
+        keep = semantic.ids < n
+        num[semantic.ids[keep]] += semantic.weight * semantic.numerator[keep]
+        den[semantic.ids[keep]] += semantic.weight * semantic.denominator[keep]
     out = np.zeros(n, np.float32)
     np.divide(num, den, out=out, where=den > 1e-12, casting="unsafe")
     return out
@@ -69,7 +85,8 @@ def environment_scores(w: sp.csr_matrix, s_ind: np.ndarray, available: np.ndarra
 
 def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
                    available: np.ndarray | None = None, extra: np.ndarray | None = None,
-                   drop_diagonal: bool = True, lenders: np.ndarray | None = None) -> FragRelScores:
+                   drop_diagonal: bool = True, lenders: np.ndarray | None = None,
+                   semantic: SemanticSums | None = None) -> FragRelScores:
     """s_ind, s_env and s_rel (+ `extra`, e.g. the query-side relation term) over all fragment ids.
 
     Unavailable fragments get s_ind = s_env = s_rel = 0 and must be skipped by the caller when ranking.
@@ -77,11 +94,13 @@ def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
     n = len(s_ind)
     s_raw = np.asarray(s_ind, np.float32)
     s_ind = s_raw if available is None else np.where(_fit(available, n), s_raw, np.float32(0.0)).astype(np.float32)
-    if w is None or alpha == 0.0 or w.nnz == 0:
+    if semantic is not None and w is None:
+        w = sp.csr_matrix((n, n), dtype=np.float32)
+    if w is None or alpha == 0.0 or (w.nnz == 0 and semantic is None):
         s_env = np.zeros(n, np.float32)
     else:  # environment_scores masks by `available` itself; lenders need their raw scores
         s_env = _fit(environment_scores(w, s_raw, None if available is None else _fit(available, n),
-                                        drop_diagonal, lenders), n)
+                                        drop_diagonal, lenders, semantic), n)
     s_rel = s_ind + np.float32(alpha) * s_env
     if extra is not None:
         s_rel = s_rel + _fit(np.asarray(extra, np.float32), n)
