@@ -48,6 +48,7 @@ from lsp_server.protocol import RepocompProtocol
 from lsp_server.request import CompletionRequest, DocumentRef, file_of, locate
 from lsp_server.sessions import ACCEPT_COMMAND, Sessions, text_edit
 from lsp_server.stats import STATS_METHOD, RequestStats, rss_bytes
+from lsp_server.summaries import SummaryWriter
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.errors import BackendError, RepocompError
 
@@ -78,6 +79,7 @@ class RepocompServer(LanguageServer):
         self.indexes: WorkspaceIndexes | None = None  # from `initialized` until shutdown
         self.messages = Messages(self)
         self.sessions = Sessions()
+        self.summaries = SummaryWriter()
         self.engines = Engines(self.sessions, self.messages.warn_once)
         self.generations: Generations[CompletionResult] = Generations()
         self.stats = RequestStats()
@@ -95,7 +97,9 @@ class RepocompServer(LanguageServer):
     def document_changing(self, uri: str, old: str, change: types.TextDocumentContentChangeEvent) -> None:
         """Before the protocol applies `change` to the text `old`: the edit joins the folder's session."""
         doc = DocumentRef.of(uri)
-        session = self.session_of(doc)
+        folder, rel = locate(doc.path, self.indexes)
+        self._summarize_when_idle(folder)
+        session = self._session(folder, rel)
         if session is None:
             return
         try:
@@ -104,6 +108,18 @@ class RepocompServer(LanguageServer):
                 self.sessions.changed(session[0], doc.key, edit)
         except Exception:  # noqa: BLE001 - the session misses one edit; the document is still updated
             logger.warning("session memory: an edit of %s was not recorded", uri, exc_info=True)
+
+    def _summarize_when_idle(self, folder: FolderIndex | None) -> None:
+        """Activity (an edit, a request): any session summary being written stops, and `folder`'s idle timer
+        restarts (lsp_server.summaries)."""
+        if folder is None:
+            self.summaries.cancel_all()
+            return
+        root = folder.root
+        config = self.engines.config_for(root)
+        self.summaries.activity(self.sessions.memory(root, config),
+                                lambda: self.engines.backend_for(self.engines.resolved(root)),
+                                config.memory.summary_idle_s)
 
     # ----- configuration -----
 
@@ -133,6 +149,7 @@ class RepocompServer(LanguageServer):
         self.engines.warm_up(list(self.indexes.folders.values()) if self.indexes is not None else [])
 
     async def close_engines(self) -> None:
+        await self.summaries.close()
         await self.generations.cancel_all()
         await self.engines.close()
 
@@ -148,6 +165,7 @@ class RepocompServer(LanguageServer):
         if request is None:
             return "", ""
         line_text = request.cut.line_text
+        self.summaries.cancel_all()  # the model is the request's now
         timeout_ms = self.options.server.request_timeout_ms
         # By default a little past the completion's own deadline, so the engine's answer at the deadline (the
         # fallback's, or an earlier round's draft) reaches the editor instead of an empty one.
@@ -164,6 +182,8 @@ class RepocompServer(LanguageServer):
             self.stats.failed += 1
             self._report_failure(exc, timeout_s, uri, position)
             return "", line_text
+        finally:
+            self._summarize_when_idle(request.folder)
         if served is None:
             self.stats.superseded += 1
             return "", line_text
@@ -346,7 +366,8 @@ class RepocompServer(LanguageServer):
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed,
                 "cut_by_time": self.stats.cut_by_time, "retrieval_skipped": self.stats.retrieval_skipped,
                 "rss_bytes": rss_bytes(), "memory": self.sessions.stats()
-                | {"consulted": self.stats.memory_consulted, "skipped": self.stats.memory_skipped},
+                | {"consulted": self.stats.memory_consulted, "skipped": self.stats.memory_skipped,
+                   "summaries_pending": self.summaries.busy()},
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
                 "backends_loading": self.engines.loading(), "prefix_cache": self.engines.prefix_cache_stats(),
                 "handlers_running": self.protocol.handlers_running,  # flat over a session (no leaked futures)

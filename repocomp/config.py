@@ -277,6 +277,10 @@ class MemoryConfig:
     min_score: float = 0.05  # the controller's threshold: no entry above it, the session is not consulted
     persist: bool = True  # keep the recall storage across restarts
     half_life_s: float = 600.0  # recency: an entry's weight halves every this many seconds of the session
+    # MemGPT's recursive summary written by the model when the session is idle, shown where a hunk's one-line
+    # template would be (repocomp/memory/summaries.py); off: docs/evaluation.md has its measurement
+    summaries: bool = False
+    summary_idle_s: float = 2.0  # the language server writes one after this long without a request or an edit
     query_lines: int = 12  # lines before the cursor whose tokens are the controller's query
 
     def validate(self) -> None:
@@ -289,6 +293,7 @@ class MemoryConfig:
         check_setting(0.0 <= self.min_score <= 1000.0, "min_score must be in [0, 1000]")
         check_setting(1.0 <= self.half_life_s <= _DAY_S * 365, "half_life_s must be in [1, 31536000] seconds")
         check_setting(1 <= self.query_lines <= 1000, "query_lines must be in 1..1000")
+        check_setting(0.1 <= self.summary_idle_s <= 3600.0, "summary_idle_s must be in [0.1, 3600] seconds")
 
 
 

@@ -98,12 +98,13 @@ class RetrievalIndex(Protocol):
 class Retriever:
     """Ranks an index's fragments for a query; stateless per request."""
 
-    def __init__(self, index: RetrievalIndex, config: Config | None = None) -> None:
+    def __init__(self, index: RetrievalIndex, config: Config | None = None,
+                 semantic: SemanticRelations | None = None) -> None:
         self.index = index
         self.config = config or index.config
         self._diag_key: tuple[Any, ...] | None = None
         self._diag = True
-        self._semantic: SemanticRelations | None = None
+        self._semantic = semantic  # Eq. 6's relations; made from the local model on first use when None
 
     def _has_diagonal(self, w: sp.csr_matrix) -> bool:
         """Indexes keep W's diagonal zero; check each new matrix once instead of on every request."""

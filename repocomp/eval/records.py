@@ -9,7 +9,7 @@ A record: the run's fields (`task_id`, `repo`, `path`, `kind`, `mode`, `fragrel`
 (one entry per run of lines the prompt showed), `prompt_tokens`, `timings_ms`, `gt_line_hit`, `def_hit`, for line
 tasks `gt_line_attainable`, and with `[retrieval] selective` `retrieved`, `sim_in_file`, `sim_repository`; session
 tasks add `memory_requested`, `memory`, `memory_events`, `commit`, `hunk` and, when completed, `memory_consulted`,
-`memory_entries`, `memory_gt_hit`.
+`memory_entries`, `memory_summaries` (entries shown as a summary: the template or the model's), `memory_gt_hit`.
 """
 
 from __future__ import annotations
@@ -145,8 +145,10 @@ def session_fields(task: Task, options: EvalOptions, memory: bool, n_events: int
 
 def memory_fields(ground_truth: str, decision: MemoryDecision | None) -> dict[str, Any]:
     """What a completed session task's record adds: the memory controller's choice (None: the engine said none)."""
+    entries = getattr(decision, "entries", ()) or ()
     return {"memory_consulted": bool(getattr(decision, "consulted", False)),
-            "memory_entries": len(getattr(decision, "entries", ()) or ()),
+            "memory_entries": len(entries),
+            "memory_summaries": sum(1 for e in entries if any(r.startswith("summary") for r in e.reasons)),
             "memory_gt_hit": memory_gt_hit(ground_truth, decision)}
 
 

@@ -594,6 +594,7 @@ class SessionEvaluator:
                         memory = self.memory()
                         n_events = replay_events(memory, task, self.parent_text, time.time())
                     self.completer.memory = memory
+                    summary_ms = await self._summarize(memory)
                     t1 = time.perf_counter()
                     result = await self.completer.acomplete(
                         task.path, before, task.line_no, 0, mode=self.options.mode,
@@ -606,6 +607,7 @@ class SessionEvaluator:
                     continue
                 t2 = time.perf_counter()
                 record = make_record(task, result, self.options, {"no_leak_update": round((t1 - t0) * 1e3, 3),
+                                                                  "summary": summary_ms,
                                                                   "task_total": round((t2 - t0) * 1e3, 3)})
                 decision = getattr(result, "memory", None)  # the memory controller's choice, when the engine says
                 on_record({**record, **session_fields(task, self.options, memory is not None, n_events),
@@ -613,6 +615,17 @@ class SessionEvaluator:
         finally:
             self.completer.memory = None
             self._set_state({}, set())
+
+    async def _summarize(self, memory: Any) -> float:
+        """With `[memory] summaries`: the idle time before the hole, in which the model folds the settled hunks
+        into the session's summary (as the language server does); its milliseconds."""
+        if memory is None or getattr(memory, "summary", None) is None:
+            return 0.0
+        from repocomp.memory.summaries import write_summary
+
+        t0 = time.perf_counter()
+        await write_summary(memory.summary, memory.hunks(), self.completer.backend)
+        return round((time.perf_counter() - t0) * 1e3, 3)
 
     def _set_state(self, texts: dict[str, str], removed: set[str]) -> None:
         """The index holds `texts` and lacks `removed`; every other file is the parent's (from disk)."""

@@ -24,8 +24,11 @@ queue's bounds pushed out, and the previous sessions' from the `RecallStore`), s
    (TiM: `total` became `amount` elsewhere, so it does here too). Without it, nothing scoring `min_score` or more
    -> not consulted (the reason names the best score). Then the best `max_entries`, each a full hunk or, when its
    text would take over a third of the budget (two thirds for an analog), its thought or a one-line summary (SCM's
-   summary-vs-full; the summary is a template, not written by a model); while they exceed the budget, the oldest
-   full hunk is replaced by its summary (MemGPT's eviction into a summary), and past that the weakest entry leaves.
+   summary-vs-full); while they exceed the budget, the oldest full hunk is replaced by its summary (MemGPT's
+   eviction into a summary), and past that the weakest entry leaves. A hunk's summary is the model's recursive
+   summary of the session when it folds that hunk (`[memory] summaries`, `repocomp.memory.summaries`; shown once
+   per prompt, and last whenever it folds a hunk not shown in full: the head of MemGPT's queue), else a one-line
+   template.
    The controller decides the session's part of the prompt only: whether to retrieve from the repository at all
    (SCM's and Repoformer's selective retrieval) is not decided here. The decision's `budget_tokens` is what the
    entries take (as the prompt shows them: header and comment markers counted).
@@ -48,6 +51,7 @@ from repocomp.memory.events import TextEdit
 from repocomp.memory.hunks import Hunk, HunkTracker, hunk_bytes
 from repocomp.memory.recall import MinHashIndex, jaccard, memory_tokens
 from repocomp.memory.store import RecallStore
+from repocomp.memory.summaries import SessionSummary
 from repocomp.memory.thoughts import Thought, think, visible
 from repocomp.prompt import RecentSource
 
@@ -107,7 +111,7 @@ class MemoryDecision:
 class _Cand:
     """An entry scored for a request: a hunk or a thought (or the code replaced at the cursor, chosen first)."""
 
-    kind: str  # "hunk" | "thought" | "replaced"
+    kind: str  # "hunk" | "thought" | "replaced" | "summary" (the model's, of the hunk `obj` and earlier ones)
     obj: Hunk | Thought
     tokens: frozenset[str]
     time: float
@@ -173,6 +177,7 @@ class _Shown:
     thought_keys: set[str] = field(default_factory=set)
     full_hunks: set[int] = field(default_factory=set)
     blocks: set[frozenset[int]] = field(default_factory=set)  # hunk sets of the repeated-shape thoughts shown
+    model_summary: bool = False  # the model's summary of the session is shown (it folds many hunks)
 
 
 class _Relations:
@@ -222,8 +227,7 @@ def render_hunk(hunk: Hunk) -> list[str]:
 
 
 def summarize_hunk(hunk: Hunk) -> str:
-    """A hunk in one line, from a template (where MemGPT has the model summarize an evicted event; not measured
-    here with a model-written one)."""
+    """A hunk in one line, from a template: what stands for it while the model's summary does not fold it."""
     changed = next((ln.strip() for ln in hunk.inserted if ln.strip()), "")
     if changed:
         shown = changed if len(changed) <= 60 else changed[:57] + "..."
@@ -292,6 +296,7 @@ class SessionMemory:
         self._shown: deque[tuple[str, int, str, float]] = deque(maxlen=64)
         self._pending: deque[tuple[str, int, str, float]] = deque(maxlen=8)  # accepted, edit not seen yet
         self._counts = {"edits": 0, "shown": 0, "accepted": 0}
+        self.summary = SessionSummary() if config.summaries else None  # MemGPT's, written by the model
         if self.store is not None:
             hunks, thoughts = self.store.load()
             for h in hunks:
@@ -593,10 +598,12 @@ class SessionMemory:
             replaced = self._replaced_entry(req.replaced, req.replaced_from, req.now, budget, count_tokens)
             if replaced is not None:
                 chosen.append(replaced)
-        self._choose(chosen, cands, qualified, rel_reason, req, budget, count_tokens)
+        shown = self._choose(chosen, cands, qualified, rel_reason, req, budget, count_tokens)
+        if chosen:
+            self._head_with_summary(chosen, shown, count_tokens)
         if not chosen:
             return _not_consulted("the related entries are shown already")
-        total = _evict(chosen, budget, count_tokens)
+        total = _evict(chosen, budget, count_tokens, self._summary_of)
         if not chosen:
             return _not_consulted(f"no related entry fits the session's budget of {budget} tokens")
         return _consulted(tuple(ch.entry for ch in chosen), total)
@@ -620,9 +627,10 @@ class SessionMemory:
                        count_tokens(prompt_form(entry(fits))))
 
     def _choose(self, chosen: list[_Chosen], cands: list[_Cand], qualified: list[int], rel_reason: dict[int, str],
-                req: _Request, budget: int, count_tokens: Callable[[str], int]) -> None:
+                req: _Request, budget: int, count_tokens: Callable[[str], int]) -> _Shown:
         """Append to `chosen`, up to `max_entries` in all, the qualified candidates in score order, each as its
-        entry; a thought shown already (by itself, its one hunk or its repeated block) is left out."""
+        entry; a thought shown already (by itself, its one hunk or its repeated block) is left out. What they
+        show."""
         shown = _Shown()
         by_hunk = self._thought_by_hunk()
         for i in qualified:
@@ -635,8 +643,34 @@ class SessionMemory:
                 if entry is None:
                     continue
             else:
-                entry = _hunk_choice(c, c.obj, reasons, shown, by_hunk.get(c.obj.id), budget, count_tokens)
+                entry = _hunk_choice(c, c.obj, reasons, shown, by_hunk.get(c.obj.id), budget, count_tokens,
+                                     self._summary_of)
+                if entry is None:
+                    continue
             chosen.append(_Chosen(c, entry, count_tokens(prompt_form(entry))))
+        return shown
+
+    def _head_with_summary(self, chosen: list[_Chosen], shown: _Shown, count_tokens: Callable[[str], int]) -> None:
+        """MemGPT: the recursive summary heads the queue. When the session is consulted and the model's summary
+        folds a hunk the entries do not show in full, it is shown too (last: the first to leave under pressure)."""
+        s = self.summary
+        if s is None or not s.text or shown.model_summary:
+            return
+        folded = [h for h in self.tracker.hunks() if s.covers(h) and h.id not in shown.full_hunks]
+        if not folded:
+            return
+        latest = max(folded, key=lambda h: h.last_time)
+        entry = _thought_entry(latest.path, s.text, 0.0, ("summary by the model",))
+        shown.model_summary = True
+        chosen.append(_Chosen(_Cand("summary", latest, frozenset(), latest.last_time), entry,
+                              count_tokens(prompt_form(entry))))
+
+    def _summary_of(self, h: Hunk) -> tuple[str, bool]:
+        """What stands for a hunk shown as a summary: the model's summary when it folds the hunk as it is now
+        (True), else the template (False)."""
+        if self.summary is not None and self.summary.covers(h):
+            return self.summary.text, True
+        return summarize_hunk(h), False
 
     def _thought_by_hunk(self) -> dict[int, Thought]:
         """The first visible thought of each hunk (what a hunk too long to show stands as)."""
@@ -702,6 +736,8 @@ class SessionMemory:
         self._hunk_tokens.clear()
         self._pending.clear()
         self._shown.clear()
+        if self.summary is not None:
+            self.summary.forget()
         if self.store is not None:
             self.store.clear()
 
@@ -710,7 +746,9 @@ class SessionMemory:
                 "recall_hunks": len(self._recall), "recall_bytes": self._recall_bytes,
                 "thoughts": len(self.thoughts()), "latent_thoughts": len(self._thoughts) - len(self.thoughts()),
                 "edits": self._counts["edits"], "shown": self._counts["shown"],
-                "accepted": self._counts["accepted"]}
+                "accepted": self._counts["accepted"],
+                "summaries": self.summary.calls if self.summary is not None else 0,
+                "summaries_cancelled": self.summary.cancelled if self.summary is not None else 0}
 
 
 def _thought_words(t: Thought) -> str:
@@ -816,23 +854,30 @@ def _thought_choice(t: Thought, score: float, reasons: tuple[str, ...], shown: _
 
 
 def _hunk_choice(c: _Cand, h: Hunk, reasons: tuple[str, ...], shown: _Shown, own: Thought | None, budget: int,
-                 count_tokens: Callable[[str], int]) -> MemoryEntry:
+                 count_tokens: Callable[[str], int],
+                 summary_of: Callable[[Hunk], tuple[str, bool]]) -> MemoryEntry | None:
     """A hunk's entry: in full, or, when that takes over its share of the budget (SCM: the summary is enough), its
-    own thought (`own`, unless shown) or its one-line summary."""
+    own thought (`own`, unless shown) or its summary; None when that is the model's summary, shown already."""
     entry = _hunk_entry(h, c.score, reasons)
     share = 1 - FULL_SHARE if c.analog else FULL_SHARE  # the same edit elsewhere: its text is the point
     if count_tokens(prompt_form(entry)) > budget * share:
         if own is not None and own.key not in shown.thought_keys:
             shown.thought_keys.add(own.key)
             return _thought_entry(h.path, own.text, c.score, reasons + ("thought of a long hunk",))
-        return _thought_entry(h.path, summarize_hunk(h), c.score, reasons + ("summary",))
+        text, by_model = summary_of(h)
+        if by_model and shown.model_summary:
+            return None
+        shown.model_summary |= by_model
+        return _thought_entry(h.path, text, c.score, reasons + ("summary by the model" if by_model else "summary",))
     shown.full_hunks.add(h.id)
     return entry
 
 
-def _evict(chosen: list[_Chosen], budget: int, count_tokens: Callable[[str], int]) -> int:
+def _evict(chosen: list[_Chosen], budget: int, count_tokens: Callable[[str], int],
+           summary_of: Callable[[Hunk], tuple[str, bool]]) -> int:
     """MemGPT under memory pressure: while `chosen` takes more than the budget, its oldest full hunk becomes its
-    summary and, when none is left, the weakest entry leaves (in place); the tokens the rest take."""
+    summary (leaves, when that is the model's summary and shown already) and, when none is left, the weakest entry
+    leaves (in place); the tokens the rest take."""
     total = sum(ch.tokens for ch in chosen)
     while total > budget and chosen:
         full = [k for k, ch in enumerate(chosen) if ch.entry.kind == "hunk"]
@@ -840,8 +885,13 @@ def _evict(chosen: list[_Chosen], budget: int, count_tokens: Callable[[str], int
             k = min(full, key=lambda k: chosen[k].cand.time)
             c, e = chosen[k].cand, chosen[k].entry
             assert isinstance(c.obj, Hunk)
-            summary = _thought_entry(e.path, summarize_hunk(c.obj), e.score, e.reasons + ("summary",))
-            chosen[k] = _Chosen(c, summary, count_tokens(prompt_form(summary)))
+            text, by_model = summary_of(c.obj)
+            if by_model and any(ch.entry.text == text and ch.entry.kind == "thought" for ch in chosen):
+                chosen.pop(k)
+            else:
+                summary = _thought_entry(e.path, text, e.score,
+                                         e.reasons + ("summary by the model" if by_model else "summary",))
+                chosen[k] = _Chosen(c, summary, count_tokens(prompt_form(summary)))
         else:
             chosen.pop()  # the weakest (they are in score order)
         total = sum(ch.tokens for ch in chosen)
