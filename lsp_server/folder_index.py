@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,7 +74,8 @@ class FolderIndex:
 
     root: Path
     config: Config
-    state: str = "pending"  # pending -> building -> ready | failed
+    # pending -> building [-> partial: a build in batches, between two of them] -> ready | failed
+    state: str = "pending"
     index: Index | None = None
     error: str = ""
     notices: list[str] = field(default_factory=list)  # said once the index is ready (a stored index set aside)
@@ -113,9 +114,29 @@ class FolderIndex:
         finally:
             self.lock.release_read()
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the write lock (a thread that changes the index: the change worker, a build's next batch)."""
+        self.lock.acquire_write()
+        try:
+            yield
+        finally:
+            self.lock.release_write()
+
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Index | None]:
-        """Hold the read lock (taken off the event loop when a batch is being written) and yield the index."""
+        """Hold the read lock (taken off the event loop when a batch is being written) and yield the index. While
+        a build adds its next batch (state "partial") nothing waits for it: the index is None (in-file) then."""
+        if self.state == "partial" and self.lock.try_acquire_read():
+            try:
+                yield self.index
+            finally:
+                self.read_at = time.monotonic()
+                self.lock.release_read()
+            return
+        if self.state == "partial":
+            yield None
+            return
         if not self.lock.try_acquire_read():
             acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
             try:

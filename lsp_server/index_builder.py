@@ -3,11 +3,13 @@
 A stored index loaded at start-up is first brought up to date with the disk (files changed while no server ran);
 one that cannot be (an update of it fails) is rebuilt from the disk instead, said once, never a failed folder;
 progress goes to a callback (the server turns it into `$/progress`), and changes that raced the build are replayed
-from disk once the index is ready. Before it is ready, the graph kernels are made ready too (`warm_kernels`).
+from disk once the index is ready. A large folder is built in batches (repocomp.index): from the first batch on,
+completions read the part indexed (state "partial"; in-file while a batch is being added, never waiting for it). Before it is ready, the graph kernels are made ready too (`warm_kernels`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import threading
@@ -16,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lsp_server.change_worker import CHUNK
 from lsp_server.folder_index import FolderIndex, StateCallback
 
 logger = logging.getLogger(__name__)
@@ -48,22 +49,29 @@ class IndexBuilder:
             if self._on_progress is not None:
                 self._on_progress(folder, done, total, phase)
 
+        def partial(index: Any) -> None:  # between two batches of a large build: answer from what is indexed
+            if folder.index is None:
+                with folder.writing():
+                    folder.index, folder.state = index, "partial"
+                logger.info("index of %s: answering from %d file(s) while %d more are indexed", folder.root,
+                            len(index.files), index.summary.pending_files)
+
         started = time.perf_counter()
         try:
-            index = Index.open(folder.root, folder.config, build=True, progress=progress)
+            index = Index.open(folder.root, folder.config, build=True, progress=progress, checkpoint=partial,
+                               writing=folder.writing)
             warm_kernels(folder.config)
-            index = _up_to_date(index, progress)
+            index = _up_to_date(index, progress, folder.writing)
         except Exception as exc:  # a failing index must not take the server down; completions stay in-file
             logger.exception("indexing %s failed", folder.root)
-            folder.state, folder.error = "failed", str(exc) or type(exc).__name__
+            with folder.writing():
+                folder.index = None
+                folder.state, folder.error = "failed", str(exc) or type(exc).__name__
         else:
-            folder.lock.acquire_write()
-            try:
+            with folder.writing():
                 folder.index, folder.state = index, "ready"
                 folder.notices = list(index.notices)  # the server shows each once
                 deferred, folder._deferred = folder._deferred, set()
-            finally:
-                folder.lock.release_write()
             logger.info("index of %s ready in %.1f s", folder.root, time.perf_counter() - started)
             for path in deferred:  # changes that raced the build: replay from disk
                 self._replay(path)
@@ -71,22 +79,18 @@ class IndexBuilder:
             self._on_state(folder)
 
 
-def _up_to_date(index: Any, progress: Callable[[int, int, str], None]) -> Any:
-    """`index` with the files changed on disk since it was stored applied; when applying them fails (a stored
-    index whose tables an update cannot use), a fresh build of the folder instead, with a notice."""
+def _up_to_date(index: Any, progress: Callable[[int, int, str], None],
+                writing: Callable[[], contextlib.AbstractContextManager[Any]]) -> Any:
+    """`index` with the files changed on disk since it was stored applied (under `writing`: completions may read a
+    partial index meanwhile); when applying them fails (a stored index whose tables an update cannot use), a fresh
+    build of the folder instead, with a notice."""
     from repocomp.errors import RepocompError
     from repocomp.index import Index
 
-    stale, warnings = _stale_files(index)
-    for warning in warnings:  # a folder over its limits: said again for a stored index (shown once per folder)
-        if warning not in index.notices:
-            index.notice(warning)
-    if not stale:
-        return index
-    logger.info("index of %s: %d file(s) changed since it was stored", index.root.name, len(stale))
     try:
-        for i in range(0, len(stale), CHUNK * 4):
-            index.update_files(dict(stale[i : i + CHUNK * 4]))
+        changed = index.catch_up(progress, writing=writing)
+        if changed:
+            logger.info("index of %s: %d file(s) changed since it was stored", index.root.name, changed)
         return index
     except Exception as exc:  # noqa: BLE001 - any failure of a loaded index: the disk is the truth, build from it
         message = (f"the stored index of {index.root} could not be brought up to date "
@@ -99,20 +103,6 @@ def _up_to_date(index: Any, progress: Callable[[int, int, str], None]) -> Any:
     except RepocompError as exc:
         rebuilt.notice(f"{exc}; working from an index in memory")
     return rebuilt
-
-
-def _stale_files(index: Any) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """(path, text or None = removed) for each file whose disk content differs from the index's copy, and the
-    walk's warnings (limits reached)."""
-    from repocomp.index.walk import walk_repository
-
-    walked = walk_repository(index.root, index.config, index.index_dir)
-    known = getattr(index, "files", {})
-    on_disk = {f.path: f.text for f in walked.files}
-    changed: list[tuple[str, str | None]] = [(p, t) for p, t in on_disk.items()
-                                             if p not in known or known[p].text != t]
-    changed += [(p, None) for p in known if p not in on_disk]
-    return sorted(changed, key=lambda c: c[0]), walked.warnings
 
 
 _WARM_FILES = {"a.py": "def f(x):\n    return x + 1\n\n\nclass C:\n    def m(self):\n        return f(2)\n",

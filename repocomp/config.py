@@ -85,9 +85,14 @@ class IndexConfig:
     # the file system's root or the user's home with no repository marker in it (an editor opened there) is not
     # indexed unless this is set; it is then indexed within the limits above
     allow_broad_root: bool = False
+    # source text per build batch: a larger folder is indexed batch by batch (directories in walk order), each
+    # added as an update and saved, so that an interrupted build resumes and the language server answers from the
+    # part already indexed
+    batch_bytes: int = 64 << 20
 
     def validate(self) -> None:
         check_setting(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")
+        check_setting(1 <= self.batch_bytes <= 1 << 36, "batch_bytes must be in 1..68719476736 (64 GiB)")
         check_setting(0 < self.max_files <= 10_000_000, "max_files must be in 1..10000000")
         check_setting(0 < self.max_total_bytes <= 1 << 36, "max_total_bytes must be in 1..68719476736 (64 GiB)")
         check_setting(1 <= self.max_memory_mb <= 1 << 20, "max_memory_mb must be in 1..1048576 (1 TiB)")

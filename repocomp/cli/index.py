@@ -1,15 +1,19 @@
-"""`repocomp index PATH`: build and save the index, then print a summary (or JSON)."""
+"""`repocomp index PATH`: build and save the index (resuming a build in batches that was interrupted), then print a
+summary (or JSON)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
 
-from repocomp.config import load_config
+from repocomp.config import Config, load_config
+from repocomp.errors import IndexUnusableError
 from repocomp.index import Index
+from repocomp.index.relation_upkeep import Progress
 from repocomp.text import encodable
 
 
@@ -47,11 +51,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(root, args.config)
     bar, update = progress_bar()
     t = time.perf_counter()
-    if bar is not None:
-        with bar:
-            index = Index.build(root, config, update)
-    else:
-        index = Index.build(root, config)
+    with bar if bar is not None else contextlib.nullcontext():
+        index = _resumed(root, config, update) or Index.build(root, config, update, checkpoint=Index.save)
     index.save()
     summary = index.summary.to_dict() | {"root": str(index.root), "index_dir": str(index.index_dir),
                                          "total_s": round(time.perf_counter() - t, 3)}
@@ -60,6 +61,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(encodable(format_summary(summary)))  # names may hold undecodable bytes
     return 0
+
+
+def _resumed(root: Path, config: Config, progress: Progress | None) -> Index | None:
+    """The stored index of a build in batches that was interrupted, with the files it had still to add; None when
+    there is none (a complete stored index is built anew: that is what this command is for)."""
+    try:
+        index = Index.load(root, config)
+    except IndexUnusableError:
+        return None
+    if not index.summary.pending_files:
+        return None
+    index.catch_up(progress, checkpoint=Index.save)
+    return index
 
 
 def format_summary(s: dict) -> str:

@@ -8,10 +8,13 @@ full rebuild.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,7 @@ from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
 from repocomp.index.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
 from repocomp.index.term_index import TermIndex
-from repocomp.index.walk import FileRule, WalkResult, addressable, walk_repository
+from repocomp.index.walk import FileRule, SourceFile, WalkResult, addressable, walk_repository
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,22 @@ log = logging.getLogger(__name__)
 _MIN_DEAD_IDS = 4096
 # settings whose change invalidates a stored index
 _STRUCTURAL_SECTIONS = ("index", "fragments", "graph", "relations")
+
+Checkpoint = Callable[["Index"], None]  # sees the index between two batches of a build
+Writing = Callable[[], AbstractContextManager[Any]]  # held while a batch changes the index
+
+
+def _batches(files: list[SourceFile], batch_bytes: int) -> list[list[SourceFile]]:
+    """Consecutive runs of `files` of about `batch_bytes` of text each (a larger file is a batch alone)."""
+    out: list[list[SourceFile]] = []
+    size = 0
+    for f in files:
+        if not out or (out[-1] and size + len(f.text) > batch_bytes):
+            out.append([])
+            size = 0
+        out[-1].append(f)
+        size += len(f.text)
+    return out
 
 
 class Index:
@@ -104,7 +123,16 @@ class Index:
 
     # -- construction --------------------------------------------------------------------------------------------
     @classmethod
-    def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None) -> Index:
+    def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None,
+              checkpoint: Checkpoint | None = None, writing: Writing | None = None) -> Index:
+        """Index the repository's files.
+
+        A folder with more source than `[index] batch_bytes` is built in batches (consecutive files of the walk,
+        so whole directories): the first at once, each next one added as an update with its relations refreshed,
+        which gives the index a full build gives. Before each batch after the first, `checkpoint(index)` sees the
+        index so far (`summary.pending_files` the files still to come: `open` saves it there, so that an
+        interrupted build resumes, and the language server answers from it); `writing()` is held while a batch
+        changes it (the server's write lock)."""
         root = Path(root)
         if not root.exists():
             raise RepocompError(f"{root}: no such directory")
@@ -116,32 +144,58 @@ class Index:
         t = time.perf_counter()
         walked = walk_repository(index.root, config, index.index_dir)
         phases["walk"] = time.perf_counter() - t
+        first, *rest = _batches(walked.files, config.index.batch_bytes) or [[]]
+        index._build_files(first, phases, progress, len(walked.files))
+        index._add_batches(rest, phases, progress, checkpoint, writing)
+        index._summarize(walked, phases)
+        return index
 
+    def _build_files(self, files: list[SourceFile], phases: dict[str, float], progress: Progress | None,
+                     total: int) -> None:
+        """Index `files` into this empty index at once: parse, graph, relations, term index."""
         t = time.perf_counter()
-        total = len(walked.files)
-        for n, source in enumerate(walked.files):
-            index._add_file(source.path, source.language, source.text)
-            if progress and (n % 16 == 0 or n + 1 == total):
+        for n, source in enumerate(files):
+            self._add_file(source.path, source.language, source.text)
+            if progress and (n % 16 == 0 or n + 1 == len(files)):
                 progress(n + 1, total, "parse")
         phases["parse"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        for path in index.files:
-            index._resolve(path)
-        index.upkeep.rebuild_fragment_nodes()
-        index.graph.cost_matrix()
+        for path in self.files:
+            self._resolve(path)
+        self.upkeep.rebuild_fragment_nodes()
+        self.graph.cost_matrix()
         phases["graph"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        index.upkeep.recompute(np.flatnonzero(index.alive_mask()), progress)
+        self.upkeep.recompute(np.flatnonzero(self.alive_mask()), progress)
         phases["relations"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        index.term_index = TermIndex.build(f.text if f else None for f in index.fragments)
+        self.term_index = TermIndex.build(f.text if f else None for f in self.fragments)
         phases["term_index"] = time.perf_counter() - t
 
-        index._summarize(walked, phases)
-        return index
+    def _add_batches(self, batches: list[list[SourceFile]], phases: dict[str, float], progress: Progress | None,
+                     checkpoint: Checkpoint | None, writing: Writing | None) -> None:
+        """Add each batch of files as one update, relations refreshed (see `build`)."""
+        if not batches:
+            return
+        t = time.perf_counter()
+        pending = sum(len(b) for b in batches)
+        done = len(self.files)
+        for batch in batches:
+            self.summary.pending_files = pending
+            if checkpoint is not None:
+                checkpoint(self)
+            with writing() if writing is not None else contextlib.nullcontext():
+                self.update_files({s.path: s.text for s in batch})
+                self.refresh_relations()
+            pending -= len(batch)
+            done += len(batch)
+            if progress:
+                progress(done, done + pending, "batch")
+        self.summary.pending_files = 0
+        phases["batches"] = time.perf_counter() - t
 
     def _add_file(self, path: str, language: str, text: str) -> FileEntry:
         parsed = parse_source(text, language)
@@ -454,19 +508,58 @@ class Index:
             raise IndexCorruptError(f"{self.index_dir / INDEX_FILE} is corrupt ({type(exc).__name__}: {exc}); "
                                     "rebuilding") from None
 
+    def catch_up(self, progress: Progress | None = None, checkpoint: Checkpoint | None = None,
+                 writing: Writing | None = None) -> int:
+        """Apply the files that differ on disk from this index's copies (added, changed, removed), in batches as a
+        build adds them (`checkpoint` and `writing` as there); the walk's warnings become notices. How many files
+        changed. What resumes an interrupted build, and brings a stored index up to date with the disk."""
+        walked = walk_repository(self.root, self.config, self.index_dir)
+        for warning in walked.warnings:  # a folder over its limits: said again for a stored index
+            if warning not in self.notices:
+                self.notice(warning)
+        on_disk = {f.path for f in walked.files}
+        gone = sorted(p for p in self.files if p not in on_disk)
+        changed = [f for f in walked.files if f.path not in self.files or self.files[f.path].text != f.text]
+        if gone:
+            with writing() if writing is not None else contextlib.nullcontext():
+                self.update_files(dict.fromkeys(gone), removed=True)
+        phases: dict[str, float] = {}
+        self._add_batches(_batches(changed, self.config.index.batch_bytes), phases, progress, checkpoint, writing)
+        return len(gone) + len(changed)
+
     @classmethod
     def open(cls, root: str | Path, config: Config | None = None, build: bool = True,
-             progress: Progress | None = None) -> Index:
+             progress: Progress | None = None, checkpoint: Checkpoint | None = None,
+             writing: Writing | None = None) -> Index:
         """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings.
 
         A missing or stale index (another version, other settings) is rebuilt quietly (an info log), a corrupt one
         with a warning, one that is not the repository's own (`IndexUntrustedError`) with a warning after it is set
         aside (renamed `index.bin.rejected`; a symbolic link is renamed, never followed); with `build=False` the
         `IndexUnusableError` is raised instead. When the index cannot be saved anywhere the built one is used from
-        memory (and that is said). The warnings are also kept in the index's `notices`."""
+        memory (and that is said). The warnings are also kept in the index's `notices`. A build in batches is saved
+        before each `checkpoint`; a stored index saved so (`summary.pending_files`) is resumed: its missing files
+        are added (`catch_up`)."""
         notices: list[str] = []
+
+        def saved(index: Index) -> None:  # between batches: what an interrupted build resumes from
+            try:
+                index.save()
+            except RepocompError as exc:
+                log.info("the partial index was not saved: %s", exc)
+            if checkpoint is not None:
+                checkpoint(index)
+
         try:
-            return cls.load(root, config)
+            index = cls.load(root, config)
+            if index.summary.pending_files:
+                log.info("resuming the build of %s: %d file(s) to go", index.root, index.summary.pending_files)
+                index.catch_up(progress, saved, writing)
+                try:
+                    index.save()
+                except RepocompError as exc:
+                    index.notice(f"{exc}; working from an index in memory")
+            return index
         except IndexUnusableError as exc:
             if not build:
                 raise
@@ -480,7 +573,7 @@ class Index:
                 log.info("%s", exc)
         for message in notices:
             log.warning("%s", message)
-        index = cls.build(root, config, progress)
+        index = cls.build(root, config, progress, saved, writing)
         index.notices.extend(notices)
         try:
             index.save()

@@ -41,6 +41,8 @@ class IndexSummary:
     index_bytes: int = 0
     parse_errors: int = 0
     warnings: list[str] = field(default_factory=list)  # what the build left out as a whole (limits reached)
+    # files the build had still to add when this index was saved (an interrupted build, resumed by `Index.open`)
+    pending_files: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}

@@ -1,0 +1,112 @@
+"""A build in batches: the same index as one at once, saved between batches, resumed after an interruption, and
+read by the language server while it grows."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from test_index_store import EXACT, FIXTURE, _assert_same
+
+from lsp_server.folder_index import FolderIndex
+from repocomp.cli import main
+from repocomp.index import Index
+
+BATCHED = EXACT.replace("index", batch_bytes=200)  # the fixture's files are 50 to 400 bytes: several batches
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "index_repo"
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def test_a_build_in_batches_is_the_build_at_once(repo):
+    seen: list[tuple[int, int]] = []
+    batched = Index.build(repo, BATCHED, checkpoint=lambda i: seen.append((len(i.files), i.summary.pending_files)))
+    at_once = Index.build(repo, EXACT)
+    _assert_same(batched, at_once)
+    assert list(batched.files) == list(at_once.files)  # in the walk's order: the same ids
+    total = len(at_once.files)
+    assert len(seen) >= 3 and all(files + pending == total for files, pending in seen)
+    assert [f for f, _ in seen] == sorted({f for f, _ in seen})  # each checkpoint sees more files
+    assert batched.summary.pending_files == 0 and "batches" in batched.summary.phases_s
+    assert "batches" not in at_once.summary.phases_s  # a folder within one batch is built at once
+
+
+def test_an_interrupted_build_leaves_a_usable_partial_index_and_resumes(repo):
+    calls = [0]
+
+    def crash(index: Index) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        Index.open(repo, BATCHED, checkpoint=crash)
+    partial = Index.load(repo, BATCHED)  # saved before the checkpoint that failed: loadable, never corrupt
+    total = len(Index.build(repo, EXACT).files)
+    assert 0 < len(partial.files) < total and partial.summary.pending_files == total - len(partial.files)
+    assert partial.term_index.score("def", "jaccard").shape[0] == len(partial.fragments)
+
+    built_again: list[int] = []
+    resumed = Index.open(repo, BATCHED, checkpoint=lambda i: built_again.append(len(i.files)))
+    assert built_again and built_again[0] >= len(partial.files)  # it went on from the partial index
+    _assert_same(resumed, Index.build(repo, EXACT))
+    assert Index.load(repo, BATCHED).summary.pending_files == 0  # saved whole at the end
+
+
+def test_the_index_command_resumes_an_interrupted_build(repo, capsys):
+    config = repo / "batched.toml"
+    config.write_text('[index]\nbatch_bytes = 200\n')
+    calls = [0]
+
+    def crash(index: Index) -> None:
+        index.save()
+        calls[0] += 1
+        if calls[0] == 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        Index.build(repo, BATCHED.replace("relations", top_k=32, context_weight=0.0), checkpoint=crash)
+    assert main(["index", str(repo), "--config", str(config), "--json"]) == 0
+    loaded = Index.load(repo, EXACT.replace("index", batch_bytes=200).replace("relations", top_k=32,
+                                                                              context_weight=0.0))
+    assert loaded.summary.pending_files == 0 and len(loaded.files) == len(Index.build(repo, EXACT).files)
+
+
+def test_the_server_reads_a_partial_index_without_waiting_for_a_batch(repo):
+    folder = FolderIndex(root=repo, config=BATCHED)
+    index = Index.build(repo, BATCHED)
+    folder.index, folder.state = index, "partial"
+
+    async def read() -> object:
+        async with folder.reading() as got:
+            return got
+
+    assert asyncio.run(read()) is index  # between batches: the part indexed
+    held, release = threading.Event(), threading.Event()
+
+    def batch() -> None:
+        with folder.writing():
+            held.set()
+            release.wait(10)
+
+    writer = threading.Thread(target=batch)
+    writer.start()
+    held.wait(10)
+    try:
+        assert asyncio.run(asyncio.wait_for(read(), 1.0)) is None  # a batch is being added: in-file, at once
+    finally:
+        release.set()
+        writer.join(10)
+    folder.state = "ready"
+    assert asyncio.run(read()) is index
