@@ -110,3 +110,9 @@ def test_the_server_reads_a_partial_index_without_waiting_for_a_batch(repo):
         writer.join(10)
     folder.state = "ready"
     assert asyncio.run(read()) is index
+
+
+def test_the_batch_size_is_not_a_reason_to_rebuild(repo):
+    Index.build(repo, EXACT).save()
+    loaded = Index.load(repo, BATCHED)  # another batch size: the same index
+    _assert_same(loaded, Index.build(repo, EXACT))

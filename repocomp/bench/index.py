@@ -21,7 +21,7 @@ _CHILD = r"""
 import json, resource, sys, time
 from repocomp.index import Index
 t = time.perf_counter()
-index = Index.build(sys.argv[1])
+index = Index.build(sys.argv[1], checkpoint=Index.save)  # saved between batches, as `repocomp index` does
 index.save()
 total = time.perf_counter() - t
 w = index.relations

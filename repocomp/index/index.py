@@ -47,11 +47,16 @@ log = logging.getLogger(__name__)
 
 # compact only past this many dead ids: a small repository's few edits are not worth renumbering for
 _MIN_DEAD_IDS = 4096
-# settings whose change invalidates a stored index
+# settings whose change invalidates a stored index, less those that only say how it is built
 _STRUCTURAL_SECTIONS = ("index", "fragments", "graph", "relations")
+_HOW_BUILT = {"batch_bytes"}
 
 Checkpoint = Callable[["Index"], None]  # sees the index between two batches of a build
 Writing = Callable[[], AbstractContextManager[Any]]  # held while a batch changes the index
+
+
+def _what_counts(section: Any) -> Any:
+    return {k: v for k, v in section.items() if k not in _HOW_BUILT} if isinstance(section, dict) else section
 
 
 def _batches(files: list[SourceFile], batch_bytes: int) -> list[list[SourceFile]]:
@@ -494,7 +499,7 @@ class Index:
         stored = meta.get("config")
         live = index_codec.plain(self.config.to_dict())
         for section in _STRUCTURAL_SECTIONS:
-            if not isinstance(stored, dict) or stored.get(section) != live[section]:
+            if not isinstance(stored, dict) or _what_counts(stored.get(section)) != _what_counts(live[section]):
                 raise IndexStaleError(f"the index at {self.index_dir} was built with other [{section}] "
                                       "settings; rebuilding")
         try:
