@@ -4,7 +4,9 @@ restart in the user's cache (never in the repository)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,35 @@ async def test_a_retyped_line_is_completed_from_the_code_it_replaced_with_the_se
     assert answer == '0.75 if region == "domestic" else 2.5', answer
     s = await stats(client)
     assert s["memory"]["consulted"] >= 1 and s["memory"]["hunks"] == 2, s["memory"]
+
+
+@pytest.mark.slow
+async def test_the_server_writes_the_session_summary_when_idle_and_answers_a_request_meanwhile(
+        client: LanguageClient, repo: Path, tiny_model_dir: Path) -> None:
+    """`[memory] summaries`: after `summary_idle_s` without activity the model (the tiny random one) folds the
+    settled hunks into the summary; a request while the next one may be being written is answered (and stops it:
+    tests/test_memory_summaries.py checks the cancelling itself), and the next idle moment writes it."""
+    options = {"backend": {"name": "transformers", "model": str(tiny_model_dir), "dtype": "float32",
+                           "maxNewTokens": 4, "timeoutS": 120},
+               "memory": {"summaries": True, "summaryIdleS": 0.2},
+               "server": {"requestTimeoutMs": 120_000}}
+    await initialize(client, repo, options)
+    await wait_ready(client)
+    pricing = repo / "shop" / "pricing.py"
+    text = pricing.read_text()
+    uri = open_doc(client, pricing, text)
+    end = end_of(text)
+    type_change(client, uri, 2, 0, 0, "import math\n")  # two hunks far apart: the first is settled
+    type_change(client, uri, 3, end.line + 1, 0, "\n\ndef rounded(x):\n    return math.floor(x)\n")
+    deadline = time.monotonic() + 120
+    while (s := await stats(client))["memory"]["summaries"] < 1:
+        assert time.monotonic() < deadline, s["memory"]
+        await asyncio.sleep(0.2)
+    assert s["memory"]["summaries_pending"] == 0 and s["failed"] == 0
+    type_change(client, uri, 4, 0, 0, "import os\n")  # a new settled hunk: the next summary starts when idle
+    await asyncio.sleep(0.25)
+    await asyncio.wait_for(inline(client, uri, types.Position(line=end.line + 5, character=0)), 150)
+    assert (await stats(client))["failed"] == 0  # answered, whatever the summary was doing
+    while (s := await stats(client))["memory"]["summaries"] < 2:  # the request re-armed the idle timer
+        assert time.monotonic() < deadline, s["memory"]
+        await asyncio.sleep(0.2)
