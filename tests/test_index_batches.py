@@ -116,3 +116,11 @@ def test_the_batch_size_is_not_a_reason_to_rebuild(repo):
     Index.build(repo, EXACT).save()
     loaded = Index.load(repo, BATCHED)  # another batch size: the same index
     _assert_same(loaded, Index.build(repo, EXACT))
+
+
+def test_a_partial_index_whose_files_are_all_there_is_whole_again(repo):
+    index = Index.build(repo, EXACT)
+    index.summary.pending_files = 3  # interrupted after its last batch was added: nothing left to add
+    index.save()
+    assert Index.open(repo, EXACT).summary.pending_files == 0
+    assert Index.load(repo, EXACT).summary.pending_files == 0

@@ -133,8 +133,10 @@ class Index:
         """Index the repository's files.
 
         A folder with more source than `[index] batch_bytes` is built in batches (consecutive files of the walk,
-        so whole directories): the first at once, each next one added as an update with its relations refreshed,
-        which gives the index a full build gives. Before each batch after the first, `checkpoint(index)` sees the
+        so whole directories): the first at once, each next one added as an update with its relations refreshed:
+        the files, fragments, graph and term index of a build at once, the relations as an edit's update keeps
+        them (a build's, but for the order of ties and what `max_reach` keeps an update from reaching; docs/
+        performance.md). Before each batch after the first, `checkpoint(index)` sees the
         index so far (`summary.pending_files` the files still to come: `open` saves it there, so that an
         interrupted build resumes, and the language server answers from it); `writing()` is held while a batch
         changes it (the server's write lock)."""
@@ -183,8 +185,6 @@ class Index:
     def _add_batches(self, batches: list[list[SourceFile]], phases: dict[str, float], progress: Progress | None,
                      checkpoint: Checkpoint | None, writing: Writing | None) -> None:
         """Add each batch of files as one update, relations refreshed (see `build`)."""
-        if not batches:
-            return
         t = time.perf_counter()
         pending = sum(len(b) for b in batches)
         done = len(self.files)
@@ -200,7 +200,8 @@ class Index:
             if progress:
                 progress(done, done + pending, "batch")
         self.summary.pending_files = 0
-        phases["batches"] = time.perf_counter() - t
+        if batches:
+            phases["batches"] = time.perf_counter() - t
 
     def _add_file(self, path: str, language: str, text: str) -> FileEntry:
         parsed = parse_source(text, language)
