@@ -28,3 +28,23 @@ def test_assembles_the_indexable_sources_of_each_folder_apart(tmp_path: Path, ca
 
     assert main(["bench", "monorepo", str(out), "--from", str(one)]) == 2  # never into a folder in use
     assert "not an empty folder" in capsys.readouterr().err
+
+
+def test_bench_index_loaded_says_what_each_part_of_a_stored_index_takes(tmp_path: Path, capsys) -> None:
+    import json
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "index_repo", repo)
+    for k in range(8):  # under [index] max_file_bytes each
+        (repo / f"big{k}.py").write_text("".join(f"def f{k}_{i}(x):\n    return x + {i} * 'v{k}{i}'\n"
+                                                 for i in range(5_000)))
+    assert main(["index", str(repo)]) == 0
+    capsys.readouterr()
+    assert main(["bench", "index", str(repo), "--loaded", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    parts = mem["parts_mb"]
+    assert list(parts) == ["term index", "relations (W, its node tables)", "resolver", "graph", "fragments",
+                           "parsed files", "file texts and tables"]
+    assert mem["loaded_mb"] > 5 and parts["file texts and tables"] > 1 and parts["term index"] > 1
+    assert sum(parts.values()) <= mem["loaded_mb"] + 1

@@ -1,5 +1,6 @@
 """`repocomp bench index PATH [--runs N]`: lines, files, per-phase medians of a full index build, peak RSS, relation
-storage, and the latency of one-file incremental updates (`repocomp bench monorepo` assembles a large PATH).
+storage, and the latency of one-file incremental updates (`repocomp bench monorepo` assembles a large PATH);
+`--loaded`: what the stored index takes in memory once loaded, part by part.
 
 Each build runs in a fresh subprocess so that its peak RSS is its own.
 """
@@ -34,12 +35,50 @@ print(json.dumps({"phases_s": index.summary.phases_s, "total_s": total, "fragmen
 """
 
 
+# the resident memory of a loaded index, then each part let go in turn: what it held
+_LOADED = r"""
+import ctypes, gc, json, sys
+from repocomp.index import Index
+def rss():
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+start = rss()
+index = Index.load(sys.argv[1])
+loaded = rss()
+parts, last = {}, loaded
+def let_go(name, drop):
+    global last
+    drop()
+    now = rss()
+    parts[name], last = last - now, now
+let_go("term index", lambda: setattr(index, "term_index", None))
+let_go("relations (W, its node tables)", lambda: setattr(index, "upkeep", None))
+let_go("resolver", lambda: setattr(index, "resolver", None))
+let_go("graph", lambda: setattr(index, "graph", None))
+let_go("fragments", lambda: setattr(index, "fragments", None))
+let_go("parsed files", lambda: [setattr(e, "parsed", None) for e in index.files.values()])
+let_go("file texts and tables", lambda: setattr(index, "files", None))
+print(json.dumps({"loaded_mb": loaded - start, "parts_mb": parts}))
+"""
+
+
+def loaded_memory(path: Path) -> dict:
+    """MiB the stored index of `path` takes once loaded, and each part's share (a fresh process; Linux)."""
+    proc = subprocess.run([sys.executable, "-c", _LOADED, str(path)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"loading the index failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="full index build per phase, peak RSS, one-file update latency")
     p.add_argument("path", type=Path)
     p.add_argument("--runs", type=int, default=3, help="full builds (default 3)")
     p.add_argument("--updates", type=int, default=40, help="one-file updates to time (default 40)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--loaded", action="store_true",
+                   help="instead: what the stored index takes in memory once loaded, part by part")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 
@@ -82,6 +121,15 @@ def _updates(path: Path, n: int, seed: int) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.loaded:
+        mem = loaded_memory(args.path)
+        if args.json:
+            print(json.dumps(mem, indent=2))
+            return 0
+        print(f"bench index --loaded {args.path}: {mem['loaded_mb']:,.0f} MiB once loaded")
+        for name, mb in mem["parts_mb"].items():
+            print(f"  {name:<32} {mb:8,.0f} MiB")
+        return 0
     builds = _builds(args.path, args.runs)
     phases = sorted({k for b in builds for k in b["phases_s"]}, key=list(builds[0]["phases_s"]).index)
     med = {k: statistics.median(b["phases_s"].get(k, 0.0) for b in builds) for k in phases}
