@@ -51,7 +51,7 @@ _MIN_DEAD_IDS = 4096
 _STRUCTURAL_SECTIONS = ("index", "fragments", "graph", "relations")
 _HOW_BUILT = {"batch_bytes"}
 
-Checkpoint = Callable[["Index"], None]  # sees the index between two batches of a build
+Checkpoint = Callable[["Index"], object]  # sees the index between two batches of a build (what it returns: unused)
 Writing = Callable[[], AbstractContextManager[Any]]  # held while a batch changes the index
 
 
