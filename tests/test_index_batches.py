@@ -124,3 +124,20 @@ def test_a_partial_index_whose_files_are_all_there_is_whole_again(repo):
     index.save()
     assert Index.open(repo, EXACT).summary.pending_files == 0
     assert Index.load(repo, EXACT).summary.pending_files == 0
+
+
+def test_the_server_publishes_the_index_after_its_first_batch(repo):
+    from lsp_server.index_builder import IndexBuilder
+
+    folder = FolderIndex(root=repo.resolve(), config=BATCHED)
+    seen: list[tuple[str, int]] = []
+
+    def progress(f: FolderIndex, done: int, total: int, phase: str) -> None:
+        if phase == "batch":  # a batch was just added: completions could read what was indexed before it
+            seen.append((f.state, len(f.index.files) if f.index is not None else -1))
+
+    IndexBuilder(replay=lambda path: None, on_progress=progress).start(folder).join(60)
+    total = len(Index.build(repo, EXACT).files)
+    assert seen and all(state == "partial" for state, _ in seen)
+    assert seen[0][1] < total  # the index it published first held part of the folder
+    assert folder.state == "ready" and len(folder.index.files) == total
