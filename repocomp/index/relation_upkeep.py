@@ -43,6 +43,9 @@ class RelationUpkeep:
         self.pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
         self.pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
         self.pending_rows = np.zeros(0, np.int64)  # fragment rows found stale, not recomputed yet
+        # rows computed since the graph last changed: current, whatever reach finds them stale for (an update's own
+        # windows are computed at once and also lie within reach of its change)
+        self._fresh = np.zeros(0, np.int64)
 
     # -- F: the fragment x node matrix ---------------------------------------------------------------------------
     def file_triplets(self, entries: list[FileEntry]) -> Triplets:
@@ -154,6 +157,7 @@ class RelationUpkeep:
             now = np.unique(touched[alive[touched]])
         if len(now) or len(dead) or self.relations.shape != (n, n):
             self.relations = self._with_rows(now, dead=dead)
+        self._fresh = now
 
     @property
     def stale(self) -> bool:
@@ -173,10 +177,12 @@ class RelationUpkeep:
             self.pending_seeds = np.zeros(0, np.int64)
         pending = self.pending_rows[self.pending_rows < len(self.index.fragments)]
         pending = pending[self.index.fragments.alive_mask()[pending]]  # a row that died since needs nothing
+        pending = np.setdiff1d(pending, self._fresh, assume_unique=True)
         now, self.pending_rows = (pending, pending[:0]) if max_rows is None else (pending[:max_rows],
                                                                                   pending[max_rows:])
         if len(now):
             self.recompute(now)
+            self._fresh = np.union1d(self._fresh, now)
         return len(now)
 
     def compact(self, keep: np.ndarray, fragment_map: np.ndarray, node_map: np.ndarray) -> None:
@@ -191,6 +197,7 @@ class RelationUpkeep:
             return np.unique(table[ids][table[ids] >= 0])
 
         self.pending_rows = remap(self.pending_rows, fragment_map)
+        self._fresh = remap(self._fresh, fragment_map)
         # a dead node reaches no fragment any more: dropping it from the pending sets changes nothing
         self.pending_old, self.pending_seeds = remap(self.pending_old, node_map), remap(self.pending_seeds, node_map)
 
