@@ -3,6 +3,9 @@
     s_env_i = sum_j w_ij * s_ind_j / sum_j w_ij        (Eq. 9, over the other fragments j; 0 without relations)
     s_rel_i = s_ind_i + alpha * s_env_i                (Eq. 10)
 
+w_ij is W's structural relation (Eq. 8), plus, with `SemanticSums`, the weighted semantic one (Eq. 6) among the
+fragments most similar to the query (repocomp/semantic.py).
+
 Fragments that are not in the memory for this request (removed, or excluded by the leak rule) are dropped from
 both sums: they must neither lend their score to their neighbours (that would leak the hole's own code through
 the relation graph) nor dilute the neighbours' averages. The one exception is `lenders`: the hole's file's

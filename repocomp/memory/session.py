@@ -599,10 +599,9 @@ class SessionMemory:
             if replaced is not None:
                 chosen.append(replaced)
         shown = self._choose(chosen, cands, qualified, rel_reason, req, budget, count_tokens)
-        if chosen:
-            self._head_with_summary(chosen, shown, count_tokens)
         if not chosen:
             return _not_consulted("the related entries are shown already")
+        self._head_with_summary(chosen, shown, count_tokens)
         total = _evict(chosen, budget, count_tokens, self._summary_of)
         if not chosen:
             return _not_consulted(f"no related entry fits the session's budget of {budget} tokens")
