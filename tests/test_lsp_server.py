@@ -358,7 +358,10 @@ async def test_robustness_empty_results_and_one_warning_per_kind(client: Languag
             result = await client.text_document_completion_async(types.CompletionParams(
                 text_document=types.TextDocumentIdentifier(uri=uri_), position=pos))
             assert result is None or not (result.items if isinstance(result, types.CompletionList) else result)
-    await asyncio.sleep(0.2)
+    deadline = time.monotonic() + 10  # the messages travel apart from the answers: wait for them, bounded
+    while len(warnings(client)) < len(bad) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)  # and for any more
     shown = warnings(client)
     assert len(shown) == len(bad), shown  # one per failure kind, not one per request
     # the server is still healthy
