@@ -141,3 +141,13 @@ def test_the_server_publishes_the_index_after_its_first_batch(repo):
     assert seen and all(state == "partial" for state, _ in seen)
     assert seen[0][1] < total  # the index it published first held part of the folder
     assert folder.state == "ready" and len(folder.index.files) == total
+
+
+def test_the_index_command_reads_only_the_header_of_a_complete_index(repo, monkeypatch, capsys):
+    assert main(["index", str(repo), "--json"]) == 0
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a complete stored index is rebuilt, never loaded first")
+
+    monkeypatch.setattr(Index, "load", no_load)
+    assert main(["index", str(repo), "--json"]) == 0

@@ -139,7 +139,22 @@ def set_aside(target: Path) -> Path | None:
     return aside
 
 
-def _read(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def read_meta(folder: Path) -> dict[str, Any] | None:
+    """The JSON header's `meta` of the index file of `folder` without its arrays; None when there is no regular
+    file there or it cannot be read (what `read_state` would say why)."""
+    target = folder / INDEX_FILE
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            return _read_header(fh, target, st.st_size)[0]
+    except (IndexUnusableError, OSError, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _read_header(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[str, Any], list[str]]:
     if fh.readline(len(MAGIC)) != MAGIC:
         raise IndexCorruptError(f"{target} is not a repocomp index; delete it or run `repocomp index` to rebuild")
     version = fh.readline(16).strip()
@@ -155,6 +170,11 @@ def _read(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[str, Any
     meta, names = header["meta"], header["arrays"]
     if not isinstance(meta, dict) or not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ValueError("header layout")
+    return meta, names
+
+
+def _read(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    meta, names = _read_header(fh, target, size)
     arrays = {name: _read_array(fh, size) for name in names}
     if fh.read(1):
         raise ValueError("trailing bytes")
