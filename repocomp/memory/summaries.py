@@ -65,6 +65,8 @@ class SessionSummary:
 
     def batch(self, hunks: Sequence[Hunk]) -> SummaryBatch | None:
         """The next call's input, or None when nothing is pending."""
+        live = {h.id for h in hunks}  # a hunk gone from the queue is never asked about again: forget it
+        self._covered = {k: v for k, v in self._covered.items() if k in live}
         todo = self.pending(hunks)
         if not todo:
             return None
