@@ -197,3 +197,13 @@ def test_the_server_writes_when_idle_and_any_activity_cancels() -> None:
 
     asyncio.run(run())
     assert CART  # the session's files are the shared fixtures
+
+
+def test_hunks_gone_from_the_queue_are_forgotten() -> None:
+    s = SessionSummary()
+    first = [hunk(i, float(i)) for i in range(1, 6)]
+    batch = s.batch(first)
+    assert batch is not None and s.take(batch, " edited five places.")
+    later = [hunk(i, float(i)) for i in range(10, 13)]  # the queue moved on: 1-5 went to recall storage
+    s.batch(later)
+    assert not any(s.covers(h) for h in first) and len(s._covered) == 0  # bounded by the queue, not the session
