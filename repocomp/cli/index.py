@@ -14,7 +14,7 @@ from repocomp.config import Config, load_config
 from repocomp.errors import IndexUnusableError
 from repocomp.index import Index
 from repocomp.index.relation_upkeep import Progress
-from repocomp.index.store import read_meta
+from repocomp.index.store import fallback_dir, read_meta
 from repocomp.text import encodable
 
 
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
 def _resumed(root: Path, config: Config, progress: Progress | None) -> Index | None:
     """The stored index of a build in batches that was interrupted, with the files it had still to add; None when
     there is none (a complete stored index is built anew: that is what this command is for, and is not read)."""
-    meta = read_meta(Index(root, config).index_dir) or {}
-    if not (meta.get("summary") or {}).get("pending_files"):
+    stored = (read_meta(folder) or {} for folder in (Index(root, config).index_dir, fallback_dir(root.resolve())))
+    if not any((meta.get("summary") or {}).get("pending_files") for meta in stored):
         return None
     try:
         index = Index.load(root, config)
