@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,7 +86,7 @@ class SemanticRelations:
         self.pool = pool
 
     def environment(self, s_ind: np.ndarray, available: np.ndarray,
-                    texts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    texts: Callable[[np.ndarray], list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids, numerator, denominator): for the `pool` available fragments of highest s_ind,
         `sum_j w_ij s_ind_j` and `sum_j w_ij` over the others of the pool; `texts(ids)` gives their code."""
         ranked = np.where(available[: len(s_ind)] & (s_ind > 0), s_ind, -np.inf)

@@ -53,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
     bar, update = progress_bar()
     t = time.perf_counter()
     with bar if bar is not None else contextlib.nullcontext():
-        index = _resumed(root, config, update) or Index.build(root, config, update, checkpoint=Index.save)
-    index.save()
+        index = _resumed(root, config, update)
+        if index is None:
+            index = Index.build(root, config, update, checkpoint=Index.save)
+            index.save()
     summary = index.summary.to_dict() | {"root": str(index.root), "index_dir": str(index.index_dir),
                                          "total_s": round(time.perf_counter() - t, 3)}
     if args.json:
@@ -65,19 +67,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _resumed(root: Path, config: Config, progress: Progress | None) -> Index | None:
-    """The stored index of a build in batches that was interrupted, with the files it had still to add; None when
+    """The stored index of a build in batches that was interrupted, resumed and saved by `Index.open`; None when
     there is none (a complete stored index is built anew: that is what this command is for, and is not read)."""
     stored = (read_meta(folder) or {} for folder in (Index(root, config).index_dir, fallback_dir(root.resolve())))
     if not any((meta.get("summary") or {}).get("pending_files") for meta in stored):
         return None
     try:
-        index = Index.load(root, config)
+        return Index.open(root, config, build=False, progress=progress)
     except IndexUnusableError:
         return None
-    if not index.summary.pending_files:
-        return None
-    index.catch_up(progress, checkpoint=Index.save)
-    return index
 
 
 def format_summary(s: dict) -> str:

@@ -129,7 +129,7 @@ class Index:
     # -- construction --------------------------------------------------------------------------------------------
     @classmethod
     def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None,
-              checkpoint: Checkpoint | None = None, writing: Writing | None = None) -> Index:
+              checkpoint: Checkpoint | None = None, writing: Writing = contextlib.nullcontext) -> Index:
         """Index the repository's files.
 
         A folder with more source than `[index] batch_bytes` is built in batches (consecutive files of the walk,
@@ -183,7 +183,7 @@ class Index:
         phases["term_index"] = time.perf_counter() - t
 
     def _add_batches(self, batches: list[list[SourceFile]], phases: dict[str, float], progress: Progress | None,
-                     checkpoint: Checkpoint | None, writing: Writing | None) -> None:
+                     checkpoint: Checkpoint | None, writing: Writing) -> None:
         """Add each batch of files as one update, relations refreshed (see `build`)."""
         t = time.perf_counter()
         pending = sum(len(b) for b in batches)
@@ -192,7 +192,7 @@ class Index:
             self.summary.pending_files = pending
             if checkpoint is not None:
                 checkpoint(self)
-            with writing() if writing is not None else contextlib.nullcontext():
+            with writing():
                 self.update_files({s.path: s.text for s in batch})
                 self.refresh_relations()
             pending -= len(batch)
@@ -515,7 +515,7 @@ class Index:
                                     "rebuilding") from None
 
     def catch_up(self, progress: Progress | None = None, checkpoint: Checkpoint | None = None,
-                 writing: Writing | None = None) -> int:
+                 writing: Writing = contextlib.nullcontext) -> int:
         """Apply the files that differ on disk from this index's copies (added, changed, removed), in batches as a
         build adds them (`checkpoint` and `writing` as there); the walk's warnings become notices. How many files
         changed. What resumes an interrupted build, and brings a stored index up to date with the disk."""
@@ -527,16 +527,15 @@ class Index:
         gone = sorted(p for p in self.files if p not in on_disk)
         changed = [f for f in walked.files if f.path not in self.files or self.files[f.path].text != f.text]
         if gone:
-            with writing() if writing is not None else contextlib.nullcontext():
+            with writing():
                 self.update_files(dict.fromkeys(gone), removed=True)
-        phases: dict[str, float] = {}
-        self._add_batches(_batches(changed, self.config.index.batch_bytes), phases, progress, checkpoint, writing)
+        self._add_batches(_batches(changed, self.config.index.batch_bytes), {}, progress, checkpoint, writing)
         return len(gone) + len(changed)
 
     @classmethod
     def open(cls, root: str | Path, config: Config | None = None, build: bool = True,
              progress: Progress | None = None, checkpoint: Checkpoint | None = None,
-             writing: Writing | None = None) -> Index:
+             writing: Writing = contextlib.nullcontext) -> Index:
         """Load the stored index; build (and save) it when missing, corrupt, old or built with other settings.
 
         A missing or stale index (another version, other settings) is rebuilt quietly (an info log), a corrupt one

@@ -15,6 +15,7 @@ write or open once they are `STALE_TMP_S` old. Reading translates every failure 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -22,6 +23,7 @@ import os
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +109,8 @@ def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise IndexCorruptError(f"{target} is not a regular file; remove it and run `repocomp index`")
     remove_stale_tmp(folder)
     try:
-        # O_NOFOLLOW: a symlink swapped in after the check is refused, not followed
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError("not a regular file")
-            return _read(fh, target, st.st_size)
+        with _opened(target) as (fh, size):
+            return _read(fh, target, size)
     except IndexUnusableError:
         raise
     except (OSError, EOFError, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:
@@ -144,14 +141,22 @@ def read_meta(folder: Path) -> dict[str, Any] | None:
     file there or it cannot be read (what `read_state` would say why)."""
     target = folder / INDEX_FILE
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            return _read_header(fh, target, st.st_size)[0]
+        with _opened(target) as (fh, size):
+            return _read_header(fh, target, size)[0]
     except (IndexUnusableError, OSError, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
         return None
+
+
+@contextlib.contextmanager
+def _opened(target: Path) -> Iterator[tuple[io.BufferedReader, int]]:
+    """`target` opened for reading, and its size; a symbolic link (O_NOFOLLOW: even one swapped in after a check)
+    or anything but a regular file is refused."""
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        yield fh, st.st_size
 
 
 def _read_header(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[str, Any], list[str]]:
