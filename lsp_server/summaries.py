@@ -52,9 +52,7 @@ class SummaryWriter:
         try:
             if await write_summary(memory.summary, memory.hunks(), backend()):
                 self.written += 1
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - a summary is never worth a failure: the template stays
+        except Exception:  # noqa: BLE001 - never worth a failure (the template stays); a cancellation goes through
             logger.info("session summary not written", exc_info=True)
 
     def cancel_all(self) -> None:
