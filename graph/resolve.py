@@ -100,6 +100,8 @@ class Resolver:
             (self._modules if key.startswith("mod:") else self._names)[key].append(sym.path)
 
     def remove_file(self, path: str) -> None:
+        for key in self.consulted.pop(path, ()):  # what it looked at: a removed file is nobody's reader
+            self._readers[key].discard(path)
         old = self.files.pop(path, None)
         if old is None:
             return

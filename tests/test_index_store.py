@@ -14,7 +14,7 @@ from repocomp.cli import main
 from repocomp.config import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
 from repocomp.index import Index
-from repocomp.index.store import INDEX_FILE
+from repocomp.index.store import INDEX_FILE, file_map, read_state
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "index_repo"
 # no truncation and context relations on, so the comparison covers Eq. 7 as well
@@ -57,6 +57,43 @@ def test_round_trip(repo):
     _assert_same(built, loaded)
     assert loaded.summary.files == built.summary.files
     assert loaded.file_lines("app.py") == (repo / "app.py").read_text().split("\n")
+
+
+def test_a_loaded_index_reads_its_arrays_and_texts_in_place_from_the_file(repo):
+    """The stored arrays are views of a map of the index file (resident only where touched), the texts its bytes:
+    what a loaded index answers equals the built one, texts with multi-byte characters, lone surrogates (an editor
+    buffer's), a file without a final newline and an empty file included."""
+    (repo / "unicode.py").write_text("# café ∑\nname = 'naïve'\n\ndef f():\n    return name\n", encoding="utf-8")
+    (repo / "empty.py").write_text("")
+    built = Index.build(repo, EXACT)
+    built.update_file("pkg/extra.py", text="s = '\udc80'\nt = 'é'")  # a buffer: a lone surrogate, no final newline
+    built.save()
+    meta, arrays = read_state(repo / ".repocomp")
+    mapped = [a for a in arrays.values() if a.size and file_map(a) is not None]
+    assert len(mapped) == sum(1 for a in arrays.values() if a.size) and all(a.flags.aligned for a in mapped)
+    loaded = Index.load(repo, EXACT)
+    _assert_same(built, loaded)
+    assert (loaded.symmetric_relations != built.symmetric_relations).nnz == 0
+    for path, entry in built.files.items():
+        assert not isinstance(loaded.files[path].source, str) and loaded.files[path].text == entry.text, path
+    assert loaded.file_lines("pkg/extra.py") == ["s = '\udc80'", "t = 'é'"] and loaded.file_lines("empty.py") == [""]
+
+
+def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):
+    """An update writes into arrays read in place (copy-on-write): the loaded index then equals a rebuild, and the
+    file it was read from is unchanged until a save replaces it."""
+    Index.build(repo, EXACT).save()
+    stored = (repo / ".repocomp" / INDEX_FILE).read_bytes()
+    loaded = Index.load(repo, EXACT)
+    (repo / "pkg/util.py").write_text((repo / "pkg/util.py").read_text().replace("def clamp(", "def limit("))
+    loaded.update_file("pkg/util.py")
+    loaded.remove_file("pkg/core.py")
+    (repo / "pkg/core.py").unlink()
+    loaded.refresh_relations()
+    assert (repo / ".repocomp" / INDEX_FILE).read_bytes() == stored
+    _assert_same(loaded, Index.build(repo, EXACT))
+    loaded.save()
+    _assert_same(Index.load(repo, EXACT), Index.build(repo, EXACT))
 
 
 def test_update_file_equals_full_rebuild(repo):

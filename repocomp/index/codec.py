@@ -24,7 +24,7 @@ from graph.code_graph import CodeGraph, FileNodes
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
 from repocomp.index.fragment_store import FragmentStore
-from repocomp.index.fragments import Fragment, Location, line_starts
+from repocomp.index.fragments import Fragment, Location
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.term_index import StateVersionError, TermIndex
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 _H = TypeVar("_H", bound=Hashable)
 
-SCHEMA = 3  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
+SCHEMA = 4  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
@@ -75,22 +75,33 @@ def _split(flat: Any, lengths: np.ndarray) -> list[Any]:
     return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
 
 
-def _text_blob(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The texts' UTF-8 bytes end to end and each one's length, filled in place: one copy of the texts, not two."""
-    def encoded(t: str) -> bytes:
-        return t.encode("utf-8", "surrogatepass")  # editor buffers may hold lone surrogates
+def _text_blob(sources: list[str | np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The texts' UTF-8 bytes end to end and each one's length, filled in place: one copy of the texts, not two
+    (a text still held as the bytes it was loaded from is copied as it is)."""
+    def encoded(t: str | np.ndarray) -> bytes | np.ndarray:
+        return t.encode("utf-8", "surrogatepass") if isinstance(t, str) else t  # buffers may hold lone surrogates
 
-    lengths = np.fromiter((len(t) if t.isascii() else len(encoded(t)) for t in texts), np.int64, len(texts))
+    lengths = np.fromiter((len(t) if not isinstance(t, str) or t.isascii() else len(encoded(t)) for t in sources),
+                          np.int64, len(sources))
     blob = np.empty(int(lengths.sum()), np.uint8)
     at = 0
-    for t, n in zip(texts, lengths.tolist()):
+    for t, n in zip(sources, lengths.tolist()):
         blob[at:at + n] = np.frombuffer(encoded(t), np.uint8)
         at += n
     return blob, lengths
 
 
-def _untext_blob(blob: np.ndarray, lengths: np.ndarray) -> list[str]:
-    return [part.tobytes().decode("utf-8", "surrogatepass") for part in _split(blob, lengths)]
+def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each file's text starts in `blob`, where its first newline is among all of them, and the newlines'
+    offsets; `ValueError` unless each file has its `line_counts` lines."""
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    newlines = np.flatnonzero(blob == ord("\n"))
+    first = np.searchsorted(newlines, starts)
+    if not np.array_equal(np.searchsorted(newlines, ends) - first, line_counts - 1):
+        raise ValueError("line counts differ from the texts")
+    return starts, first, newlines
 
 
 # ------------------------------------------------------------------------------------------------ encode
@@ -102,7 +113,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     paths = [e.path for e in entries]
     file_of = {p: i for i, p in enumerate(paths)}
 
-    arrays["text"], arrays["text_len"] = _text_blob([e.text for e in entries])
+    arrays["text"], arrays["text_len"] = _text_blob([e.source for e in entries])
     parsed = [e.parsed for e in entries]
     kinds_table, arrays["node_kind"] = _codes([k for p in parsed for k in p.kinds])
     arrays["node_count"] = np.array([p.n_nodes for p in parsed], np.int64)
@@ -138,12 +149,13 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays["locations"] = np.array(locs, np.int64).reshape(-1, 4)
     arrays["fragment_alive"] = index.alive_mask()
 
-    rel = index.relations.tocsr()
-    arrays["rel_data"], arrays["rel_indices"], arrays["rel_indptr"] = \
-        rel.data.astype(np.float32), rel.indices.astype(np.int64), rel.indptr.astype(np.int64)
+    # W and Eq. 9's symmetric W as scipy holds them (its index dtypes): read back in place, not converted
+    for name, m in (("rel", index.relations.tocsr()), ("sym", index.symmetric_relations)):
+        arrays[f"{name}_data"] = m.data.astype(np.float32, copy=False)
+        arrays[f"{name}_indices"], arrays[f"{name}_indptr"] = m.indices, m.indptr
 
     term = index.term_index.state()
-    for key in ("alive", "indptr", "terms", "counts"):
+    for key in TermIndex.STATE_ARRAYS:
         arrays[f"term_{key}"] = term[key]
 
     meta = {
@@ -183,7 +195,11 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         if len(a[name]) != n_files:
             raise ValueError(f"{name}: one per file expected")
     node_counts, line_counts = a["node_count"], a["line_count"]
-    texts = _untext_blob(a["text"], a["text_len"])
+    blob = a["text"]
+    if blob.dtype != np.uint8 or blob.ndim != 1 or (a["text_len"] < 0).any() or a["text_len"].sum() != len(blob):
+        raise ValueError("texts")
+    text_start, first_newline, newlines = _line_bounds(blob, a["text_len"], line_counts)
+    sources = _split(blob, a["text_len"])
     kinds = _split(_uncode(meta["kinds"], a["node_kind"]), node_counts)
     per_node = {k: _split(a[f"node_{k}"], node_counts) for k in ("start_line", "end_line", "parent", "id")}
     owner = _split(a["line_owner"], line_counts)
@@ -209,8 +225,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     resolver = Resolver()
     for i, rec in enumerate(files):
         n_nodes, n_lines = int(node_counts[i]), int(line_counts[i])
-        if (n_nodes and (per_node["parent"][i].max() >= n_nodes or owner[i].max(initial=0) >= n_nodes)) \
-                or texts[i].count("\n") + 1 != n_lines:
+        if n_nodes and (per_node["parent"][i].max() >= n_nodes or owner[i].max(initial=0) >= n_nodes):
             raise ValueError(f"file {i}: node or line tables inconsistent")
         parsed = ParsedFile(
             str(rec["language"]), n_lines, kinds[i], per_node["start_line"][i], per_node["end_line"][i],
@@ -225,7 +240,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
             raise ValueError(f"file {i}: a fact names no node of the file")
         path = str(rec["path"])
         node_ids = _nodes(per_node["id"][i], n_ids)
-        index.files[path] = FileEntry(path, parsed.language, texts[i], parsed, windows[i].tolist(), node_ids)
+        index.files[path] = FileEntry(path, parsed.language, sources[i], parsed, windows[i].tolist(), node_ids)
         graph.files[path] = FileNodes(path, _node(a["file_node"][i], n_ids), node_ids, _nodes(syntax[i], n_ids),
                                       _nodes(calls[i], n_ids))
         resolver.set_file(make_symbols(path, parsed))
@@ -245,15 +260,16 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
                                and 0 <= file_col.min() and file_col.max() < n_files and 0 <= start_col.min()
                                and (start_col < end_col).all() and (end_col <= line_counts[file_col]).all()):
         raise ValueError("location out of range")
-    _, first = np.unique(frag_col, return_index=True)  # a fragment reads its text where it is first located
-    first = first[np.argsort(file_col[first], kind="stable")]
-    for rows in np.split(first, np.flatnonzero(np.diff(file_col[first])) + 1):  # by file: one file's offsets
-        if not len(rows):
-            continue
-        text = texts[int(file_col[rows[0]])]
-        starts = line_starts(text)
-        for frag, _, start, end in locations[rows].tolist():
-            fragments[frag] = Fragment(frag, text, [], starts[start], starts[end] - 1)
+    # a fragment reads its text where it is first located: lines [start, end) of a file are the bytes from the
+    # start of `start` (the file's start, or after a newline) to the end of `end - 1` (a newline, or the file's end)
+    _, first = np.unique(frag_col, return_index=True)
+    f_file, f_start, f_end = file_col[first], start_col[first], end_col[first]
+    newline_at, newlines = first_newline[f_file], np.append(newlines, 0)  # (a last one that is never chosen)
+    lo = np.where(f_start > 0, newlines[np.maximum(newline_at + f_start - 1, 0)] + 1, text_start[f_file])
+    hi = np.where(f_end == line_counts[f_file], text_start[f_file] + a["text_len"][f_file],
+                  newlines[np.minimum(newline_at + f_end - 1, len(newlines) - 1)])
+    for frag, start, end in zip(frag_col[first].tolist(), lo.tolist(), hi.tolist()):
+        fragments[frag] = Fragment(frag, blob, [], start, end)
     paths = [e.path for e in entries]
     for frag, file_i, start, end in locations.tolist():
         fragments[frag].locations.append(Location(paths[file_i], start, end))
@@ -263,18 +279,24 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         raise ValueError("window fragment out of range")
     index.fragments = FragmentStore(fragments)
 
-    relations = sp.csr_matrix((a["rel_data"], a["rel_indices"], a["rel_indptr"]), shape=(n_frags, n_frags))
-    relations.check_format(full_check=True)
+    relations, symmetric = (_csr(a, name, n_frags) for name in ("rel", "sym"))
+    if symmetric.nnz < relations.nnz:
+        raise ValueError("the symmetric relations hold less than the relations")
     index.upkeep.relations = relations
-    term = meta["term_index"] | {k: a[f"term_{k}"] for k in ("alive", "indptr", "terms", "counts")}
-    n_terms, indptr = term["vocab"].count("\n") + 1 if term["vocab"] else 0, term["indptr"]
-    if len(term["alive"]) != n_frags or len(indptr) != n_frags + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any() \
-            or indptr[-1] != len(term["terms"]) or len(term["terms"]) != len(term["counts"]) \
-            or (len(term["terms"]) and not 0 <= term["terms"].min() <= term["terms"].max() < n_terms):
-        raise ValueError("term index tables inconsistent")
-    index.term_index = TermIndex.from_state(term)  # its version was checked above
+    index.upkeep.keep_symmetric(symmetric)
+    term = meta["term_index"] | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS}
+    if len(term["alive"]) != n_frags:
+        raise ValueError("term index rows are not the fragments")
+    index.term_index = TermIndex.from_state(term)  # its version was checked above, its tables are checked there
     known = {f.name for f in dataclasses.fields(IndexSummary)}
     index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
+
+
+def _csr(a: dict[str, np.ndarray], name: str, n: int) -> sp.csr_matrix:
+    """The n x n matrix stored as `name`_data/_indices/_indptr, checked whole (ids in range, pointers rising)."""
+    m = sp.csr_matrix((a[f"{name}_data"], a[f"{name}_indices"], a[f"{name}_indptr"]), shape=(n, n))
+    m.check_format(full_check=True)
+    return m
 
 
 def _node(value: Any, n_ids: int) -> int:

@@ -25,14 +25,19 @@ class FragmentStore(Sequence[Fragment | None]):
     def __init__(self, fragments: Iterable[Fragment | None] = ()) -> None:
         self._items: list[Fragment | None] = list(fragments)
         self._alive = np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
-        self._index_texts()
-
-    def _index_texts(self) -> None:
-        self._by_hash: dict[int, int] = {}
+        self._hashed: dict[int, int] | None = None  # made when first needed: a loaded index that only answers
         self._collided: dict[str, int] = {}  # texts whose hash another live text has (never seen in practice)
-        for frag in self._items:
-            if frag is not None:
-                self._remember(frag.text, frag.id)
+
+    @property
+    def _by_hash(self) -> dict[int, int]:
+        """Live fragment ids by their text's hash, made on first use (reading every text once): retrieval never
+        needs it, an update does."""
+        if self._hashed is None:
+            self._hashed, self._collided = {}, {}
+            for frag in self._items:
+                if frag is not None:
+                    self._remember(frag.text, frag.id)
+        return self._hashed
 
     def _remember(self, text: str, frag_id: int) -> None:
         if self._by_hash.setdefault(hash(text), frag_id) != frag_id:
@@ -40,9 +45,10 @@ class FragmentStore(Sequence[Fragment | None]):
 
     def find(self, text: str) -> int | None:
         """The id of the live fragment with this text, if any."""
+        by_hash = self._by_hash
         if self._collided and text in self._collided:
             return self._collided[text]
-        frag_id = self._by_hash.get(hash(text))
+        frag_id = by_hash.get(hash(text))
         if frag_id is None:
             return None
         frag = self._items[frag_id]
@@ -84,9 +90,10 @@ class FragmentStore(Sequence[Fragment | None]):
         frag.locations.append(loc)
         return frag_id
 
-    def forget_path(self, frag_ids: Iterable[int], path: str, text: str | None = None) -> None:
+    def forget_path(self, frag_ids: Iterable[int], path: str, text: str | np.ndarray | None = None) -> None:
         """Drop the locations in `path` of these fragments (they stay, possibly empty, until `release`); those
-        that read their text from `text` (the file's text being dropped) take a copy of it."""
+        that read their text from `text` (the file's text being dropped) take a copy of it (the bytes of a loaded
+        index stay where they are: nothing to copy)."""
         for frag_id in frag_ids:
             frag = self._items[frag_id]
             assert frag is not None  # a file's fragments are released only after it forgets them
@@ -121,5 +128,5 @@ class FragmentStore(Sequence[Fragment | None]):
         for new_id, frag in enumerate(self._items):
             assert frag is not None  # `keep` holds the live ids
             frag.id = new_id
-        self._index_texts()
+        self._hashed = None
         return keep

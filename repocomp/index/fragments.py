@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from repocomp.index.records import decoded
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class Location:
@@ -18,11 +22,12 @@ class Fragment:
     """One unique window text and every place it occurs.
 
     The text is held as a slice of a file's text (`source[start:end]`), made when read: windows overlap, so a copy
-    per window would hold each line window/stride times over."""
+    per window would hold each line window/stride times over. The source of a loaded index is the UTF-8 bytes of
+    the index file's texts (start and end in bytes), decoded when read."""
 
     __slots__ = ("id", "locations", "_source", "_start", "_end")
 
-    def __init__(self, id: int, text: str, locations: list[Location] | None = None,
+    def __init__(self, id: int, text: str | np.ndarray, locations: list[Location] | None = None,
                  start: int = 0, end: int | None = None) -> None:
         self.id = id
         self.locations = [] if locations is None else locations
@@ -30,15 +35,18 @@ class Fragment:
 
     @property
     def text(self) -> str:
-        if self._start == 0 and self._end == len(self._source):
-            return self._source
-        return self._source[self._start:self._end]
+        source = self._source
+        if not isinstance(source, str):
+            return decoded(source[self._start:self._end])
+        if self._start == 0 and self._end == len(source):
+            return source
+        return source[self._start:self._end]
 
     def point_at(self, source: str, start: int, end: int) -> None:
         """Take the same text from `source[start:end]` (a file's current text) instead."""
         self._source, self._start, self._end = source, start, end
 
-    def detach(self, source: str) -> None:
+    def detach(self, source: str | np.ndarray) -> None:
         """Hold a copy of the text if it is a slice of `source` (a file text being dropped)."""
         if self._source is source:
             self._source, self._start, self._end = self.text, 0, self._end - self._start

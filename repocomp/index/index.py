@@ -39,7 +39,7 @@ from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Location, line_starts, window_spans
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
-from repocomp.index.store import INDEX_FILE, fallback_dir, read_state, set_aside, write_state
+from repocomp.index.store import INDEX_FILE, evict, fallback_dir, read_state, set_aside, write_state
 from repocomp.index.term_index import TermIndex
 from repocomp.index.walk import FileRule, SourceFile, WalkResult, addressable, walk_repository
 
@@ -223,7 +223,7 @@ class Index:
         if entry is None:
             return set()
         touched = set(entry.windows)
-        self.fragments.forget_path(touched, path, entry.text)
+        self.fragments.forget_path(touched, path, entry.source)
         self.graph.remove_file(path)
         self.resolver.remove_file(path)
         return touched
@@ -506,6 +506,7 @@ class Index:
         try:
             index_codec.decode(self, meta, arrays)
             self.upkeep.rebuild_fragment_nodes()  # from the decoded tables: a damage the codec missed fails here
+            evict(arrays)  # what checking it touched: read again from the file where a request needs it
         except index_codec.OtherVersionError as exc:
             raise IndexStaleError(f"{self.index_dir / INDEX_FILE} was written by another repocomp ({exc}); "
                                   "rebuilding") from None

@@ -11,21 +11,32 @@ import numpy as np
 
 from graph.parsing import ParsedFile
 
-__all__ = ["FileEntry", "IndexSummary"]
+__all__ = ["FileEntry", "IndexSummary", "decoded"]
 
 
 @dataclass
 class FileEntry:
     path: str
     language: str
-    text: str
+    # the file's text, or its UTF-8 bytes (a view of the index file it was loaded from: decoded when read, so a
+    # loaded index holds no copy of the repository's text)
+    source: str | np.ndarray
     parsed: ParsedFile
     windows: list[int]  # fragment id of each window, in file order
     node_ids: np.ndarray  # global graph id of each local syntax node
 
     @property
+    def text(self) -> str:
+        return self.source if isinstance(self.source, str) else decoded(self.source)
+
+    @property
     def lines(self) -> list[str]:
         return self.text.split("\n")
+
+
+def decoded(data: np.ndarray) -> str:
+    """Stored UTF-8 bytes as text (editor buffers may hold lone surrogates: stored as they are)."""
+    return data.tobytes().decode("utf-8", "surrogatepass")
 
 
 @dataclass

@@ -216,6 +216,11 @@ class RelationUpkeep:
             self._symmetric = cached
         return cached[3]
 
+    def keep_symmetric(self, symmetric: sp.csr_matrix) -> None:
+        """Take `symmetric` (stored with the index) as the current W's symmetric matrix instead of making it."""
+        w = self.relations
+        self._symmetric = (w, w.nnz, w.shape, symmetric)
+
     def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray:
         """Per fragment: the strongest max-product path from a node on lines [start, end) of `path` to one of its
         nodes (0 where none is within the cutoff).

@@ -1,10 +1,17 @@
 """The index on disk: one versioned file of plain data, written atomically. Reading it can never run code.
 
 Layout: a magic line, a format-version line, the byte length of a JSON header on its own line, the JSON header
-(`{"meta": {...}, "arrays": [names...]}`), then one `.npy` record per named array, in that order. Arrays are
-read with their headers checked first: only bool/int/uint/float dtypes, and never more bytes than the file
-holds, so a crafted file costs at most its own size. There is no pickle anywhere (format 1 was a pickle; a
-repository could ship one that ran code when unpickled).
+(`{"meta": {...}, "arrays": [names...]}`), then one `.npy` record per named array, in that order, each starting
+at a multiple of `ALIGN` bytes (zeros between). Arrays are read with their headers checked first: only
+bool/int/uint/float dtypes, and never more bytes than the file holds, so a crafted file costs at most its own size.
+There is no pickle anywhere (format 1 was a pickle; a repository could ship one that ran code when unpickled).
+
+Arrays are read in place: each is a copy-on-write view of a memory map of the file (aligned records make them
+aligned arrays), so what is resident is what has been touched, and a write to one (an update) copies only the
+pages it writes; the file is never written through them. `evict` returns the pages touched while checking a
+freshly read file to the kernel. A replaced index file stays readable by the views of the old one (a rename
+keeps the old file until its map is dropped); a file truncated in place under a running reader is not (SIGBUS),
+which no writer here does.
 
 The file is written to a temporary name in the same folder, fsynced, then renamed over the old one, so a crash
 mid-write leaves the previous index loadable. Temporary files of a write that was killed are removed by the next
@@ -19,6 +26,7 @@ import contextlib
 import hashlib
 import io
 import json
+import mmap
 import os
 import stat
 import tempfile
@@ -41,7 +49,7 @@ from repocomp.errors import (
 )
 
 MAGIC = b"repocomp-index\n"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 INDEX_FILE = "index.bin"
 REJECTED_SUFFIX = ".rejected"  # a rejected index file, set aside under its name plus this
 TMP_PREFIX, TMP_SUFFIX = ".index-", ".tmp"
@@ -49,6 +57,7 @@ TMP_PREFIX, TMP_SUFFIX = ".index-", ".tmp"
 STALE_TMP_S = 600.0
 _ARRAY_KINDS = "biuf"  # bool, int, uint, float: dtypes that are plain bytes
 _MAX_HEADER_BYTES = 1 << 31
+ALIGN = 64  # each array record starts at a multiple of this (numpy pads its headers to it too)
 
 
 def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
@@ -78,6 +87,7 @@ def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray
                 arr = np.ascontiguousarray(arr)
                 if arr.dtype.kind not in _ARRAY_KINDS:  # a schema bug, not user input
                     raise TypeError(f"cannot store dtype {arr.dtype}")
+                fh.write(bytes(-fh.tell() % ALIGN))
                 npy.write_array(fh, arr, allow_pickle=False)
             fh.flush()
             os.fsync(fh.fileno())
@@ -178,29 +188,50 @@ def _read_header(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[s
     return meta, names
 
 
-def _read(fh: io.BufferedIOBase, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _read(fh: io.BufferedReader, target: Path, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     meta, names = _read_header(fh, target, size)
-    arrays = {name: _read_array(fh, size) for name in names}
-    if fh.read(1):
+    mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)  # private: writes never reach the file
+    arrays = {name: _read_array(fh, size, mapped) for name in names}
+    if fh.tell() != size:
         raise ValueError("trailing bytes")
     return meta, arrays
 
 
-def _read_array(fh: io.BufferedIOBase, size: int) -> np.ndarray:
-    """One `.npy` record, its header checked before any allocation (dtype kind, byte count within the file)."""
+def _read_array(fh: io.BufferedIOBase, size: int, mapped: mmap.mmap) -> np.ndarray:
+    """One `.npy` record as a view of `mapped`, its header checked first (dtype kind, byte count within the
+    file)."""
+    fh.seek(-fh.tell() % ALIGN, io.SEEK_CUR)
     major, _ = npy.read_magic(fh)
     read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
     shape, fortran, dtype = read_header(fh)
     if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise ValueError(f"dtype {dtype}")
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if count < 0 or count * dtype.itemsize > size - fh.tell():
+    at = fh.tell()
+    if count < 0 or count * dtype.itemsize > size - at:
         raise ValueError("array larger than the file")
-    arr = np.empty(count, dtype=dtype)
-    # numpy's stubs do not declare ndarray's buffer protocol (`__buffer__`), though memoryview() takes one
-    if count and fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:  # type: ignore[arg-type]
-        raise ValueError("truncated array")
+    fh.seek(count * dtype.itemsize, io.SEEK_CUR)
+    arr = np.frombuffer(mapped, dtype, count, at) if count else np.empty(0, dtype)
     return arr.reshape(shape, order="F" if fortran else "C")
+
+
+def evict(arrays: dict[str, np.ndarray]) -> None:
+    """Give the kernel back the pages of the file `arrays` were read from (`read_state`) that reading touched:
+    they read back from the file when used. Only before anything was written to them (a written page is the
+    process's own, and would be lost)."""
+    for arr in arrays.values():
+        mapped = file_map(arr)
+        if mapped is not None:
+            mapped.madvise(mmap.MADV_DONTNEED)
+            return  # one map holds them all
+
+
+def file_map(arr: np.ndarray) -> mmap.mmap | None:
+    """The map of an index file that `arr` is a view of (`read_state`), if it is one."""
+    base = arr.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base.obj if isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap) else None
 
 
 def remove_stale_tmp(folder: Path, max_age_s: float = STALE_TMP_S) -> int:

@@ -28,7 +28,7 @@ __all__ = ["TermIndex", "StateVersionError"]
 log = logging.getLogger(__name__)
 
 _MAX_DELTA_ROWS = 512  # fold the delta into the snapshot beyond this many changed rows
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 class StateVersionError(ValueError):
@@ -75,6 +75,14 @@ class _Postings:
         idx = np.arange(total) - offsets[k] + starts[k]
         which = positions[k]
         return self.rows[idx], self.counts[idx], which
+
+
+def _check_pointers(indptr: np.ndarray, n: int, ids: np.ndarray, values: np.ndarray, n_ids: int) -> None:
+    """A compressed table of `n` entries over `n_ids` ids is whole: pointers rising from 0 to its length, ids in
+    range."""
+    if len(indptr) != n + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any() or indptr[-1] != len(ids) \
+            or len(ids) != len(values) or (len(ids) and not 0 <= ids.min() <= ids.max() < n_ids):
+        raise ValueError("term index tables inconsistent")
 
 
 class TermIndex:
@@ -139,16 +147,19 @@ class TermIndex:
         """Take these rows (CSR over `self.vocab`) as the whole index, with their statistics and postings."""
         n, n_terms = len(present), len(self.vocab)
         self._rows = sp.csr_matrix((counts, terms, indptr), shape=(n, n_terms))
-        self._present = present
         running = np.zeros(len(counts) + 1, np.float64)
         np.cumsum(counts, out=running[1:])
-        self._row_len = (running[indptr[1:]] - running[indptr[:-1]]).astype(np.float32)
-        self._row_set = np.diff(indptr).astype(np.float32)
-        self._df = np.bincount(terms, minlength=n_terms).astype(np.int64)
-        self._n_docs = int(present.sum())
-        self._total_len = int(counts.sum(dtype=np.float64))
-        self._version += 1
+        row_len = (running[indptr[1:]] - running[indptr[:-1]]).astype(np.float32)
+        del running
+        self._set_statistics(present, row_len, np.bincount(terms, minlength=n_terms).astype(np.int64))
         self._fold()
+
+    def _set_statistics(self, present: np.ndarray, row_len: np.ndarray, df: np.ndarray) -> None:
+        self._present, self._row_len, self._df = present, row_len, df
+        self._row_set = np.diff(self._rows.indptr).astype(np.float32)
+        self._n_docs = int(present.sum())
+        self._total_len = int(row_len.sum(dtype=np.float64))
+        self._version += 1
 
     def take(self, rows: np.ndarray) -> TermIndex:
         """A new index whose row i is this one's row `rows[i]`, with a vocabulary of the terms those rows use
@@ -324,16 +335,19 @@ class TermIndex:
 
     # -- persistence ----------------------------------------------------------------------------------------
 
+    # the arrays of a state: the rows (CSR), their postings (CSC) and statistics, stored as they are used, so that
+    # a loaded index reads them in place instead of deriving them (a transpose of every posting)
+    STATE_ARRAYS = ("alive", "indptr", "terms", "counts", "post_indptr", "post_rows", "post_counts", "row_len", "df")
+
     def state(self) -> dict[str, Any]:
         """Plain arrays and scalars, no custom classes (the index codec stores them as they are)."""
         self._fold()
         return {
             "version": _STATE_VERSION,
             "vocab": "\n".join(self.vocab),  # tokens never contain whitespace
-            "alive": self._present.copy(),
-            "indptr": self._rows.indptr.astype(np.int64),
-            "terms": self._rows.indices.astype(np.int32, copy=False),
-            "counts": self._rows.data.astype(np.float32, copy=False),
+            "alive": self._present, "indptr": self._rows.indptr, "terms": self._rows.indices,
+            "counts": self._rows.data, "post_indptr": self._base.indptr, "post_rows": self._base.rows,
+            "post_counts": self._base.counts, "row_len": self._row_len, "df": self._df,
         }
 
     @staticmethod
@@ -344,12 +358,25 @@ class TermIndex:
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> TermIndex:
+        """The index of a `state()`, its arrays used as they are (views of the index file). `ValueError` when
+        their shapes, dtypes or ids do not fit together (a damaged file)."""
         cls.check_state_version(d)
         idx = cls()
         words = d["vocab"].split("\n") if d["vocab"] else []
         idx.vocab = {w: i for i, w in enumerate(words)}
-        idx._set_folded(np.asarray(d["alive"], bool), np.asarray(d["indptr"], np.int64),
-                        np.asarray(d["terms"], np.int32), np.asarray(d["counts"], np.float32))
+        n_terms, n = len(words), len(d["alive"])
+        kinds = {"alive": "b", "indptr": "i", "terms": "i", "counts": "f", "post_indptr": "i", "post_rows": "i",
+                 "post_counts": "f", "row_len": "f", "df": "i"}
+        if any(np.asarray(d[k]).dtype.kind != kind or np.ndim(d[k]) != 1 for k, kind in kinds.items()):
+            raise ValueError("term index tables of another type")
+        _check_pointers(d["indptr"], n, d["terms"], d["counts"], n_terms)
+        _check_pointers(d["post_indptr"], n_terms, d["post_rows"], d["post_counts"], n)
+        if len(d["row_len"]) != n or len(d["df"]) != n_terms or len(d["terms"]) != len(d["post_rows"]):
+            raise ValueError("term index statistics of another size")
+        idx._rows = sp.csr_matrix((d["counts"], d["terms"], d["indptr"]), shape=(n, n_terms))
+        idx._base = _Postings(d["post_indptr"], d["post_rows"], d["post_counts"])
+        idx._delta, idx._stale = _Postings.empty(n_terms), np.zeros(n, bool)
+        idx._set_statistics(d["alive"], d["row_len"], d["df"])
         return idx
 
     def to_csr(self) -> sp.csr_matrix:

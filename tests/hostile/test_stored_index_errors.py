@@ -22,7 +22,7 @@ from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config import Config, config_from_dict
 from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError
 from repocomp.index import Index
-from repocomp.index.store import INDEX_FILE, MAGIC
+from repocomp.index.store import ALIGN, INDEX_FILE, MAGIC
 
 
 @pytest.fixture(autouse=True)
@@ -38,18 +38,23 @@ def _saved(repo: Path) -> Path:
 
 
 def _edit_header(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Rewrite the stored file's JSON header through `edit(meta)`, the arrays after it untouched."""
+    """Rewrite the stored file's JSON header through `edit(meta)`, the arrays after it untouched (padded with
+    spaces so that they stay aligned as stored)."""
     data = path.read_bytes()
     assert data.startswith(MAGIC)
     version, length, rest = data[len(MAGIC):].split(b"\n", 2)
     header = json.loads(rest[: int(length)])
     edit(header["meta"])
     new = json.dumps(header, separators=(",", ":")).encode()
-    path.write_bytes(MAGIC + version + b"\n" + str(len(new)).encode() + b"\n" + new + rest[int(length):])
+    head = MAGIC + version + b"\n" + str(len(new)).encode() + b"\n" + new
+    while len(head) % ALIGN != (len(data) - len(rest) + int(length)) % ALIGN:
+        new += b" "
+        head = MAGIC + version + b"\n" + str(len(new)).encode() + b"\n" + new
+    path.write_bytes(head + rest[int(length):])
 
 
 def _term_index_of_another_version(meta: dict[str, Any]) -> None:
-    assert meta["term_index"]["version"] == 1
+    assert meta["term_index"]["version"] == 2
     meta["term_index"]["version"] = 99
 
 
