@@ -1,9 +1,12 @@
 """The index's explicit on-disk schema: an `Index`'s parts as plain arrays plus JSON, and back.
 
 No live object is serialized: every dataclass (files, parsed files, fragments, graph, resolver, summary) is
-written as plain fields and rebuilt on load. What can be derived is not stored: fragment texts come from their
-first location in the file texts, the resolver's symbol tables from the parsed files. Counts are taken from array
-lengths, so a crafted file cannot make the loader allocate more than the file holds; ids are range-checked.
+written as plain fields and rebuilt on load. The large tables are used as the file holds them (views of it:
+`store`): the file texts, the fragments' locations, W and Eq. 9's symmetric W, F, the term index's rows and
+postings; so what a loaded index would otherwise derive whole is stored too. What is cheap to derive is not:
+fragment texts are their first location's bytes of the file texts, the resolver's symbol tables come from the
+parsed files. Counts are taken from array lengths, so a crafted file cannot make the loader allocate more than the
+file holds; ids are range-checked.
 
 `encode(index) -> (meta, arrays)`, `decode(index, meta, arrays)` fills an empty `Index`; any inconsistency
 raises `ValueError` (the caller reports the file as corrupt), another `SCHEMA` or another version of a part's state
@@ -23,8 +26,7 @@ import scipy.sparse as sp
 from graph.code_graph import CodeGraph, FileNodes
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
-from repocomp.index.fragment_store import FragmentStore
-from repocomp.index.fragments import Fragment, Location
+from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.term_index import StateVersionError, TermIndex
 
@@ -149,10 +151,11 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays["locations"] = np.array(locs, np.int64).reshape(-1, 4)
     arrays["fragment_alive"] = index.alive_mask()
 
-    # W and Eq. 9's symmetric W as scipy holds them (its index dtypes): read back in place, not converted
-    for name, m in (("rel", index.relations.tocsr()), ("sym", index.symmetric_relations)):
-        arrays[f"{name}_data"] = m.data.astype(np.float32, copy=False)
-        arrays[f"{name}_indices"], arrays[f"{name}_indptr"] = m.indices, m.indptr
+    # W, Eq. 9's symmetric W and the fragment x node matrix F as scipy holds them (its index dtypes): read back
+    # in place, not converted
+    for name, m in (("rel", index.relations.tocsr()), ("sym", index.symmetric_relations),
+                    ("frag_nodes", index.upkeep.fragment_nodes)):
+        arrays[f"{name}_data"], arrays[f"{name}_indices"], arrays[f"{name}_indptr"] = m.data, m.indices, m.indptr
 
     term = index.term_index.state()
     for key in TermIndex.STATE_ARRAYS:
@@ -252,38 +255,39 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
 
     alive = a["fragment_alive"].astype(bool)
     n_frags = len(alive)
-    fragments: list[Fragment | None] = [None] * n_frags
     entries: list[FileEntry] = list(index.files.values())
     locations = a["locations"].reshape(-1, 4)
     frag_col, file_col, start_col, end_col = locations.T
-    if len(locations) and not (0 <= frag_col.min() and frag_col.max() < n_frags and alive[frag_col].all()
-                               and 0 <= file_col.min() and file_col.max() < n_files and 0 <= start_col.min()
+    if len(locations) and not (0 <= frag_col.min() and frag_col.max() < n_frags and 0 <= file_col.min()
+                               and file_col.max() < n_files and 0 <= start_col.min()
                                and (start_col < end_col).all() and (end_col <= line_counts[file_col]).all()):
         raise ValueError("location out of range")
+    if (np.diff(frag_col) < 0).any():
+        raise ValueError("locations out of order")
+    loc_ptr = np.zeros(n_frags + 1, np.int64)
+    np.cumsum(np.bincount(frag_col, minlength=n_frags), out=loc_ptr[1:])
+    if not np.array_equal(np.diff(loc_ptr) > 0, alive):
+        raise ValueError("a fragment without location, or a location of none")
     # a fragment reads its text where it is first located: lines [start, end) of a file are the bytes from the
     # start of `start` (the file's start, or after a newline) to the end of `end - 1` (a newline, or the file's end)
-    _, first = np.unique(frag_col, return_index=True)
+    first = loc_ptr[:-1][alive]
     f_file, f_start, f_end = file_col[first], start_col[first], end_col[first]
     newline_at, newlines = first_newline[f_file], np.append(newlines, 0)  # (a last one that is never chosen)
-    lo = np.where(f_start > 0, newlines[np.maximum(newline_at + f_start - 1, 0)] + 1, text_start[f_file])
-    hi = np.where(f_end == line_counts[f_file], text_start[f_file] + a["text_len"][f_file],
-                  newlines[np.minimum(newline_at + f_end - 1, len(newlines) - 1)])
-    for frag, start, end in zip(frag_col[first].tolist(), lo.tolist(), hi.tolist()):
-        fragments[frag] = Fragment(frag, blob, [], start, end)
-    paths = [e.path for e in entries]
-    for frag, file_i, start, end in locations.tolist():
-        fragments[frag].locations.append(Location(paths[file_i], start, end))
-    if any((f is None) == bool(live) for f, live in zip(fragments, alive)):
-        raise ValueError("fragment without location")
+    start, end = np.zeros(n_frags, np.int64), np.zeros(n_frags, np.int64)
+    start[alive] = np.where(f_start > 0, newlines[np.maximum(newline_at + f_start - 1, 0)] + 1, text_start[f_file])
+    end[alive] = np.where(f_end == line_counts[f_file], text_start[f_file] + a["text_len"][f_file],
+                          newlines[np.minimum(newline_at + f_end - 1, len(newlines) - 1)])
     if any(not 0 <= w < n_frags for e in entries for w in e.windows):
         raise ValueError("window fragment out of range")
-    index.fragments = FragmentStore(fragments)
+    stored = StoredFragments(blob, start, end, loc_ptr, locations, [e.path for e in entries])
+    index.fragments = FragmentStore(stored=stored, alive=alive)
 
-    relations, symmetric = (_csr(a, name, n_frags) for name in ("rel", "sym"))
+    relations, symmetric = (_csr(a, name, (n_frags, n_frags)) for name in ("rel", "sym"))
     if symmetric.nnz < relations.nnz:
         raise ValueError("the symmetric relations hold less than the relations")
     index.upkeep.relations = relations
     index.upkeep.keep_symmetric(symmetric)
+    index.upkeep.set_fragment_nodes(_csr(a, "frag_nodes", (n_frags, n_ids)))
     term = meta["term_index"] | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS}
     if len(term["alive"]) != n_frags:
         raise ValueError("term index rows are not the fragments")
@@ -292,9 +296,11 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
 
 
-def _csr(a: dict[str, np.ndarray], name: str, n: int) -> sp.csr_matrix:
-    """The n x n matrix stored as `name`_data/_indices/_indptr, checked whole (ids in range, pointers rising)."""
-    m = sp.csr_matrix((a[f"{name}_data"], a[f"{name}_indices"], a[f"{name}_indptr"]), shape=(n, n))
+def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_matrix:
+    """The matrix stored as `name`_data/_indices/_indptr, checked whole (ids in range, pointers rising)."""
+    if a[f"{name}_data"].dtype.kind != "f":
+        raise ValueError(f"{name}: values of another type")
+    m = sp.csr_matrix((a[f"{name}_data"], a[f"{name}_indices"], a[f"{name}_indptr"]), shape=shape)
     m.check_format(full_check=True)
     return m
 

@@ -7,11 +7,16 @@ the old id back: ids do not churn with every keystroke. `compact` renumbers dens
 
 Texts are found by their hash, not held as dictionary keys: a fragment's text is a slice of its file's text
 (`Fragment`), and a key would be a copy of every window.
+
+A loaded index's fragments stay in the index file's tables (`StoredFragments`, read in place) until an update
+changes one: reading one makes a `Fragment` for the reader, changing one keeps it here. So a loaded index holds
+objects only for the fragments its updates touched, not one per window of the repository.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
@@ -19,12 +24,40 @@ import numpy as np
 from repocomp.index.fragments import Fragment, Location
 
 
+@dataclass(frozen=True)
+class StoredFragments:
+    """Fragments as an index file holds them: row r's text is `blob[start[r]:end[r]]` (UTF-8, its first location),
+    its locations are rows `loc_ptr[r]:loc_ptr[r + 1]` of `locations` (fragment, file number, start line, end
+    line), file numbers index `paths`."""
+
+    blob: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    loc_ptr: np.ndarray
+    locations: np.ndarray
+    paths: list[str]
+
+    def fragment(self, frag_id: int, row: int) -> Fragment:
+        lo, hi = self.loc_ptr[row], self.loc_ptr[row + 1]
+        locations = [Location(self.paths[f], s, e) for _, f, s, e in self.locations[lo:hi].tolist()]
+        return Fragment(frag_id, self.blob, locations, int(self.start[row]), int(self.end[row]))
+
+
 class FragmentStore(Sequence[Fragment | None]):
     """Fragments by id (None once released); a read-only sequence to its readers."""
 
-    def __init__(self, fragments: Iterable[Fragment | None] = ()) -> None:
+    def __init__(self, fragments: Iterable[Fragment | None] = (), stored: StoredFragments | None = None,
+                 alive: np.ndarray | None = None) -> None:
+        """`fragments` by id; or, for a loaded index, the `stored` ones (id = row) with their `alive` mask."""
         self._items: list[Fragment | None] = list(fragments)
-        self._alive = np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
+        self._stored = stored
+        if stored is not None and alive is not None:
+            self._items = [None] * len(alive)
+            self._alive = alive.astype(bool)
+            self._row = np.where(self._alive, np.arange(len(alive)), -1)  # per id: its stored row, -1 for none
+        else:
+            self._alive = np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
+            self._row = np.full(len(self._items), -1, np.int64)
         self._hashed: dict[int, int] | None = None  # made when first needed: a loaded index that only answers
         self._collided: dict[str, int] = {}  # texts whose hash another live text has (never seen in practice)
 
@@ -34,7 +67,7 @@ class FragmentStore(Sequence[Fragment | None]):
         needs it, an update does."""
         if self._hashed is None:
             self._hashed, self._collided = {}, {}
-            for frag in self._items:
+            for frag in self:
                 if frag is not None:
                     self._remember(frag.text, frag.id)
         return self._hashed
@@ -51,7 +84,7 @@ class FragmentStore(Sequence[Fragment | None]):
         frag_id = by_hash.get(hash(text))
         if frag_id is None:
             return None
-        frag = self._items[frag_id]
+        frag = self[frag_id]
         return frag_id if frag is not None and frag.text == text else None
 
     def __len__(self) -> int:
@@ -63,10 +96,22 @@ class FragmentStore(Sequence[Fragment | None]):
     def __getitem__(self, i: slice) -> Sequence[Fragment | None]: ...
 
     def __getitem__(self, i):
-        return self._items[i]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        frag = self._items[i]
+        if frag is None and self._stored is not None and self._row[i] >= 0:
+            return self._stored.fragment(i % len(self), int(self._row[i]))
+        return frag
 
     def __iter__(self) -> Iterator[Fragment | None]:
-        return iter(self._items)
+        return (self[i] for i in range(len(self)))
+
+    def _own(self, frag_id: int) -> Fragment:
+        """The live fragment `frag_id`, kept here from now on (one about to change)."""
+        frag = self[frag_id]
+        assert frag is not None  # callers name live fragments only
+        self._items[frag_id], self._row[frag_id] = frag, -1
+        return frag
 
     def add(self, text: str, loc: Location) -> int:
         """Record that `text` occurs at `loc`; returns its fragment id (an existing one for a known text)."""
@@ -81,11 +126,12 @@ class FragmentStore(Sequence[Fragment | None]):
             frag_id = len(self._items)
             self._items.append(Fragment(frag_id, source, [], start, end))
             if frag_id == len(self._alive):  # grown by doubling: appends stay O(1)
-                self._alive = np.concatenate([self._alive, np.zeros(max(16, frag_id), bool)])
+                grow = max(16, frag_id)
+                self._alive = np.concatenate([self._alive, np.zeros(grow, bool)])
+                self._row = np.concatenate([self._row, np.full(grow, -1, np.int64)])
             self._alive[frag_id] = True
             self._remember(text, frag_id)
-        frag = self._items[frag_id]
-        assert frag is not None  # `find` gives live fragments only
+        frag = self._own(frag_id)
         frag.point_at(source, start, end)
         frag.locations.append(loc)
         return frag_id
@@ -95,19 +141,16 @@ class FragmentStore(Sequence[Fragment | None]):
         that read their text from `text` (the file's text being dropped) take a copy of it (the bytes of a loaded
         index stay where they are: nothing to copy)."""
         for frag_id in frag_ids:
-            frag = self._items[frag_id]
-            assert frag is not None  # a file's fragments are released only after it forgets them
+            frag = self._own(frag_id)  # a file's fragments are released only after it forgets them
             frag.locations = [loc for loc in frag.locations if loc.path != path]
             if text is not None:
                 frag.detach(text)
 
     def release(self, frag_ids: Iterable[int]) -> list[int]:
         """Remove those of `frag_ids` that have no location left; returns their ids, sorted."""
-        dead = [i for i in sorted(frag_ids) if (f := self._items[i]) is not None and not f.locations]
+        dead = [i for i in sorted(frag_ids) if (f := self[i]) is not None and not f.locations]
         for frag_id in dead:
-            frag = self._items[frag_id]
-            assert frag is not None  # chosen above for being present
-            text = frag.text
+            text = self._own(frag_id).text
             if self._collided.get(text) == frag_id:
                 del self._collided[text]
             elif self._by_hash.get(hash(text)) == frag_id:
@@ -124,9 +167,10 @@ class FragmentStore(Sequence[Fragment | None]):
         """Renumber the live fragments densely, in id order; returns the old ids kept (new id = position)."""
         keep = np.flatnonzero(self.alive_mask())
         self._items = [self._items[i] for i in keep.tolist()]
+        self._row = self._row[keep]
         self._alive = np.ones(len(self._items), bool)
         for new_id, frag in enumerate(self._items):
-            assert frag is not None  # `keep` holds the live ids
-            frag.id = new_id
+            if frag is not None:  # (a stored one takes its new id when read)
+                frag.id = new_id
         self._hashed = None
         return keep

@@ -505,7 +505,6 @@ class Index:
                                       "settings; rebuilding")
         try:
             index_codec.decode(self, meta, arrays)
-            self.upkeep.rebuild_fragment_nodes()  # from the decoded tables: a damage the codec missed fails here
             evict(arrays)  # what checking it touched: read again from the file where a request needs it
         except index_codec.OtherVersionError as exc:
             raise IndexStaleError(f"{self.index_dir / INDEX_FILE} was written by another repocomp ({exc}); "

@@ -66,9 +66,12 @@ class RelationUpkeep:
     def rebuild_fragment_nodes(self) -> None:
         r, c, v = self.file_triplets(list(self.index.files.values()))
         shape = (len(self.index.fragments), self.index.graph.n_ids)
-        self.fragment_nodes = sp.csr_matrix((v, (r, c)), shape=shape)  # duplicates summed: locations add up
-        self._fragment_nodes_t = None
-        self._sizes = np.asarray(self.fragment_nodes.sum(axis=1)).ravel()
+        self.set_fragment_nodes(sp.csr_matrix((v, (r, c)), shape=shape))  # duplicates summed: locations add up
+
+    def set_fragment_nodes(self, f: sp.csr_matrix) -> None:
+        """Take `f` as F (a stored one, or made from the files)."""
+        self.fragment_nodes, self._fragment_nodes_t = f, None
+        self._sizes = np.asarray(f.sum(axis=1)).ravel()
 
     def patch_fragment_nodes(self, removed: Triplets, added: Triplets) -> None:
         """F minus the changed files' old windows plus their new ones: only the rows (and, where F's transpose is
