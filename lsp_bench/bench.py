@@ -294,7 +294,8 @@ async def _measure_save_visibility(session: Session, files: list[Path], rounds: 
     results = []
     for i in range(rounds):
         path = rng.choice(files)
-        original = path.read_text(encoding="utf-8", errors="replace")
+        stored = path.read_bytes()  # put back byte for byte (a repository served in place)
+        original = stored.decode("utf-8", errors="replace")
         lines = original.split("\n")
         at = min(len(lines), max(12, len(lines) // 2))
         marker, value = f"zq_saved_marker_{i}", f"zq_fresh_value_{i}({i})"
@@ -323,7 +324,7 @@ async def _measure_save_visibility(session: Session, files: list[Path], rounds: 
             await asyncio.sleep(0.005)
         session.replace(uri, original)
         version = await _folder_version(session)
-        path.write_text(original, encoding="utf-8")
+        path.write_bytes(stored)
         session.client.text_document_did_save(types.DidSaveTextDocumentParams(
             text_document=types.TextDocumentIdentifier(uri=uri), text=original))
         session.close(uri)
@@ -341,11 +342,12 @@ async def _folder_version(session: Session) -> int:
 
 async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, keys: int = 5,
                     cancel_rounds: int = 20, save_rounds: int = 20, seed: int = 0,
-                    ready_timeout: float = 1800.0) -> LspBenchResult:
+                    ready_timeout: float = 1800.0, in_place: bool = False) -> LspBenchResult:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="repocomp-bench-lsp-") as tmp:
-        work = Path(tmp) / repo.name
-        shutil.copytree(repo, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        work = repo if in_place else Path(tmp) / repo.name
+        if not in_place:
+            shutil.copytree(repo, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
         files = python_files(work)
         if not files:
             raise SystemExit(f"no Python files under {repo}")
@@ -402,6 +404,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--typing-sites", type=int, default=20, help="sites typed into, 5 keystrokes each (default 20)")
     p.add_argument("--rounds", type=int, default=20, help="cancellation and save rounds (default 20)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--in-place", action="store_true",
+                   help="serve the repository where it is, with its stored index (a large one is not built again "
+                        "for a copy); the save rounds edit files and put them back byte for byte")
     p.add_argument("--json", type=Path, metavar="F", help="also write the figures as JSON")
     p.set_defaults(run=_run)
 
@@ -420,7 +425,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.path.is_dir():
         raise RepocompError(f"{args.path}: not a directory")
     result = asyncio.run(run_bench(args.path.resolve(), requests=args.requests, typing_sites=args.typing_sites,
-                                   cancel_rounds=args.rounds, save_rounds=args.rounds, seed=args.seed))
+                                   cancel_rounds=args.rounds, save_rounds=args.rounds, seed=args.seed,
+                                   in_place=args.in_place))
     return report(result, format_table(result), args.json)
 
 

@@ -28,6 +28,7 @@ from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
 from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
+from repocomp.index.store import file_map, page_out
 from repocomp.index.term_index import StateVersionError, TermIndex
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 _H = TypeVar("_H", bound=Hashable)
 
+_SCAN = 1 << 24  # the texts are searched for newlines this many bytes at a time (a mask of all would be their size)
 SCHEMA = 4  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
@@ -99,7 +101,8 @@ def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
     offsets; `ValueError` unless each file has its `line_counts` lines."""
     ends = np.cumsum(lengths)
     starts = ends - lengths
-    newlines = np.flatnonzero(blob == ord("\n"))
+    newlines = np.concatenate([np.flatnonzero(blob[at:at + _SCAN] == ord("\n")) + at
+                               for at in range(0, len(blob), _SCAN)] or [np.zeros(0, np.int64)])
     first = np.searchsorted(newlines, starts)
     if not np.array_equal(np.searchsorted(newlines, ends) - first, line_counts - 1):
         raise ValueError("line counts differ from the texts")
@@ -202,6 +205,10 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     if blob.dtype != np.uint8 or blob.ndim != 1 or (a["text_len"] < 0).any() or a["text_len"].sum() != len(blob):
         raise ValueError("texts")
     text_start, first_newline, newlines = _line_bounds(blob, a["text_len"], line_counts)
+    # each check reads a table whole: its pages go back to the kernel after it, so that reading a large index
+    # never holds the whole file resident at once
+    mapped = file_map(blob)
+    page_out(mapped)
     sources = _split(blob, a["text_len"])
     kinds = _split(_uncode(meta["kinds"], a["node_kind"]), node_counts)
     per_node = {k: _split(a[f"node_{k}"], node_counts) for k in ("start_line", "end_line", "parent", "id")}
@@ -252,6 +259,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         for key in keys:
             resolver._readers[key].add(path)
     index.graph, index.resolver = graph, resolver
+    page_out(mapped)
 
     alive = a["fragment_alive"].astype(bool)
     n_frags = len(alive)
@@ -292,6 +300,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     if len(term["alive"]) != n_frags:
         raise ValueError("term index rows are not the fragments")
     index.term_index = TermIndex.from_state(term)  # its version was checked above, its tables are checked there
+    page_out(mapped)
     known = {f.name for f in dataclasses.fields(IndexSummary)}
     index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
 
@@ -302,6 +311,7 @@ def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_
         raise ValueError(f"{name}: values of another type")
     m = sp.csr_matrix((a[f"{name}_data"], a[f"{name}_indices"], a[f"{name}_indptr"]), shape=shape)
     m.check_format(full_check=True)
+    page_out(file_map(m.data))  # what the check read
     return m
 
 

@@ -9,8 +9,10 @@ full rebuild.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable
@@ -39,7 +41,7 @@ from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Location, line_starts, window_spans
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
-from repocomp.index.store import INDEX_FILE, evict, fallback_dir, read_state, set_aside, write_state
+from repocomp.index.store import INDEX_FILE, fallback_dir, file_map, page_out, read_state, set_aside, write_state
 from repocomp.index.term_index import TermIndex
 from repocomp.index.walk import FileRule, SourceFile, WalkResult, addressable, walk_repository
 
@@ -72,6 +74,13 @@ def _batches(files: list[SourceFile], batch_bytes: int) -> list[list[SourceFile]
     return out
 
 
+def _give_back_freed_memory() -> None:
+    """Return the C heap's free pages to the OS (glibc's `malloc_trim`): the texts of a whole walk, freed, would
+    otherwise stay resident in a long-lived process. Nothing elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 class Index:
     """A repository's index: its files with their syntax and windows, the fragment store, the code graph with
     cross-file call resolution, the term index and the fragment relations (`RelationUpkeep`).
@@ -91,6 +100,7 @@ class Index:
         self.summary = IndexSummary()
         self.epoch = 0  # compactions so far (ids before one mean nothing after it)
         self._store_dir: Path | None = None  # set when the index lives in the user's cache instead
+        self._mapped: mmap.mmap | None = None  # the map of the index file a loaded index reads in place
         # what the user is told about how this index came to be (a stored one set aside, the cache used instead):
         # logged as warnings where they happen; the language server shows them too
         self.notices: list[str] = []
@@ -505,7 +515,8 @@ class Index:
                                       "settings; rebuilding")
         try:
             index_codec.decode(self, meta, arrays)
-            evict(arrays)  # what checking it touched: read again from the file where a request needs it
+            self._mapped = file_map(arrays["text"])
+            page_out(self._mapped)  # what checking it touched: read again from the file where a request needs it
         except index_codec.OtherVersionError as exc:
             raise IndexStaleError(f"{self.index_dir / INDEX_FILE} was written by another repocomp ({exc}); "
                                   "rebuilding") from None
@@ -526,6 +537,9 @@ class Index:
         on_disk = {f.path for f in walked.files}
         gone = sorted(p for p in self.files if p not in on_disk)
         changed = [f for f in walked.files if f.path not in self.files or self.files[f.path].text != f.text]
+        del walked  # every file's text: gone before the batches, and its memory given back with the pages compared
+        _give_back_freed_memory()
+        page_out(self._mapped)
         if gone:
             with writing():
                 self.update_files(dict.fromkeys(gone), removed=True)

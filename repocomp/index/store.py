@@ -8,8 +8,8 @@ There is no pickle anywhere (format 1 was a pickle; a repository could ship one 
 
 Arrays are read in place: each is a copy-on-write view of a memory map of the file (aligned records make them
 aligned arrays), so what is resident is what has been touched, and a write to one (an update) copies only the
-pages it writes; the file is never written through them. `evict` returns the pages touched while checking a
-freshly read file to the kernel. A replaced index file stays readable by the views of the old one (a rename
+pages it writes; the file is never written through them. `page_out` returns the pages touched (checking a file
+as it is read, comparing the texts with the disk) to the kernel. A replaced index file stays readable by the views of the old one (a rename
 keeps the old file until its map is dropped); a file truncated in place under a running reader is not (SIGBUS),
 which no writer here does.
 
@@ -58,6 +58,7 @@ STALE_TMP_S = 600.0
 _ARRAY_KINDS = "biuf"  # bool, int, uint, float: dtypes that are plain bytes
 _MAX_HEADER_BYTES = 1 << 31
 ALIGN = 64  # each array record starts at a multiple of this (numpy pads its headers to it too)
+_MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21)  # Linux 5.4's value; Python 3.11's mmap does not name it
 
 
 def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
@@ -215,15 +216,13 @@ def _read_array(fh: io.BufferedIOBase, size: int, mapped: mmap.mmap) -> np.ndarr
     return arr.reshape(shape, order="F" if fortran else "C")
 
 
-def evict(arrays: dict[str, np.ndarray]) -> None:
-    """Give the kernel back the pages of the file `arrays` were read from (`read_state`) that reading touched:
-    they read back from the file when used. Only before anything was written to them (a written page is the
-    process's own, and would be lost)."""
-    for arr in arrays.values():
-        mapped = file_map(arr)
-        if mapped is not None:
-            mapped.madvise(mmap.MADV_DONTNEED)
-            return  # one map holds them all
+def page_out(mapped: mmap.mmap | None) -> None:
+    """Ask the kernel to take back the pages of an index file's map that are as the file holds them (read again
+    from it when used); pages written since (an update's copies) stay. A hint: refused (another OS, an old kernel),
+    nothing happens."""
+    if mapped is not None:
+        with contextlib.suppress(OSError, ValueError):
+            mapped.madvise(_MADV_PAGEOUT)
 
 
 def file_map(arr: np.ndarray) -> mmap.mmap | None:
