@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lsp_server import heap
 from lsp_server.folder_index import FolderIndex, FolderRegistry, StateCallback
+from repocomp import heap
 
 logger = logging.getLogger(__name__)
 

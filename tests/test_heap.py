@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from lsp_server import heap
+from repocomp import heap
 
 
 def test_trims_on_glibc_then_waits_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,6 @@ full rebuild.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import logging
 import mmap
@@ -26,6 +25,7 @@ import scipy.sparse as sp
 from graph.code_graph import EDGE_TYPES, CodeGraph
 from graph.parsing import MAX_DEPTH, parse_source
 from graph.resolve import Resolver, make_symbols
+from repocomp import heap
 from repocomp.config import Config, load_config
 from repocomp.errors import (
     IndexCorruptError,
@@ -72,13 +72,6 @@ def _batches(files: list[SourceFile], batch_bytes: int) -> list[list[SourceFile]
         out[-1].append(f)
         size += len(f.text)
     return out
-
-
-def _give_back_freed_memory() -> None:
-    """Return the C heap's free pages to the OS (glibc's `malloc_trim`): the texts of a whole walk, freed, would
-    otherwise stay resident in a long-lived process. Nothing elsewhere."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 class Index:
@@ -538,7 +531,7 @@ class Index:
         gone = sorted(p for p in self.files if p not in on_disk)
         changed = [f for f in walked.files if f.path not in self.files or self.files[f.path].text != f.text]
         del walked  # every file's text: gone before the batches, and its memory given back with the pages compared
-        _give_back_freed_memory()
+        heap.trim(every_s=0)
         page_out(self._mapped)
         if gone:
             with writing():

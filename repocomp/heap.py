@@ -1,4 +1,5 @@
-"""Handing freed heap memory back to the system after the index's churn (glibc; elsewhere a no-op).
+"""Handing freed heap memory back to the system after the index's churn and a walk's texts (glibc; elsewhere a
+no-op).
 
 Each keystroke's index update allocates and frees numpy temporaries from the worker thread; glibc keeps freed
 memory in its arenas (after the first large free it raises its mmap threshold, so later large blocks come from the
