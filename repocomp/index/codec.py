@@ -264,6 +264,41 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     alive = a["fragment_alive"].astype(bool)
     n_frags = len(alive)
     entries: list[FileEntry] = list(index.files.values())
+    if any(not 0 <= w < n_frags for e in entries for w in e.windows):
+        raise ValueError("window fragment out of range")
+    index.fragments = FragmentStore(stored=_stored_fragments(a, entries, (text_start, first_newline, newlines)),
+                                    alive=alive)
+    _read_matrices(index, a, n_frags, n_ids)
+    term = meta["term_index"] | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS}
+    if len(term["alive"]) != n_frags:
+        raise ValueError("term index rows are not the fragments")
+    index.term_index = TermIndex.from_state(term)  # its version was checked above, its tables are checked there
+    page_out(mapped)
+    known = {f.name for f in dataclasses.fields(IndexSummary)}
+    index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
+
+
+def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
+    """Take the large tables of `index` from `a`, the file `encode(index)` was just written to (`store.write_mapped`):
+    the same values, read in place instead of the copies that building and updating made in memory."""
+    entries = list(index.files.values())
+    for entry, source in zip(entries, _split(a["text"], a["text_len"])):
+        entry.source = source
+    bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
+    stored = FragmentStore(stored=_stored_fragments(a, entries, bounds), alive=a["fragment_alive"])
+    stored.keep_text_index(index.fragments)
+    index.fragments = stored
+    _read_matrices(index, a, len(stored), index.graph.n_ids)
+    index.term_index = TermIndex.from_state({"version": TermIndex.STATE_VERSION, "vocab": index.term_index.vocab}
+                                            | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS})
+    page_out(file_map(a["text"]))
+
+
+def _stored_fragments(a: dict[str, np.ndarray], entries: list[FileEntry],
+                      bounds: tuple[np.ndarray, np.ndarray, np.ndarray]) -> StoredFragments:
+    """The fragments as stored, their locations checked, each one's text found in the file texts."""
+    alive, line_counts, text_start, first_newline, newlines = a["fragment_alive"], a["line_count"], *bounds
+    n_frags, n_files = len(alive), len(entries)
     locations = a["locations"].reshape(-1, 4)
     frag_col, file_col, start_col, end_col = locations.T
     if len(locations) and not (0 <= frag_col.min() and frag_col.max() < n_frags and 0 <= file_col.min()
@@ -285,26 +320,17 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     start[alive] = np.where(f_start > 0, newlines[np.maximum(newline_at + f_start - 1, 0)] + 1, text_start[f_file])
     end[alive] = np.where(f_end == line_counts[f_file], text_start[f_file] + a["text_len"][f_file],
                           newlines[np.minimum(newline_at + f_end - 1, len(newlines) - 1)])
-    if any(not 0 <= w < n_frags for e in entries for w in e.windows):
-        raise ValueError("window fragment out of range")
-    stored = StoredFragments(blob, start, end, loc_ptr, locations, [e.path for e in entries])
-    index.fragments = FragmentStore(stored=stored, alive=alive)
+    return StoredFragments(a["text"], start, end, loc_ptr, locations, [e.path for e in entries])
 
+
+def _read_matrices(index: Index, a: dict[str, np.ndarray], n_frags: int, n_ids: int) -> None:
+    """W, its symmetric and F, as stored."""
     relations, symmetric = (_csr(a, name, (n_frags, n_frags)) for name in ("rel", "sym"))
     if symmetric.nnz < relations.nnz:
         raise ValueError("the symmetric relations hold less than the relations")
     index.upkeep.relations = relations
     index.upkeep.keep_symmetric(symmetric)
     index.upkeep.set_fragment_nodes(_csr(a, "frag_nodes", (n_frags, n_ids)))
-    term = meta["term_index"] | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS}
-    if len(term["alive"]) != n_frags:
-        raise ValueError("term index rows are not the fragments")
-    index.term_index = TermIndex.from_state(term)  # its version was checked above, its tables are checked there
-    page_out(mapped)
-    known = {f.name for f in dataclasses.fields(IndexSummary)}
-    index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
-
-
 def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_matrix:
     """The matrix stored as `name`_data/_indices/_indptr, checked whole (ids in range, pointers rising)."""
     if a[f"{name}_data"].dtype.kind != "f":

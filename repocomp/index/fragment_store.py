@@ -72,6 +72,10 @@ class FragmentStore(Sequence[Fragment | None]):
                     self._remember(frag.text, frag.id)
         return self._hashed
 
+    def keep_text_index(self, other: FragmentStore) -> None:
+        """Find texts through `other`'s hashes (a store of the same fragments, by the same ids): not made again."""
+        self._hashed, self._collided = other._hashed, other._collided
+
     def _remember(self, text: str, frag_id: int) -> None:
         if self._by_hash.setdefault(hash(text), frag_id) != frag_id:
             self._collided[text] = frag_id

@@ -41,7 +41,7 @@ from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Location, line_starts, window_spans
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
-from repocomp.index.store import INDEX_FILE, fallback_dir, file_map, page_out, read_state, set_aside, write_state
+from repocomp.index.store import INDEX_FILE, fallback_dir, file_map, page_out, read_state, set_aside, write_mapped
 from repocomp.index.term_index import TermIndex
 from repocomp.index.walk import FileRule, SourceFile, WalkResult, addressable, walk_repository
 
@@ -439,30 +439,36 @@ class Index:
         meta, arrays = index_codec.encode(self)
         folder = self.index_dir
         if self._index_dir_leads_out():
-            target = self._write_fallback(meta, arrays, "it leads outside the repository")
+            target, written = self._write_fallback(meta, arrays, "it leads outside the repository")
         else:
             try:
-                target = write_state(folder, meta, arrays)
+                target, written = write_mapped(folder, meta, arrays)
             except OSError as exc:
                 if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
                     raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
-                target = self._write_fallback(meta, arrays, exc.strerror or str(exc))
+                target, written = self._write_fallback(meta, arrays, exc.strerror or str(exc))
+        del arrays  # copies of the large tables, made for the write
+        # from now on read in place from what was written: what building and updating held in memory goes
+        index_codec.read_back(self, written)
+        self._mapped = file_map(written["text"])
+        heap.trim(every_s=0)
         self.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
         self.summary.index_bytes = target.stat().st_size
         return target
 
-    def _write_fallback(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], why: str) -> Path:
+    def _write_fallback(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], why: str
+                        ) -> tuple[Path, dict[str, np.ndarray]]:
         folder = fallback_dir(self.root)
         if folder == self.index_dir:
             raise RepocompError(f"cannot write the index to {folder}: {why}")
         self.notice(f"cannot write the index to {self.index_dir} ({why}); keeping it in {folder} instead")
         try:
-            target = write_state(folder, meta, arrays)
+            written = write_mapped(folder, meta, arrays)
         except OSError as exc:
             raise RepocompError(f"cannot write the index to {self.index_dir} ({why}) nor to {folder} "
                                 f"({exc.strerror or exc})") from None
         self._store_dir = folder
-        return target
+        return written
 
     def notice(self, message: str) -> None:
         """A warning about how this index came to be: logged now, kept in `notices` for the language server."""

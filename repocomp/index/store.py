@@ -67,6 +67,14 @@ def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray
     Raises `RepocompError` when `folder` or the index file exists as something else; `PermissionError` and
     other `OSError`s when the folder cannot be written (the caller may fall back to another folder).
     """
+    return write_mapped(folder, meta, arrays)[0]
+
+
+def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]
+                 ) -> tuple[Path, dict[str, np.ndarray]]:
+    """`write_state`, and the arrays as `read_state` would read them back: views of a map of the file just written
+    (mapped before it is renamed into place, so they are this write's even if another process replaces the file
+    at once)."""
     target = folder / INDEX_FILE
     if folder.exists() and not folder.is_dir():
         raise RepocompError(f"{folder} is a file, not a folder; remove it or set [index] dir to another folder")
@@ -81,22 +89,27 @@ def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray
     remove_stale_tmp(folder)
     header = json.dumps({"meta": meta, "arrays": list(arrays)}, separators=(",", ":")).encode()
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=folder)
+    placed: dict[str, tuple[int, np.dtype, tuple[int, ...]]] = {}  # name -> where its data starts, dtype, shape
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(MAGIC + f"{FORMAT_VERSION}\n{len(header)}\n".encode() + header)
-            for arr in arrays.values():
+            for name, arr in arrays.items():
                 arr = np.ascontiguousarray(arr)
                 if arr.dtype.kind not in _ARRAY_KINDS:  # a schema bug, not user input
                     raise TypeError(f"cannot store dtype {arr.dtype}")
                 fh.write(bytes(-fh.tell() % ALIGN))
                 npy.write_array(fh, arr, allow_pickle=False)
+                placed[name] = (fh.tell() - arr.nbytes, arr.dtype, arr.shape)
             fh.flush()
             os.fsync(fh.fileno())
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
+    views = {name: (np.frombuffer(mapped, dtype, int(np.prod(shape, dtype=np.int64)), at) if np.prod(shape)
+                    else np.empty(0, dtype)).reshape(shape) for name, (at, dtype, shape) in placed.items()}
+    return target, views
 
 
 def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -102,6 +102,7 @@ class TermIndex:
         self._row_len = np.zeros(0, np.float32)  # tokens per row (BM25 doc length)
         self._row_set = np.zeros(0, np.float32)  # distinct terms per row (Jaccard |D|)
         self._base = _Postings.empty(0)
+        self._base_of: sp.csr_matrix | None = None  # the rows `_base` holds the postings of
         self._stale = np.zeros(0, bool)  # base rows overridden by the delta
         self._delta = _Postings.empty(0)
         self._idf_cache: tuple[int, np.ndarray] | None = None
@@ -256,6 +257,8 @@ class TermIndex:
         transpose in scipy's C code); empties the delta."""
         n, n_terms = self.n_rows, len(self.vocab)
         base = self._rows
+        if not self._changed and base.shape == (n, n_terms) and self._base_of is base:
+            return  # the postings are these rows' already
         if self._changed or base.shape != (n, n_terms):
             ids = sorted(self._changed)
             rows = [self._changed[i] for i in ids]
@@ -271,6 +274,7 @@ class TermIndex:
         by_term = self._rows.tocsc()
         self._base = _Postings(by_term.indptr.astype(np.int64), by_term.indices.astype(np.int32, copy=False),
                                by_term.data)
+        self._base_of = self._rows
         self._delta = _Postings.empty(n_terms)
         self._stale = np.zeros(n, bool)
 
@@ -335,6 +339,7 @@ class TermIndex:
 
     # -- persistence ----------------------------------------------------------------------------------------
 
+    STATE_VERSION = _STATE_VERSION
     # the arrays of a state: the rows (CSR), their postings (CSC) and statistics, stored as they are used, so that
     # a loaded index reads them in place instead of deriving them (a transpose of every posting)
     STATE_ARRAYS = ("alive", "indptr", "terms", "counts", "post_indptr", "post_rows", "post_counts", "row_len", "df")
@@ -362,9 +367,11 @@ class TermIndex:
         their shapes, dtypes or ids do not fit together (a damaged file)."""
         cls.check_state_version(d)
         idx = cls()
-        words = d["vocab"].split("\n") if d["vocab"] else []
-        idx.vocab = {w: i for i, w in enumerate(words)}
-        n_terms, n = len(words), len(d["alive"])
+        if isinstance(d["vocab"], dict):  # an index's own vocabulary, already made (its file read back)
+            idx.vocab = d["vocab"]
+        else:
+            idx.vocab = {w: i for i, w in enumerate(d["vocab"].split("\n") if d["vocab"] else [])}
+        n_terms, n = len(idx.vocab), len(d["alive"])
         kinds = {"alive": "b", "indptr": "i", "terms": "i", "counts": "f", "post_indptr": "i", "post_rows": "i",
                  "post_counts": "f", "row_len": "f", "df": "i"}
         if any(np.asarray(d[k]).dtype.kind != kind or np.ndim(d[k]) != 1 for k, kind in kinds.items()):
@@ -374,7 +381,7 @@ class TermIndex:
         if len(d["row_len"]) != n or len(d["df"]) != n_terms or len(d["terms"]) != len(d["post_rows"]):
             raise ValueError("term index statistics of another size")
         idx._rows = sp.csr_matrix((d["counts"], d["terms"], d["indptr"]), shape=(n, n_terms))
-        idx._base = _Postings(d["post_indptr"], d["post_rows"], d["post_counts"])
+        idx._base, idx._base_of = _Postings(d["post_indptr"], d["post_rows"], d["post_counts"]), idx._rows
         idx._delta, idx._stale = _Postings.empty(n_terms), np.zeros(n, bool)
         idx._set_statistics(d["alive"], d["row_len"], d["df"])
         return idx
