@@ -75,25 +75,37 @@ class SymbolLookup:
     def __init__(self, resolver: Resolver, lines_of: LinesOf) -> None:
         self.resolver = resolver
         self.lines_of = lines_of
-        self._methods_key: tuple[object, ...] = ()  # the FileSymbols the table was built from (held, not id()s)
+        self._methods_of: dict[str, FileSymbols] = {}  # path -> the symbols the table holds (held, not id()s)
         self._methods: dict[str, list[DefRef]] = {}
         self._def_info: dict[str, tuple[object, dict[int, tuple[str, int]]]] = {}  # path -> (sym, node -> info)
         self._bases: dict[tuple[DefRef, int], list[DefRef]] = {}
         self.generation = 0  # bumped when some file's symbols changed
 
     def refresh(self) -> None:
-        """Call once per request: rebuilds the method-name table when some file's symbols changed."""
-        files = self.resolver.files
+        """Call once per request: brings the method-name table up to date with the files whose symbols changed
+        (theirs only: a repository's table is large). Each name lists its methods in the resolver's file order, as
+        a table built afresh would (a file set again moves to the end there and here)."""
+        files, held = self.resolver.files, self._methods_of
         # Identity, not id(): a freed FileSymbols' address can be reused by its replacement.
-        key = tuple(files.values())
-        if len(key) != len(self._methods_key) or any(a is not b for a, b in zip(key, self._methods_key)):
-            table: dict[str, list[DefRef]] = {}
-            for sym in files.values():
-                for cls_methods in sym.methods.values():
-                    for method, node in cls_methods.items():
-                        table.setdefault(method, []).append(DefRef(sym.path, node, method, "method"))
-            self._methods, self._methods_key = table, key
-            self.generation += 1
+        gone = {p for p, sym in held.items() if files.get(p) is not sym}
+        new = [sym for p, sym in files.items() if held.get(p) is not sym]
+        if not gone and not new:
+            return
+        table = self._methods
+        for name in {m for p in gone for cls_methods in held[p].methods.values() for m in cls_methods}:
+            kept = [ref for ref in table[name] if ref.path not in gone]
+            if kept:
+                table[name] = kept
+            else:
+                del table[name]
+        for p in gone:
+            del held[p]
+        for sym in new:
+            for cls_methods in sym.methods.values():
+                for method, node in cls_methods.items():
+                    table.setdefault(method, []).append(DefRef(sym.path, node, method, "method"))
+            held[sym.path] = sym
+        self.generation += 1
 
     # -- single definitions --------------------------------------------------------------------------------------
     def _def(self, sym: FileSymbols, node: int) -> DefRef:

@@ -355,3 +355,25 @@ async def test_a_buffer_synced_while_a_completion_awaits_the_model_leaves_it_con
         assert all("def helper" not in b.text for b in res.context if b.kind == "definition")
     finally:
         index.update_file("pkg/layers.py")
+
+
+def test_the_method_table_follows_changed_files_as_a_fresh_one_would(index: Index) -> None:
+    """The table of methods by name is brought up to date from the files whose symbols changed only (a large
+    repository's table is not made again per request), and holds what a table made afresh holds, in its order."""
+    from graph.lookup import SymbolLookup
+
+    def table(lookup: SymbolLookup) -> dict[str, list[DefRef]]:
+        lookup.refresh()
+        return {name: list(refs) for name, refs in lookup._methods.items()}
+
+    kept = SymbolLookup(index.resolver, index.file_lines)
+    table(kept)
+    generation = kept.generation
+    assert table(kept) == table(SymbolLookup(index.resolver, index.file_lines)) and kept.generation == generation
+    index.update_file("pkg/base.py", text=BASE.replace("def setup(self)", "def forward(self)"))  # a name moves
+    index.update_file("pkg/other.py", text="class Other:\n    def layer_count(self):\n        return 2\n")
+    index.remove_file("pkg/layers.py")
+    assert table(kept) == table(SymbolLookup(index.resolver, index.file_lines)) and kept.generation > generation
+    assert kept.unique_method("forward") == DefRef("pkg/base.py", kept.unique_method("forward").node, "forward",
+                                                   "method")
+    assert kept.unique_method("layer_count") is None and kept.unique_method("setup") is None
