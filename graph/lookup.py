@@ -86,7 +86,10 @@ class SymbolLookup:
         (theirs only: a repository's table is large). Each name lists its methods in the resolver's file order, as
         a table built afresh would (a file set again moves to the end there and here)."""
         files, held = self.resolver.files, self._methods_of
-        # Identity, not id(): a freed FileSymbols' address can be reused by its replacement.
+        # Identity, not id(): a freed FileSymbols' address can be reused by its replacement. Both keep the same
+        # order, so an unchanged repository is one pass.
+        if len(files) == len(held) and all(a is b for a, b in zip(files.values(), held.values())):
+            return
         gone = {p for p, sym in held.items() if files.get(p) is not sym}
         new = [sym for p, sym in files.items() if held.get(p) is not sym]
         if not gone and not new:

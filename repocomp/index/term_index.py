@@ -61,20 +61,20 @@ class _Postings:
         np.cumsum(np.bincount(cols, minlength=n_terms), out=indptr[1:])
         return cls(indptr, rows[order], data[order])
 
-    def gather(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rows, counts, query-term position) of every posting of `terms` (term ids beyond the table: none)."""
+    def gather(self, terms: np.ndarray, positions_too: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, counts, query-term position) of every posting of `terms` (term ids beyond the table: none); the
+        positions are left empty unless `positions_too`."""
         positions = np.flatnonzero(terms < len(self.indptr) - 1)
         known = terms[positions]
-        starts = self.indptr[known]
-        lengths = self.indptr[known + 1] - starts
-        total = int(lengths.sum())
-        if total == 0:
+        starts, ends = self.indptr[known], self.indptr[known + 1]
+        if int((ends - starts).sum()) == 0:
             return np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.int64)
-        offsets = np.cumsum(lengths) - lengths
-        k = np.repeat(np.arange(len(known)), lengths)
-        idx = np.arange(total) - offsets[k] + starts[k]
-        which = positions[k]
-        return self.rows[idx], self.counts[idx], which
+        # one slice per query term, copied end to end: a common term's postings are long and contiguous, so this
+        # is a copy, not an index computed and gathered per posting
+        spans = list(zip(starts.tolist(), ends.tolist()))
+        rows = np.concatenate([self.rows[lo:hi] for lo, hi in spans])
+        counts = np.concatenate([self.counts[lo:hi] for lo, hi in spans])
+        return rows, counts, np.repeat(positions, ends - starts) if positions_too else np.zeros(0, np.int64)
 
 
 def _check_pointers(indptr: np.ndarray, n: int, ids: np.ndarray, values: np.ndarray, n_ids: int) -> None:
@@ -290,17 +290,6 @@ class TermIndex:
         terms, counts = np.unique(np.asarray(known, np.int64), return_counts=True)
         return terms, counts.astype(np.float32), len(distinct)
 
-    def _gather(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rows, counts, which = self._base.gather(terms)
-        if self._changed:
-            keep = ~self._stale[rows]
-            rows, counts, which = rows[keep], counts[keep], which[keep]
-            d_rows, d_counts, d_which = self._delta.gather(terms)
-            rows = np.concatenate([rows, d_rows])
-            counts = np.concatenate([counts, d_counts])
-            which = np.concatenate([which, d_which])
-        return rows, counts, which
-
     def _idf(self) -> np.ndarray:
         if self._idf_cache is not None and self._idf_cache[0] == self._version:
             return self._idf_cache[1]
@@ -321,21 +310,33 @@ class TermIndex:
         terms, q_counts, q_distinct = self._query_terms(query)
         if len(terms) == 0:
             return out
-        rows, counts, which = self._gather(terms)
+        if method not in ("jaccard", "bm25"):
+            raise ValueError(f"unknown similarity {method!r}; expected one of {', '.join(SIMILARITIES)}")
+        # the snapshot's sums with the rows changed since replaced by the delta's: no per-posting filtering of the
+        # snapshot (a common term's postings run into the millions), the same sums bit for bit
+        sums = self._sums(self._base, terms, q_counts, method)
+        if self._changed:
+            sums[:len(self._stale)][self._stale] = 0.0
+            sums += self._sums(self._delta, terms, q_counts, method)
         if method == "jaccard":
-            inter = np.bincount(rows, minlength=self.n_rows).astype(np.float32)
+            inter = sums.astype(np.float32)
             union = q_distinct + self._row_set - inter
             np.divide(inter, union, out=out, where=union > 0)
-        elif method == "bm25":
-            k1, b = 1.5, 0.75
-            avgdl = self._total_len / self._n_docs if self._n_docs else 1.0
-            norm = k1 * (1.0 - b + b * self._row_len[rows] / avgdl)
-            weight = (self._idf()[terms] * q_counts)[which]
-            contrib = weight * counts * (k1 + 1.0) / (counts + norm)
-            out[:] = np.bincount(rows, weights=contrib, minlength=self.n_rows)
         else:
-            raise ValueError(f"unknown similarity {method!r}; expected one of {', '.join(SIMILARITIES)}")
+            out[:] = sums
         return out
+
+    def _sums(self, postings: _Postings, terms: np.ndarray, q_counts: np.ndarray, method: str) -> np.ndarray:
+        """Per row, the query terms' postings summed: their number (Jaccard's intersection) or BM25's terms."""
+        rows, counts, which = postings.gather(terms, positions_too=method == "bm25")
+        if method == "jaccard":
+            return np.bincount(rows, minlength=self.n_rows).astype(np.float64)
+        k1, b = 1.5, 0.75
+        avgdl = self._total_len / self._n_docs if self._n_docs else 1.0
+        norm = k1 * (1.0 - b + b * self._row_len[rows] / avgdl)
+        weight = (self._idf()[terms] * q_counts)[which]
+        contrib = weight * counts * (k1 + 1.0) / (counts + norm)
+        return np.bincount(rows, weights=contrib, minlength=self.n_rows).astype(np.float64, copy=False)
 
     # -- persistence ----------------------------------------------------------------------------------------
 
