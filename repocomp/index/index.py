@@ -450,6 +450,7 @@ class Index:
         del arrays  # copies of the large tables, made for the write
         # from now on read in place from what was written: what building and updating held in memory goes
         index_codec.read_back(self, written)
+        page_out(self._mapped)  # the file read before: what the parsed files still read from it stays readable
         self._mapped = file_map(written["text"])
         heap.trim(every_s=0)
         self.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
