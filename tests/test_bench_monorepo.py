@@ -41,10 +41,14 @@ def test_bench_index_loaded_says_what_each_part_of_a_stored_index_takes(tmp_path
                                                  for i in range(5_000)))
     assert main(["index", str(repo)]) == 0
     capsys.readouterr()
-    assert main(["bench", "index", str(repo), "--loaded", "--json"]) == 0
+    stored = (repo / ".repocomp" / "index.bin").read_bytes()
+    assert main(["bench", "index", str(repo), "--loaded", "--updates", "3", "--json"]) == 0
     mem = json.loads(capsys.readouterr().out)
     parts = mem["parts_mb"]
     assert list(parts) == ["term index", "relations (W, its node tables)", "resolver", "graph", "fragments",
                            "parsed files", "file texts and tables"]
-    assert mem["loaded_mb"] > 5 and parts["file texts and tables"] > 1 and parts["term index"] > 1
-    assert sum(parts.values()) <= mem["loaded_mb"] + 1
+    assert mem["loaded_mb"] > 1 and sum(parts.values()) <= mem["loaded_mb"] + 1
+    # the whole process (the interpreter too) after loading, editing and saving beside the repository's index
+    assert mem["loaded_rss_mb"] > mem["loaded_mb"] and mem["edited_rss_mb"] > 0 and mem["saved_rss_mb"] > 0
+    assert mem["load_s"] > 0 and mem["save_s"] > 0 and mem["load_peak_mb"] >= mem["loaded_rss_mb"] - 1
+    assert (repo / ".repocomp" / "index.bin").read_bytes() == stored

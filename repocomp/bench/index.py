@@ -1,6 +1,6 @@
 """`repocomp bench index PATH [--runs N]`: lines, files, per-phase medians of a full index build, peak RSS, relation
 storage, and the latency of one-file incremental updates (`repocomp bench monorepo` assembles a large PATH);
-`--loaded`: what the stored index takes in memory once loaded, part by part.
+`--loaded`: what the stored index takes in memory once loaded, part by part, then after edits and a save.
 
 Each build runs in a fresh subprocess so that its peak RSS is its own.
 """
@@ -63,22 +63,66 @@ print(json.dumps({"loaded_mb": loaded - start, "parts_mb": parts}))
 """
 
 
-def loaded_memory(path: Path) -> dict:
-    """MiB the stored index of `path` takes once loaded, and each part's share (a fresh process; Linux)."""
-    proc = subprocess.run([sys.executable, "-c", _LOADED, str(path)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"loading the index failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+# a process that loads the stored index, edits it as `_updates` does (each edit's relations refreshed and Eq. 9's
+# symmetric W read, as the next request would) and saves it: its resident memory at each step
+_EDITED = r"""
+import gc, json, random, resource, sys, tempfile, time
+from pathlib import Path
+from repocomp import heap
+from repocomp.bench.index import bench_edit
+from repocomp.index import Index
+def rss():
+    gc.collect()
+    heap.trim(every_s=0)
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+t = time.perf_counter()
+index = Index.load(sys.argv[1])
+out = {"load_s": time.perf_counter() - t, "load_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+       "loaded_rss_mb": rss()}
+rng = random.Random(0)
+for rel in rng.sample(sorted(index.files), min(int(sys.argv[2]), len(index.files))):
+    index.update_file(rel, text=bench_edit(index.files[rel].text, rng))
+    index.refresh_relations()
+    index.symmetric_relations
+out["edited_rss_mb"] = rss()
+with tempfile.TemporaryDirectory() as tmp:
+    index._store_dir = Path(tmp)  # saved beside the repository's own index, never over it
+    t = time.perf_counter()
+    index.save()
+    out["save_s"], out["saved_rss_mb"] = time.perf_counter() - t, rss()
+print(json.dumps(out))
+"""
+
+
+def bench_edit(text: str, rng: random.Random) -> str:
+    """`text` with a line inserted at a random place: an edit as a user makes it."""
+    lines = text.split("\n")
+    at = rng.randrange(len(lines))
+    return "\n".join(lines[:at] + ["x_benchmark_edit = 1"] + lines[at:])
+
+
+def loaded_memory(path: Path, edits: int) -> dict:
+    """MiB the stored index of `path` takes once loaded, and each part's share; the process's resident memory
+    loaded, after `edits` edits and after a save (fresh processes; Linux)."""
+    out = {}
+    for script, args in ((_LOADED, []), (_EDITED, [str(edits)])):
+        proc = subprocess.run([sys.executable, "-c", script, str(path), *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"loading the index failed:\n{proc.stderr[-2000:]}")
+        out |= json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="full index build per phase, peak RSS, one-file update latency")
     p.add_argument("path", type=Path)
     p.add_argument("--runs", type=int, default=3, help="full builds (default 3)")
-    p.add_argument("--updates", type=int, default=40, help="one-file updates to time (default 40)")
+    p.add_argument("--updates", type=int, default=40,
+                   help="one-file updates to time (default 40); with --loaded, the edits before the save")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--loaded", action="store_true",
-                   help="instead: what the stored index takes in memory once loaded, part by part")
+                   help="instead: what the stored index takes in memory once loaded, part by part, then after "
+                        "--updates edits and a save")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 
@@ -102,9 +146,7 @@ def _updates(path: Path, n: int, seed: int) -> dict:
     times, refresh = [], []
     for rel in rng.sample(files, min(n, len(files))):
         text = index.files[rel].text
-        lines = text.split("\n")
-        at = rng.randrange(len(lines))
-        edited = "\n".join(lines[:at] + ["x_benchmark_edit = 1"] + lines[at:])  # an edit as a user makes it
+        edited = bench_edit(text, rng)
         t = time.perf_counter()
         index.update_file(rel, text=edited)
         times.append(time.perf_counter() - t)
@@ -122,13 +164,16 @@ def _updates(path: Path, n: int, seed: int) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.loaded:
-        mem = loaded_memory(args.path)
+        mem = loaded_memory(args.path, args.updates)
         if args.json:
             print(json.dumps(mem, indent=2))
             return 0
         print(f"bench index --loaded {args.path}: {mem['loaded_mb']:,.0f} MiB once loaded")
         for name, mb in mem["parts_mb"].items():
             print(f"  {name:<32} {mb:8,.0f} MiB")
+        print(f"  the process: loaded in {mem['load_s']:.1f} s (peak {mem['load_peak_mb']:,.0f} MiB), "
+              f"{mem['loaded_rss_mb']:,.0f} MiB; after {args.updates} edits {mem['edited_rss_mb']:,.0f} MiB; "
+              f"saved in {mem['save_s']:.1f} s, then {mem['saved_rss_mb']:,.0f} MiB")
         return 0
     builds = _builds(args.path, args.runs)
     phases = sorted({k for b in builds for k in b["phases_s"]}, key=list(builds[0]["phases_s"]).index)
