@@ -104,7 +104,7 @@ def bench_edit(text: str, rng: random.Random) -> str:
 def loaded_memory(path: Path, edits: int) -> dict:
     """MiB the stored index of `path` takes once loaded, and each part's share; the process's resident memory
     loaded, after `edits` edits and after a save (fresh processes; Linux)."""
-    out = {}
+    out: dict[str, object] = {}
     for script, args in ((_LOADED, []), (_EDITED, [str(edits)])):
         proc = subprocess.run([sys.executable, "-c", script, str(path), *args], capture_output=True, text=True)
         if proc.returncode != 0:

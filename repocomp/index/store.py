@@ -9,9 +9,9 @@ There is no pickle anywhere (format 1 was a pickle; a repository could ship one 
 Arrays are read in place: each is a copy-on-write view of a memory map of the file (aligned records make them
 aligned arrays), so what is resident is what has been touched, and a write to one (an update) copies only the
 pages it writes; the file is never written through them. `page_out` returns the pages touched (checking a file
-as it is read, comparing the texts with the disk) to the kernel. A replaced index file stays readable by the views of the old one (a rename
-keeps the old file until its map is dropped); a file truncated in place under a running reader is not (SIGBUS),
-which no writer here does.
+as it is read, comparing the texts with the disk) to the kernel. A replaced index file stays readable by the
+views of the old one (a rename keeps the old file until its map is dropped); a file truncated in place under a
+running reader is not (SIGBUS), which no writer here does.
 
 The file is written to a temporary name in the same folder, fsynced, then renamed over the old one, so a crash
 mid-write leaves the previous index loadable. Temporary files of a write that was killed are removed by the next
