@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from graph.code_graph import CodeGraph, FileNodes
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
+from repocomp import heap
 from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.store import file_map, page_out
@@ -284,7 +285,9 @@ def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
     entries = list(index.files.values())
     for entry, source in zip(entries, _split(a["text"], a["text_len"])):
         entry.source = source
+    heap.trim(every_s=0)  # the texts just let go
     bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
+    page_out(file_map(a["text"]))
     stored = FragmentStore(stored=_stored_fragments(a, entries, bounds), alive=a["fragment_alive"])
     stored.keep_text_index(index.fragments)
     index.fragments = stored

@@ -155,7 +155,9 @@ class Index:
         walked = walk_repository(index.root, config, index.index_dir)
         phases["walk"] = time.perf_counter() - t
         first, *rest = _batches(walked.files, config.index.batch_bytes) or [[]]
-        index._build_files(first, phases, progress, len(walked.files))
+        total, walked.files = len(walked.files), []  # each batch's texts go once it is indexed
+        index._build_files(first, phases, progress, total)
+        del first
         index._add_batches(rest, phases, progress, checkpoint, writing)
         index._summarize(walked, phases)
         return index
@@ -190,8 +192,10 @@ class Index:
         """Add each batch of files as one update, relations refreshed (see `build`)."""
         t = time.perf_counter()
         pending = sum(len(b) for b in batches)
-        done = len(self.files)
-        for batch in batches:
+        done = first_done = len(self.files)
+        batches.reverse()
+        while batches:
+            batch = batches.pop()  # its texts held no longer than it takes to add it
             self.summary.pending_files = pending
             if checkpoint is not None:
                 checkpoint(self)
@@ -203,7 +207,7 @@ class Index:
             if progress:
                 progress(done, done + pending, "batch")
         self.summary.pending_files = 0
-        if batches:
+        if done > first_done:
             phases["batches"] = time.perf_counter() - t
 
     def _add_file(self, path: str, language: str, text: str) -> FileEntry:
@@ -447,7 +451,8 @@ class Index:
                 if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
                     raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
                 target, written = self._write_fallback(meta, arrays, exc.strerror or str(exc))
-        del arrays  # copies of the large tables, made for the write
+        del arrays  # copies of the large tables, made for the write: given back before reading the file
+        heap.trim(every_s=0)
         # from now on read in place from what was written: what building and updating held in memory goes
         index_codec.read_back(self, written)
         page_out(self._mapped)  # the file read before: what the parsed files still read from it stays readable
@@ -536,15 +541,17 @@ class Index:
                 self.notice(warning)
         on_disk = {f.path for f in walked.files}
         gone = sorted(p for p in self.files if p not in on_disk)
-        changed = [f for f in walked.files if f.path not in self.files or self.files[f.path].text != f.text]
-        del walked  # every file's text: gone before the batches, and its memory given back with the pages compared
-        heap.trim(every_s=0)
+        batches = _batches([f for f in walked.files if f.path not in self.files or self.files[f.path].text != f.text],
+                           self.config.index.batch_bytes)
+        changed = sum(len(b) for b in batches)
+        del walked  # every file's text: the unchanged ones' go now (given back with the pages compared), the
+        heap.trim(every_s=0)  # changed ones' with each batch
         page_out(self._mapped)
         if gone:
             with writing():
                 self.update_files(dict.fromkeys(gone), removed=True)
-        self._add_batches(_batches(changed, self.config.index.batch_bytes), {}, progress, checkpoint, writing)
-        return len(gone) + len(changed)
+        self._add_batches(batches, {}, progress, checkpoint, writing)
+        return len(gone) + changed
 
     @classmethod
     def open(cls, root: str | Path, config: Config | None = None, build: bool = True,
