@@ -18,6 +18,9 @@ from pygls.lsp.server import LanguageServer
 logger = logging.getLogger(__name__)
 
 
+_HELD_BEFORE_BIND = 64  # messages kept until the session's loop is known (a handful in practice)
+
+
 class Messages:
     """Warnings said once per kind, log messages, and calls moved onto the event loop."""
 
@@ -25,15 +28,24 @@ class Messages:
         self._server = server
         self._warned: set[str] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._before_bind: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The loop the session runs on: messages are sent from it."""
+        """The loop the session runs on: messages are sent from it (those that came before, now)."""
         self.loop = loop
+        held, self._before_bind = self._before_bind, []
+        for fn, args in held:
+            self.call_on_loop(fn, *args)
 
     def call_on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run `fn(*args)` on the event loop thread (now when already there); dropped before `bind`."""
+        """Run `fn(*args)` on the event loop thread (now when already there); before `bind`, held until then (a
+        warning said once must not be lost: its kind is not said again)."""
         loop = self.loop
-        if loop is None or loop.is_closed():
+        if loop is None:
+            if len(self._before_bind) < _HELD_BEFORE_BIND:
+                self._before_bind.append((fn, args))
+            return
+        if loop.is_closed():
             return
         try:
             running = asyncio.get_running_loop()
