@@ -267,8 +267,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     entries: list[FileEntry] = list(index.files.values())
     if any(not 0 <= w < n_frags for e in entries for w in e.windows):
         raise ValueError("window fragment out of range")
-    index.fragments = FragmentStore(stored=_stored_fragments(a, entries, (text_start, first_newline, newlines)),
-                                    alive=alive)
+    index.fragments = FragmentStore(stored=_stored_fragments(a, entries, (text_start, first_newline, newlines)))
     _read_matrices(index, a, n_frags, n_ids)
     term = meta["term_index"] | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS}
     if len(term["alive"]) != n_frags:
@@ -285,10 +284,10 @@ def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
     entries = list(index.files.values())
     for entry, source in zip(entries, _split(a["text"], a["text_len"])):
         entry.source = source
-    heap.trim(every_s=0)  # the texts just let go
+    heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from
     bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
     page_out(file_map(a["text"]))
-    stored = FragmentStore(stored=_stored_fragments(a, entries, bounds), alive=a["fragment_alive"])
+    stored = FragmentStore(stored=_stored_fragments(a, entries, bounds))
     stored.keep_text_index(index.fragments)
     index.fragments = stored
     _read_matrices(index, a, len(stored), index.graph.n_ids)

@@ -46,15 +46,14 @@ class StoredFragments:
 class FragmentStore(Sequence[Fragment | None]):
     """Fragments by id (None once released); a read-only sequence to its readers."""
 
-    def __init__(self, fragments: Iterable[Fragment | None] = (), stored: StoredFragments | None = None,
-                 alive: np.ndarray | None = None) -> None:
-        """`fragments` by id; or, for a loaded index, the `stored` ones (id = row) with their `alive` mask."""
+    def __init__(self, fragments: Iterable[Fragment | None] = (), stored: StoredFragments | None = None) -> None:
+        """`fragments` by id; or, for a loaded index, the `stored` ones (id = row; alive while located)."""
         self._items: list[Fragment | None] = list(fragments)
         self._stored = stored
-        if stored is not None and alive is not None:
-            self._items = [None] * len(alive)
-            self._alive = alive.astype(bool)
-            self._row = np.where(self._alive, np.arange(len(alive)), -1)  # per id: its stored row, -1 for none
+        if stored is not None:
+            self._alive = np.diff(stored.loc_ptr) > 0
+            self._items = [None] * len(self._alive)
+            self._row = np.where(self._alive, np.arange(len(self._alive)), -1)  # per id: its stored row, -1: none
         else:
             self._alive = np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
             self._row = np.full(len(self._items), -1, np.int64)

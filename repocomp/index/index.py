@@ -451,8 +451,7 @@ class Index:
                 if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
                     raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
                 target, written = self._write_fallback(meta, arrays, exc.strerror or str(exc))
-        del arrays  # copies of the large tables, made for the write: given back before reading the file
-        heap.trim(every_s=0)
+        del arrays  # copies of the large tables, made for the write: given back (read_back trims) before reading
         # from now on read in place from what was written: what building and updating held in memory goes
         index_codec.read_back(self, written)
         page_out(self._mapped)  # the file read before: what the parsed files still read from it stays readable
@@ -520,8 +519,7 @@ class Index:
                                       "settings; rebuilding")
         try:
             index_codec.decode(self, meta, arrays)
-            self._mapped = file_map(arrays["text"])
-            page_out(self._mapped)  # what checking it touched: read again from the file where a request needs it
+            self._mapped = file_map(arrays["text"])  # (its pages the checks touched are paged out by decode)
         except index_codec.OtherVersionError as exc:
             raise IndexStaleError(f"{self.index_dir / INDEX_FILE} was written by another repocomp ({exc}); "
                                   "rebuilding") from None

@@ -107,9 +107,7 @@ def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    views = {name: (np.frombuffer(mapped, dtype, int(np.prod(shape, dtype=np.int64)), at) if np.prod(shape)
-                    else np.empty(0, dtype)).reshape(shape) for name, (at, dtype, shape) in placed.items()}
-    return target, views
+    return target, {name: _view(mapped, at, dtype, shape) for name, (at, dtype, shape) in placed.items()}
 
 
 def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -225,6 +223,12 @@ def _read_array(fh: io.BufferedIOBase, size: int, mapped: mmap.mmap) -> np.ndarr
     if count < 0 or count * dtype.itemsize > size - at:
         raise ValueError("array larger than the file")
     fh.seek(count * dtype.itemsize, io.SEEK_CUR)
+    return _view(mapped, at, dtype, shape, fortran)
+
+
+def _view(mapped: mmap.mmap, at: int, dtype: np.dtype, shape: tuple[int, ...], fortran: bool = False) -> np.ndarray:
+    """The array of `shape` whose data starts at byte `at` of `mapped`, as a view of it."""
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     arr = np.frombuffer(mapped, dtype, count, at) if count else np.empty(0, dtype)
     return arr.reshape(shape, order="F" if fortran else "C")
 
