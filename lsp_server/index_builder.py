@@ -4,7 +4,7 @@ A stored index loaded at start-up is first brought up to date with the disk (fil
 one that cannot be (an update of it fails) is rebuilt from the disk instead, said once, never a failed folder;
 progress goes to a callback (the server turns it into `$/progress`), and changes that raced the build are replayed
 from disk once the index is ready. A large folder is built in batches (repocomp.index): from the first batch on,
-completions read the part indexed (state "partial"; in-file while a batch is being added, never waiting for it). Before it is ready, the graph kernels are made ready too (`warm_kernels`).
+completions read the part indexed (state "partial"; in-file while a batch is being added, never waiting for it). Before it is ready, the index's numba kernels are made ready too (`warm_kernels`).
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ _WARM_FILES = {"a.py": "def f(x):\n    return x + 1\n\n\nclass C:\n    def m(sel
 
 
 def warm_kernels(config: Any) -> None:
-    """Compile the graph's numba kernels, or load them from numba's cache, on a two-file index.
+    """Compile the index's numba kernels (the graph's, the term index's), or load them from numba's cache, on a
+    two-file index.
 
     A stored index is loaded without running them, so the first edit of the session compiled them inside the
     update, under the write lock: with no cache yet (the first run after an install), a keystroke waited 1.9 s
@@ -121,8 +122,9 @@ def warm_kernels(config: Any) -> None:
     from graph.maxproduct import _bounded_dijkstra
     from graph.relations import top_k_rows
     from repocomp.index import Index
+    from repocomp.index.term_index import _count_postings
 
-    if _bounded_dijkstra.signatures:  # this process has built or updated an index: compiled already
+    if _bounded_dijkstra.signatures and _count_postings.signatures:  # this process has used an index: compiled
         return
     started = time.perf_counter()
     try:
@@ -133,8 +135,9 @@ def warm_kernels(config: Any) -> None:
             index.update_files({"b.py": _WARM_FILES["b.py"] + "\n\ndef h():\n    return g()\n"})
             index.refresh_relations()
             index.region_strength("b.py", 0, 3)
+            index.term_index.score("f(x)")  # the first request's kernel
         top_k_rows(sp.csr_matrix(np.ones((1, 3))), 1)  # rows longer than top_k: too many fragments for two files
     except Exception:  # e.g. no writable temporary directory: the first edit compiles them, as before
-        logger.warning("could not ready the graph kernels ahead of the first edit", exc_info=True)
+        logger.warning("could not ready the index kernels ahead of the first edit", exc_info=True)
         return
-    logger.info("graph kernels ready in %.2f s", time.perf_counter() - started)
+    logger.info("index kernels ready in %.2f s", time.perf_counter() - started)

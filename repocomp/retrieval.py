@@ -212,11 +212,8 @@ class Retriever:
         hits: list[Hit] = []
         pool = min(k, n_ok)
         while pool > 0:  # widen the pool until k hits of the hole's language family are found (or none is left)
-            cand = np.argpartition(-ranked, pool - 1)[:pool] if pool < len(ranked) else np.arange(len(ranked))
-            cand = cand[np.isfinite(ranked[cand])]
-            cand = cand[np.lexsort((cand, -ranked[cand]))]  # by score, ties by id: deterministic
             hits = []
-            for i in cand.tolist():
+            for i in _best(ranked, pool).tolist():
                 frag = self.index.fragments[i]
                 if frag is None:  # defensive: alive mask and fragments disagree mid-update
                     continue
@@ -234,6 +231,21 @@ class Retriever:
                 break
             pool = min(n_ok, pool * 4)
         return hits
+
+
+_SAMPLE_STRIDE = 32
+
+
+def _best(ranked: np.ndarray, pool: int) -> np.ndarray:
+    """Ids of the `pool` best finite scores, by score, ties by id (all finite ones if fewer).
+
+    A strided sample's pool-th best is no better than the whole array's, so every one of the `pool` best, ties
+    included, scores at least that: only those few are sorted (an argpartition of every fragment's score took 7 ms
+    a request in a monorepo)."""
+    sample = ranked[::_SAMPLE_STRIDE]
+    floor = np.partition(sample, len(sample) - pool)[len(sample) - pool] if len(sample) > pool else -np.inf
+    cand = np.flatnonzero(ranked >= floor) if np.isfinite(floor) else np.flatnonzero(np.isfinite(ranked))
+    return cand[np.lexsort((cand, -ranked[cand]))][:pool]
 
 
 # -- RepoCoder's query rule ------------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):
     loaded.remove_file("pkg/core.py")
     (repo / "pkg/core.py").unlink()
     loaded.refresh_relations()
+    assert file_map(loaded.upkeep._made.data) is not None  # the edits' rows of W wait beside it: W not copied
     assert (repo / ".repocomp" / INDEX_FILE).read_bytes() == stored
     _assert_same(loaded, Index.build(repo, EXACT))
     loaded.save()

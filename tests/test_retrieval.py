@@ -324,3 +324,17 @@ def test_similar_code_of_another_language_is_not_retrieved() -> None:
     go_hits = Retriever(idx).retrieve(same, path="svc/hole.go", prompt_start_line=0, top_k=3).hits
     assert go_hits[0].location.path == "svc/total.go"
     assert all(loc.path != "web/total.js" for h in go_hits for loc in h.locations)
+
+
+def test_the_best_scores_are_found_by_score_then_id_whatever_the_ties() -> None:
+    from repocomp.retrieval import _best
+
+    rng = np.random.default_rng(7)
+    for n, levels, pool in ((5, 3, 10), (300, 4, 10), (100_000, 50, 10), (100_000, 3, 40), (100_000, 1000, 1)):
+        # few distinct levels: ties straddle the pool's boundary; -inf marks fragments that may not be shown
+        ranked = rng.integers(0, levels, n).astype(np.float32) / levels
+        ranked[rng.random(n) < 0.3] = -np.inf
+        finite = np.flatnonzero(np.isfinite(ranked))
+        expected = finite[np.lexsort((finite, -ranked[finite]))][:pool]
+        np.testing.assert_array_equal(_best(ranked, pool), expected)
+    assert len(_best(np.full(100_000, -np.inf, np.float32), 10)) == 0

@@ -1,4 +1,4 @@
-"""The server's build thread readies the graph's numba kernels before a loaded index's first edit needs them:
+"""The server's build thread readies the index's numba kernels before a loaded index's first edit and request need them:
 compiled inside that edit (under the index's write lock) they made a keystroke wait 1.9 s on the first run after an
 install. Each check runs in a fresh interpreter, where nothing is compiled yet."""
 
@@ -21,9 +21,11 @@ from graph.maxproduct import _bounded_dijkstra
 from graph.relations import _fold_rows, _top_k_mask
 from lsp_server.index_builder import warm_kernels
 from repocomp.index import Index
+from repocomp.index.term_index import _count_postings
 
 def compiled():
-    return [sorted(map(str, kernel.signatures)) for kernel in (_bounded_dijkstra, _top_k_mask, _fold_rows)]
+    return [sorted(map(str, kernel.signatures)) for kernel in (_bounded_dijkstra, _top_k_mask, _fold_rows,
+                                                          _count_postings)]
 
 root, warm = Path(sys.argv[1]), sys.argv[2] == "warm"
 index = Index.open(root, build=False)
@@ -35,6 +37,7 @@ text = (root / "app.py").read_text()
 index.update_files({"app.py": text + "\\n\\ndef added(x):\\n    return hub(x) + step_3(x)\\n"})
 index.refresh_relations()
 index.region_strength("app.py", 0, 5)
+index.term_index.score("hub(x)")
 print(json.dumps({"loaded": loaded, "warmed": warmed, "edited": compiled()}))
 """
 
@@ -55,10 +58,10 @@ def test_warm_kernels_compiles_what_the_first_edit_of_a_loaded_index_needs(tmp_p
     Index.open(repo).save()
 
     cold = _edit(repo, "cold")
-    assert cold["loaded"] == [[], [], []]  # loading a stored index runs no kernel
-    assert all(cold["edited"])  # the first edit needs all three
+    assert cold["loaded"] == [[], [], [], []]  # loading a stored index runs no kernel
+    assert all(cold["edited"])  # the first edit and query need all four
     warm = _edit(repo, "warm")
-    assert warm["loaded"] == [[], [], []]
+    assert warm["loaded"] == [[], [], [], []]
     assert warm["warmed"] == cold["edited"]  # the same specializations, before the edit
     assert warm["edited"] == warm["warmed"]  # the edit compiles nothing more
 
@@ -75,4 +78,4 @@ def test_a_failed_warm_up_is_logged_and_leaves_the_kernels_to_the_first_edit(
     monkeypatch.setattr(graph.maxproduct, "_bounded_dijkstra", SimpleNamespace(signatures=[]))  # "not compiled"
     monkeypatch.setattr(index_builder.tempfile, "TemporaryDirectory", no_temporary_directory)
     index_builder.warm_kernels(Config())  # never raises: the folder's index must still become ready
-    assert "could not ready the graph kernels" in caplog.text
+    assert "could not ready the index kernels" in caplog.text

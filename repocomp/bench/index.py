@@ -63,8 +63,9 @@ print(json.dumps({"loaded_mb": loaded - start, "parts_mb": parts}))
 """
 
 
-# a process that loads the stored index, edits it as `_updates` does (each edit's relations refreshed and Eq. 9's
-# symmetric W read, as the next request would) and saves it: its resident memory at each step
+# a process that loads the stored index, edits it as `_updates` does (each edit's relations refreshed, and Eq. 9's
+# symmetric W read where FragRel is on, as the next request would then) and saves it: its resident memory at each
+# step
 _EDITED = r"""
 import gc, json, random, resource, sys, tempfile, time
 from pathlib import Path
@@ -83,7 +84,8 @@ rng = random.Random(0)
 for rel in rng.sample(sorted(index.files), min(int(sys.argv[2]), len(index.files))):
     index.update_file(rel, text=bench_edit(index.files[rel].text, rng))
     index.refresh_relations()
-    index.symmetric_relations
+    if index.config.retrieval.alpha:
+        index.symmetric_relations
 out["edited_rss_mb"] = rss()
 with tempfile.TemporaryDirectory() as tmp:
     index._store_dir = Path(tmp)  # saved beside the repository's own index, never over it

@@ -22,6 +22,7 @@ from typing import overload
 import numpy as np
 
 from repocomp.index.fragments import Fragment, Location
+from repocomp.index.store import file_map, page_out
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class FragmentStore(Sequence[Fragment | None]):
             for frag in self:
                 if frag is not None:
                     self._remember(frag.text, frag.id)
+            if self._stored is not None:  # every text was read once: not needed again
+                page_out(file_map(self._stored.blob))
         return self._hashed
 
     def keep_text_index(self, other: FragmentStore) -> None:

@@ -28,13 +28,20 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int, str], None]  # (done, total, phase)
 Triplets = tuple[np.ndarray, np.ndarray, np.ndarray]  # (fragment, node, owned length) of F's entries
 _ROWS_PER_BLOCK = 4096  # relation rows computed per sparse block (bounds the temporary matrices)
+_PATCHED_ENTRIES = 1 << 20  # W is made again once its patched rows hold more entries than this and 1/8 of W's
 
 
 class RelationUpkeep:
     def __init__(self, index: Index) -> None:
         self.index = index
-        # per row, the top-k relations of Eq. 8 (what is stored; the cut makes it asymmetric)
-        self.relations = sp.csr_matrix((0, 0), dtype=np.float32)
+        # per row, the top-k relations of Eq. 8 (what is stored; the cut makes it asymmetric): `_made` as last made,
+        # the rows computed since (`_patched_rows`, rows of `_patched`) and the fragments removed since (`_dead`),
+        # applied when W is next read (see `relations`)
+        self._made = sp.csr_matrix((0, 0), dtype=np.float32)
+        self._patched_rows = np.zeros(0, np.int64)
+        self._patched = sp.csr_matrix((0, 0), dtype=np.float32)
+        self._dead = np.zeros(0, np.int64)
+        self._n = 0
         self._symmetric: tuple[sp.csr_matrix, int, tuple[int, int], sp.csr_matrix] | None = None
         self.fragment_nodes = sp.csr_matrix((0, 0))  # F: fragment x node owned lengths (Eq. 8's len)
         self._fragment_nodes_t: sp.csr_matrix | None = None
@@ -112,12 +119,11 @@ class RelationUpkeep:
 
     def recompute(self, rows: np.ndarray, progress: Progress | None = None) -> None:
         """Replace these rows of W by freshly computed ones (all rows at build time)."""
-        self.relations = self._with_rows(np.unique(np.asarray(rows, dtype=np.int64)), progress)
+        self._put_rows(np.unique(np.asarray(rows, dtype=np.int64)), progress)
 
-    def _with_rows(self, rows: np.ndarray, progress: Progress | None = None,
-                   dead: np.ndarray | None = None) -> sp.csr_matrix:
-        """W with these rows (sorted, unique) computed afresh, and the `dead` fragments' rows and columns gone:
-        one pass over W's entries however many rows change."""
+    def _put_rows(self, rows: np.ndarray, progress: Progress | None = None,
+                  dead: np.ndarray | None = None) -> None:
+        """These rows (sorted, unique) of W computed afresh, and the `dead` fragments' rows and columns gone."""
         n = len(self.index.fragments)
         dead = np.zeros(0, np.int64) if dead is None else dead
         blocks = []
@@ -129,9 +135,40 @@ class RelationUpkeep:
         new = sp.vstack(blocks, format="csr", dtype=np.float32)
         new.eliminate_zeros()
         new.sort_indices()
-        order = np.argsort(np.concatenate((rows, dead)), kind="stable")
-        return drop_columns(replace_rows(self.relations, np.concatenate((rows, dead))[order], new[order], (n, n)),
-                            dead)
+        rows = np.concatenate((rows, dead))
+        if len(self._patched_rows):  # the rows patched before and not again
+            earlier = np.flatnonzero(~np.isin(self._patched_rows, rows))
+            rows = np.concatenate((self._patched_rows[earlier], rows))
+            new = sp.vstack([_with_columns(self._patched[earlier], n), new], format="csr", dtype=np.float32)
+        order = np.argsort(rows, kind="stable")
+        self._patched_rows, self._patched, self._n = rows[order], new[order], n
+        self._dead = np.union1d(self._dead, dead)
+        if self._patched.nnz > max(_PATCHED_ENTRIES, self._made.nnz // 8):
+            self._make()
+
+    @property
+    def relations(self) -> sp.csr_matrix:
+        """W, made again from the last one and the rows patched since when read after a change.
+
+        An edit recomputes a few rows; writing them into W at once copied all of W (170 MB in a 7.6-million-line
+        monorepo, most of it otherwise read in place from the index file) on every keystroke. W is read only to
+        save it and when FragRel's Eq. 9 is on, so the patches wait for that (or until they grow large)."""
+        if len(self._patched_rows) or len(self._dead) or self._made.shape != (self._n, self._n):
+            self._make()
+        return self._made
+
+    @relations.setter
+    def relations(self, w: sp.csr_matrix) -> None:
+        self._made, self._n = w, w.shape[0]
+        self._patched_rows, self._dead = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self._patched = sp.csr_matrix((0, self._n), dtype=np.float32)
+
+    def _make(self) -> None:
+        """Write the patched rows into W (one pass over its entries however many rows changed), drop the removed
+        fragments' columns."""
+        n = self._n
+        w = replace_rows(self._made, self._patched_rows, _with_columns(self._patched, n), (n, n))
+        self.relations = drop_columns(w, self._dead)
 
     def reach(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
         """Graph nodes within the cutoff of `seeds` under `costs` (the graph before or after a change)."""
@@ -158,8 +195,7 @@ class RelationUpkeep:
             now = np.zeros(0, np.int64)
         else:
             now = np.unique(touched[alive[touched]])
-        if len(now) or len(dead) or self.relations.shape != (n, n):
-            self.relations = self._with_rows(now, dead=dead)
+        self._put_rows(now, dead=dead)
         self._fresh = now
 
     @property
@@ -270,6 +306,11 @@ class RelationUpkeep:
             path.append(int(pred[si, path[-1]]))
         types = [graph.edge_type(u, v) for u, v in zip(path, path[1:])]
         return [t for t in types if t is not None] or ["same node"]
+
+
+def _with_columns(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
+    """`m` as a matrix of `n` columns (fragments added since it was made), its arrays shared."""
+    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n))
 
 
 def _patch_rows(m: sp.csr_matrix, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int]
