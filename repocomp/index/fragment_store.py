@@ -74,6 +74,10 @@ class FragmentStore(Sequence[Fragment | None]):
                 page_out(file_map(self._stored.blob))
         return self._hashed
 
+    def index_texts(self) -> None:
+        """Make the table of texts by hash now, ahead of the first update that needs it."""
+        self._by_hash  # noqa: B018 - the property makes it
+
     def keep_text_index(self, other: FragmentStore) -> None:
         """Find texts through `other`'s hashes (a store of the same fragments, by the same ids): not made again."""
         self._hashed, self._collided = other._hashed, other._collided

@@ -185,7 +185,6 @@ class RelationUpkeep:
         The touched rows are recomputed now (or left to `refresh` with `defer`); other rows within reach of the
         change wait for `refresh`, because a popular definition can put thousands of rows within reach of one
         edit. A removed fragment keeps no row and appears in no column."""
-        n = len(self.index.fragments)
         self.pending_old = np.union1d(self.pending_old, old_reach)
         self.pending_seeds = np.union1d(self.pending_seeds, new_seeds)
         alive = self.index.fragments.alive_mask()
