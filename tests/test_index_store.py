@@ -77,6 +77,11 @@ def test_a_loaded_index_reads_its_arrays_and_texts_in_place_from_the_file(repo):
     for path, entry in built.files.items():
         assert not isinstance(loaded.files[path].source, str) and loaded.files[path].text == entry.text, path
     assert loaded.file_lines("pkg/extra.py") == ["s = '\udc80'", "t = 'é'"] and loaded.file_lines("empty.py") == [""]
+    for frag in built.fragments:  # found by text, hashed from the file's bytes without making the fragments
+        if frag is not None:
+            found = loaded.fragments.find(frag.text)
+            assert found is not None and loaded.fragments[found].text == frag.text
+    assert loaded.fragments.find("no window has this text") is None
 
 
 def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):

@@ -63,15 +63,22 @@ class FragmentStore(Sequence[Fragment | None]):
 
     @property
     def _by_hash(self) -> dict[int, int]:
-        """Live fragment ids by their text's hash, made on first use (reading every text once): retrieval never
-        needs it, an update does."""
+        """Live fragment ids by the hash of their text's UTF-8 bytes, made on first use: retrieval never needs
+        it, an update does. A stored fragment is hashed from the index file's bytes, never made into an object (a
+        monorepo's 727k fragments: 5 s as objects)."""
         if self._hashed is None:
             self._hashed, self._collided = {}, {}
-            for frag in self:
+            stored = self._stored
+            view = stored.blob.data if stored is not None else memoryview(b"")
+            rows = self._row.tolist()
+            starts, ends = (stored.start.tolist(), stored.end.tolist()) if stored is not None else ([], [])
+            for frag_id, frag in enumerate(self._items):
                 if frag is not None:
-                    self._remember(frag.text, frag.id)
-            if self._stored is not None:  # every text was read once: not needed again
-                page_out(file_map(self._stored.blob))
+                    self._remember(_key(frag.text), frag_id)
+                elif (row := rows[frag_id]) >= 0:
+                    self._remember(hash(bytes(view[starts[row]:ends[row]])), frag_id)
+            if stored is not None:  # every text was read once: not needed again
+                page_out(file_map(stored.blob))
         return self._hashed
 
     def index_texts(self) -> None:
@@ -82,16 +89,18 @@ class FragmentStore(Sequence[Fragment | None]):
         """Find texts through `other`'s hashes (a store of the same fragments, by the same ids): not made again."""
         self._hashed, self._collided = other._hashed, other._collided
 
-    def _remember(self, text: str, frag_id: int) -> None:
-        if self._by_hash.setdefault(hash(text), frag_id) != frag_id:
-            self._collided[text] = frag_id
+    def _remember(self, key: int, frag_id: int) -> None:
+        if self._by_hash.setdefault(key, frag_id) != frag_id:
+            frag = self[frag_id]
+            assert frag is not None  # callers name live fragments only
+            self._collided[frag.text] = frag_id
 
     def find(self, text: str) -> int | None:
         """The id of the live fragment with this text, if any."""
         by_hash = self._by_hash
         if self._collided and text in self._collided:
             return self._collided[text]
-        frag_id = by_hash.get(hash(text))
+        frag_id = by_hash.get(_key(text))
         if frag_id is None:
             return None
         frag = self[frag_id]
@@ -140,7 +149,7 @@ class FragmentStore(Sequence[Fragment | None]):
                 self._alive = np.concatenate([self._alive, np.zeros(grow, bool)])
                 self._row = np.concatenate([self._row, np.full(grow, -1, np.int64)])
             self._alive[frag_id] = True
-            self._remember(text, frag_id)
+            self._remember(_key(text), frag_id)
         frag = self._own(frag_id)
         frag.point_at(source, start, end)
         frag.locations.append(loc)
@@ -163,8 +172,8 @@ class FragmentStore(Sequence[Fragment | None]):
             text = self._own(frag_id).text
             if self._collided.get(text) == frag_id:
                 del self._collided[text]
-            elif self._by_hash.get(hash(text)) == frag_id:
-                del self._by_hash[hash(text)]
+            elif self._by_hash.get(_key(text)) == frag_id:
+                del self._by_hash[_key(text)]
             self._items[frag_id] = None
             self._alive[frag_id] = False
         return dead
@@ -184,3 +193,8 @@ class FragmentStore(Sequence[Fragment | None]):
                 frag.id = new_id
         self._hashed = None
         return keep
+
+
+def _key(text: str) -> int:
+    """The table's key for a text: the hash of its UTF-8 bytes (as a stored fragment's are hashed)."""
+    return hash(text.encode("utf-8", "surrogatepass"))
