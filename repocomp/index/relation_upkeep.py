@@ -9,6 +9,7 @@ recomputes every row within reach of those nodes, in slices if asked, after whic
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,7 @@ class RelationUpkeep:
         self._patched = sp.csr_matrix((0, 0), dtype=np.float32)
         self._dead = np.zeros(0, np.int64)
         self._n = 0
+        self._making = threading.Lock()
         self._symmetric: tuple[sp.csr_matrix, int, tuple[int, int], sp.csr_matrix] | None = None
         self.fragment_nodes = sp.csr_matrix((0, 0))  # F: fragment x node owned lengths (Eq. 8's len)
         self._fragment_nodes_t: sp.csr_matrix | None = None
@@ -153,15 +155,20 @@ class RelationUpkeep:
         An edit recomputes a few rows; writing them into W at once copied all of W (170 MB in a 7.6-million-line
         monorepo, most of it otherwise read in place from the index file) on every keystroke. W is read only to
         save it and when FragRel's Eq. 9 is on, so the patches wait for that (or until they grow large)."""
-        if len(self._patched_rows) or len(self._dead) or self._made.shape != (self._n, self._n):
-            self._make()
+        if self._changed_since_made():
+            with self._making:  # readers run concurrently (the server's read lock): one makes it, once
+                if self._changed_since_made():
+                    self._make()
         return self._made
 
     @relations.setter
     def relations(self, w: sp.csr_matrix) -> None:
-        self._made, self._n = w, w.shape[0]
+        self._made, self._n = w, w.shape[0]  # W first: a reader that finds no patches reads this one
         self._patched_rows, self._dead = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self._patched = sp.csr_matrix((0, self._n), dtype=np.float32)
+
+    def _changed_since_made(self) -> bool:
+        return len(self._patched_rows) > 0 or len(self._dead) > 0 or self._made.shape != (self._n, self._n)
 
     def _make(self) -> None:
         """Write the patched rows into W (one pass over its entries however many rows changed), drop the removed
