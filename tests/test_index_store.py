@@ -96,6 +96,11 @@ def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):
     (repo / "pkg/core.py").unlink()
     loaded.refresh_relations()
     assert file_map(loaded.upkeep._made.data) is not None  # the edits' rows of W wait beside it: W not copied
+    # what a save stores of the locations: the fragments read from the file and those the edits changed, by id
+    file_of = {p: i for i, p in enumerate(sorted(loaded.files))}
+    by_object = [(f.id, file_of[loc.path], loc.start_line, loc.end_line)
+                 for f in loaded.fragments if f is not None for loc in f.locations]
+    assert loaded.fragments.location_table(file_of).tolist() == [list(row) for row in by_object]
     assert (repo / ".repocomp" / INDEX_FILE).read_bytes() == stored
     _assert_same(loaded, Index.build(repo, EXACT))
     loaded.save()

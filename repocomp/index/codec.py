@@ -55,9 +55,9 @@ def plain(value: Any) -> Any:
 
 def _codes(values: Sequence[_H]) -> tuple[list[_H], np.ndarray]:
     """A table of distinct values and each value's index in it (kinds, names and paths repeat a lot)."""
-    table: dict[_H, int] = {}
-    codes = np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32, len(values))
-    return list(table), codes
+    table = list(dict.fromkeys(values))  # in order of first appearance; C loops, not a Python one per value
+    code_of = {v: i for i, v in enumerate(table)}
+    return table, np.fromiter(map(code_of.__getitem__, values), np.int32, len(values))
 
 
 def _uncode(table: list[Any], codes: np.ndarray) -> list[Any]:
@@ -150,9 +150,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays["graph_alive"] = graph.alive.astype(bool)
     arrays["graph_length"] = graph.length.astype(np.float64)
 
-    locs = [(f.id, file_of[loc.path], loc.start_line, loc.end_line)
-            for f in index.fragments if f is not None for loc in f.locations]
-    arrays["locations"] = np.array(locs, np.int64).reshape(-1, 4)
+    arrays["locations"] = index.fragments.location_table(file_of)
     arrays["fragment_alive"] = index.alive_mask()
 
     # W, Eq. 9's symmetric W and the fragment x node matrix F as scipy holds them (its index dtypes): read back

@@ -178,6 +178,28 @@ class FragmentStore(Sequence[Fragment | None]):
             self._alive[frag_id] = False
         return dead
 
+    def location_table(self, file_of: dict[str, int]) -> np.ndarray:
+        """Every live fragment's locations as rows (id, file number in `file_of`, start line, end line), by id, each
+        fragment's in its order: the stored fragments' rows taken from the stored table, renumbered, not made into
+        objects (a save of a loaded monorepo's index made 727k of them: 4 s)."""
+        parts = [np.array([(f.id, file_of[loc.path], loc.start_line, loc.end_line)
+                           for f in self._items if f is not None for loc in f.locations], np.int64).reshape(-1, 4)]
+        stored = self._stored
+        if stored is not None:
+            ids = np.flatnonzero(self._row[:len(self._items)] >= 0)  # read from the stored table, never changed
+            rows = self._row[ids]
+            first, counts = stored.loc_ptr[rows], np.diff(stored.loc_ptr)[rows]
+            out_first = np.cumsum(counts) - counts  # where each fragment's rows start in the table
+            table = stored.locations[np.repeat(first - out_first, counts) + np.arange(int(counts.sum()))]
+            table[:, 0] = np.repeat(ids, counts)
+            numbers = np.array([file_of.get(p, -1) for p in stored.paths], np.int64)
+            table[:, 1] = numbers[table[:, 1]]
+            if (table[:, 1] < 0).any():  # a stored fragment is made an object before its file goes
+                raise ValueError("a stored fragment is located in a file the index no longer has")
+            parts.append(table)
+        out = np.concatenate(parts)
+        return out[np.argsort(out[:, 0], kind="stable")]
+
     def alive_mask(self) -> np.ndarray:
         """Per id: still present (False for ids whose windows all went away)."""
         return self._alive[:len(self._items)].copy()
