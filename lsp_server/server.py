@@ -47,7 +47,7 @@ from lsp_server.progress import IndexProgress
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.request import CompletionRequest, DocumentRef, file_of, locate
 from lsp_server.sessions import ACCEPT_COMMAND, Sessions, text_edit
-from lsp_server.stats import STATS_METHOD, RequestStats, rss_bytes
+from lsp_server.stats import STATS_METHOD, RequestStats, file_rss_bytes, rss_bytes
 from lsp_server.summaries import SummaryWriter
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.errors import BackendError, RepocompError
@@ -365,7 +365,7 @@ class RepocompServer(LanguageServer):
         return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed,
                 "cut_by_time": self.stats.cut_by_time, "retrieval_skipped": self.stats.retrieval_skipped,
-                "rss_bytes": rss_bytes(), "memory": self.sessions.stats()
+                "rss_bytes": rss_bytes(), "file_rss_bytes": file_rss_bytes(), "memory": self.sessions.stats()
                 | {"consulted": self.stats.memory_consulted, "skipped": self.stats.memory_skipped,
                    "summaries_pending": self.summaries.busy()},
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),

@@ -50,3 +50,14 @@ def rss_bytes() -> int:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def file_rss_bytes() -> int:
+    """The part of the resident set that is pages of mapped files (an index read in place: pages as the file
+    holds them, which the kernel takes back under memory pressure) (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{os.getpid()}/status") as fh:
+            kib = next((line.split()[1] for line in fh if line.startswith("RssFile:")), "0")
+        return int(kib) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
