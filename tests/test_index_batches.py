@@ -143,16 +143,19 @@ def test_the_server_publishes_the_index_after_its_first_batch(repo):
     assert folder.state == "ready" and len(folder.index.files) == total
 
 
-def test_the_server_makes_a_loaded_index_ready_for_its_first_update(repo):
-    """A loaded index finds texts by hash once it has hashed them all: the server does that once the index is
-    ready, not within the first saved edit."""
+def test_the_server_makes_a_loaded_index_ready_for_its_first_update_and_request(repo):
+    """A loaded index finds texts by hash once it has hashed them all, and walks the graph once its cost matrix is
+    made from the edges: the server does both once the index is ready, not within the first saved edit or the
+    first completion."""
     from lsp_server.index_builder import IndexBuilder
 
     Index.build(repo, EXACT).save()
-    assert Index.load(repo, EXACT).fragments._hashed is None
+    loaded = Index.load(repo, EXACT)
+    assert loaded.fragments._hashed is None and loaded.graph._csr is None
     folder = FolderIndex(root=repo.resolve(), config=EXACT)
     IndexBuilder(replay=lambda path: None).start(folder).join(60)
     assert folder.state == "ready" and folder.index.fragments._hashed is not None
+    assert folder.index.graph._csr is not None
 
 
 def test_the_index_command_reads_only_the_header_of_a_complete_index(repo, monkeypatch, capsys):
