@@ -73,7 +73,7 @@ class IndexBuilder:
                 folder.notices = list(index.notices)  # the server shows each once
                 deferred, folder._deferred = folder._deferred, set()
             logger.info("index of %s ready in %.1f s", folder.root, time.perf_counter() - started)
-            # what a loaded index's first update and first request make (0.9 and 1.6 s for a 7.6-million-line
+            # what a loaded index's first update and first request make (about 1 s each for a 7.6-million-line
             # monorepo: its table of texts by hash, the graph's cost matrix): made now, beside the requests (it
             # only reads), rather than while a saved edit or the first completion waits for it
             folder.lock.acquire_read()
