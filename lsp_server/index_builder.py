@@ -4,7 +4,10 @@ A stored index loaded at start-up is first brought up to date with the disk (fil
 one that cannot be (an update of it fails) is rebuilt from the disk instead, said once, never a failed folder;
 progress goes to a callback (the server turns it into `$/progress`), and changes that raced the build are replayed
 from disk once the index is ready. A large folder is built in batches (repocomp.index): from the first batch on,
-completions read the part indexed (state "partial"; in-file while a batch is being added, never waiting for it). Before it is ready, the index's numba kernels are made ready too (`warm_kernels`).
+completions read the part indexed (state "partial"; in-file while a batch is being added, never waiting for it).
+Before it is ready, the index's numba kernels are made ready too (`warm_kernels`); once it is, what a loaded
+index's first edit and completion need (its table of texts by hash, the graph's cost matrix) is made beside the
+requests.
 """
 
 from __future__ import annotations
