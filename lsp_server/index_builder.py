@@ -76,13 +76,12 @@ class IndexBuilder:
                 folder.notices = list(index.notices)  # the server shows each once
                 deferred, folder._deferred = folder._deferred, set()
             logger.info("index of %s ready in %.1f s", folder.root, time.perf_counter() - started)
-            # what a loaded index's first update and first request make (about 1 s each for a 7.6-million-line
-            # monorepo: its table of texts by hash, the graph's cost matrix): made now, beside the requests (it
-            # only reads), rather than while a saved edit or the first completion waits for it
+            # what a loaded index's first update and first request make (about 2 s for a 7.6-million-line
+            # monorepo): made now, beside the requests, rather than while a saved edit or the first completion
+            # waits for it
             folder.lock.acquire_read()
             try:
-                index.fragments.index_texts()
-                index.graph.cost_matrix()
+                index.prepare()
             finally:
                 folder.lock.release_read()
             for path in deferred:  # changes that raced the build: replay from disk

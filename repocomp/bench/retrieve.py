@@ -121,8 +121,8 @@ def run_retrieve_bench(root: Path, config: Any, positions: int = 300, runs: int 
                + (rec.get("definitions_scan", 0.0) if r == 1 else 0.0) for rec in records if f"retrieve_{r}" in rec]
         if per:
             out.per_iteration_ms[str(r)] = _stats(per)
-    for stage in ("retrieve", "similarity", "leak", "fragrel", "rank", "definitions_scan", "definitions", "prompt", "generate",
-                  "sync"):
+    for stage in ("retrieve", "similarity", "leak", "fragrel", "rank", "definitions_scan", "definitions", "prompt",
+                  "generate", "sync"):
         vals = [v for rec in records for k, v in rec.items()
                 if k == stage or (k.startswith(stage + "_") and k[len(stage) + 1:].isdigit())]
         if vals:

@@ -378,6 +378,13 @@ class Index:
         self.term_index = self.term_index.take(keep)
         self.epoch += 1
 
+    def prepare(self) -> None:
+        """Make now what a loaded index makes when first used: its table of fragment texts by hash (the first
+        update's) and the graph's cost matrix (the first request's). Both only read the index (a request that needs
+        the cost matrix meanwhile makes the same one)."""
+        self.fragments.index_texts()
+        self.graph.cost_matrix()
+
     # -- relations (kept by `upkeep`) ----------------------------------------------------------------------------
     @property
     def relations(self) -> sp.csr_matrix:
