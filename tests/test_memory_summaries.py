@@ -138,6 +138,10 @@ def test_write_summary_keeps_the_models_sentence_and_bounds_its_time() -> None:
     backend = Scripted(" moved old_1 out of the loop.")
     assert asyncio.run(write_summary(s, hunks, backend))
     assert s.text == "The developer moved old_1 out of the loop." and len(backend.prompts) == 1
+    assert (s.calls, s.answered) == (1, 1)
+    dot = SessionSummary()  # answered with no sentence: counted as answered, nothing kept, still pending
+    assert not asyncio.run(write_summary(dot, hunks, Scripted(" . more")))
+    assert (dot.calls, dot.answered, dot.text) == (0, 1, "") and dot.batch(hunks) is not None
     slow = Scripted(" never seen.", delay_s=30.0)
     t0 = time.monotonic()
     assert not asyncio.run(write_summary(SessionSummary(), hunks, slow, time_limit_s=0.2))
@@ -166,7 +170,7 @@ def test_the_real_model_writes_a_bounded_summary(tiny_model_dir: Path) -> None:
     backend = TransformersBackend(model=str(tiny_model_dir), device="cpu")
     written = asyncio.run(write_summary(s, [hunk(1, 1.0), hunk(2, 2.0)], backend))
     # a random model may write nothing but a newline; whatever it writes is one bounded sentence
-    assert written == bool(s.text)
+    assert written == bool(s.text) and s.answered == 1
     if written:
         assert s.text.startswith("The developer ") and "\n" not in s.text and len(s.text) <= MAX_SUMMARY_CHARS
         assert len(s.text.split()) <= SUMMARY_TOKENS + 2

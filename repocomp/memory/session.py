@@ -747,6 +747,7 @@ class SessionMemory:
                 "edits": self._counts["edits"], "shown": self._counts["shown"],
                 "accepted": self._counts["accepted"],
                 "summaries": self.summary.calls if self.summary is not None else 0,
+                "summaries_answered": self.summary.answered if self.summary is not None else 0,
                 "summaries_cancelled": self.summary.cancelled if self.summary is not None else 0}
 
 

@@ -52,6 +52,7 @@ class SessionSummary:
         self.text = ""
         self._covered: dict[int, float] = {}  # hunk id -> its last_time when folded
         self.calls = 0  # summaries written
+        self.answered = 0  # calls the model answered, whether what it wrote was kept or not
         self.cancelled = 0
 
     def pending(self, hunks: Sequence[Hunk]) -> list[Hunk]:
@@ -137,6 +138,7 @@ async def write_summary(summary: SessionSummary, hunks: Sequence[Hunk], backend:
     except Exception as exc:  # noqa: BLE001 - a summary is never worth an error: the template stays
         log.info("no session summary: %s", exc)
         return False
+    summary.answered += 1
     if answer.fell_back or answer.copied:
         return False
     return summary.take(batch, answer.text)
