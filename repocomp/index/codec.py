@@ -226,7 +226,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     graph.owner = _uncode(meta["graph"]["owners"], a["graph_owner"])
     graph.alive, graph.length = a["graph_alive"].astype(bool), a["graph_length"].astype(np.float64)
     n_ids = graph.n_ids
-    if not len(graph.owner) == len(graph.alive) == len(graph.length) == n_ids:
+    if not len(graph.owner) == len(a["graph_alive"]) == len(a["graph_length"]) == n_ids:
         raise ValueError("graph node tables differ in length")
     for folder, node, count in meta["graph"]["dirs"]:
         graph.dirs[str(folder)], graph._dir_files[str(folder)] = _node(node, n_ids), int(count)
