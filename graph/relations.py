@@ -33,10 +33,19 @@ def _top_k_mask(indptr, indices, data, k):  # pragma: no cover - compiled
         if hi - lo <= k:
             keep[lo:hi] = True
             continue
-        # stable sort on -value over column-sorted entries: ties go to the lowest column
-        order = np.argsort(-data[lo:hi], kind="mergesort")
-        for i in order[:k]:
-            keep[lo + i] = True
+        # the k-th largest value by selection (not a sort: rows hold thousands of entries); over column-sorted
+        # entries, ties with it go to the lowest columns
+        kth = -np.partition(-data[lo:hi], k - 1)[k - 1]
+        ties = k
+        for i in range(lo, hi):
+            if data[i] > kth:
+                ties -= 1
+        for i in range(lo, hi):
+            if data[i] > kth:
+                keep[i] = True
+            elif data[i] == kth and ties > 0:
+                keep[i] = True
+                ties -= 1
     return keep
 
 

@@ -71,6 +71,19 @@ def test_top_k_keeps_the_largest_per_row():
     np.testing.assert_allclose(out, [[0, 0.5, 0, 0, 0.4], [0.2, 0, 0, 0, 0]])
 
 
+def test_top_k_breaks_ties_by_the_lowest_column_as_a_stable_sort_does():
+    rng = np.random.default_rng(7)
+    dense = rng.choice([0.0, 0.1, 0.2, 0.3, 0.5], size=(60, 40))  # many ties, some straddling the k-th place
+    for k in (1, 3, 8, 39):
+        out = top_k_rows(sp.csr_matrix(dense), k).toarray()
+        want = np.zeros_like(dense)
+        for r, row in enumerate(dense):
+            cols = np.flatnonzero(row)
+            best = cols[np.argsort(-row[cols], kind="stable")[:k]]
+            want[r, best] = row[best]
+        np.testing.assert_array_equal(out, want)
+
+
 def test_context_relation_eq7_within_a_file():
     # one file with 5 windows (fragments 0..4): w_rel ** |i - j|, cut below the cutoff
     positions = {2: [("f.py", 2)]}
