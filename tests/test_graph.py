@@ -152,6 +152,16 @@ def test_parsing_holds_no_memory_after_it_returns() -> None:
     assert kept.n_nodes > 1500
 
 
+def test_call_sites_are_kept_compactly_with_one_tuple_per_callee() -> None:
+    from graph.parsing import parse_source
+
+    parsed = parse_source("def f(x):\n    os.path.join(x)\n    g(x)\n    os.path.join(x, x)\n", "python")
+    assert [parts for _, parts in parsed.calls] == [("os", "path", "join"), ("g",), ("os", "path", "join")]
+    assert parsed.call_parts[0] is parsed.call_parts[2]  # equal callees share one tuple
+    assert parsed.call_nodes.dtype == np.int32 and [n for n, _ in parsed.calls] == parsed.call_nodes.tolist()
+    assert all(0 < n < parsed.n_nodes for n in parsed.call_nodes)
+
+
 def test_two_builds_store_the_same_index(tmp_path) -> None:
     """Builds are reproducible: the parser's call sites come in source order, not the query cursor's."""
     from repocomp.index import codec

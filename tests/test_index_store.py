@@ -56,6 +56,8 @@ def test_round_trip(repo):
     loaded = Index.load(repo, EXACT)
     _assert_same(built, loaded)
     assert loaded.summary.files == built.summary.files
+    assert all(loaded.files[p].parsed.calls == e.parsed.calls for p, e in built.files.items())
+    assert sum(len(e.parsed.calls) for e in built.files.values()) > 5
     assert loaded.file_lines("app.py") == (repo / "app.py").read_text().split("\n")
 
 

@@ -133,9 +133,9 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays["def_node"] = np.array([n for p in parsed for n, _, _ in p.defs], np.int32)
     arrays["def_class"] = np.array([c for p in parsed for _, _, c in p.defs], np.int32)
     arrays["def_count"] = np.array([len(p.defs) for p in parsed], np.int64)
-    call_parts, arrays["call_parts"] = _codes([parts for p in parsed for _, parts in p.calls])
-    arrays["call_node"] = np.array([n for p in parsed for n, _ in p.calls], np.int32)
-    arrays["call_count"] = np.array([len(p.calls) for p in parsed], np.int64)
+    call_parts, arrays["call_parts"] = _codes([parts for p in parsed for parts in p.call_parts])
+    arrays["call_node"] = _cat([p.call_nodes for p in parsed], np.int32)
+    arrays["call_count"] = np.array([len(p.call_parts) for p in parsed], np.int64)
     arrays["window_frag"] = _cat([np.asarray(e.windows, np.int64) for e in entries], np.int64)
     arrays["window_count"] = np.array([len(e.windows) for e in entries], np.int64)
 
@@ -216,7 +216,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     def_names = _split(_uncode(meta["def_names"], a["def_name"]), a["def_count"])
     def_node, def_class = _split(a["def_node"], a["def_count"]), _split(a["def_class"], a["def_count"])
     call_parts = _split(_uncode([tuple(p) for p in meta["call_parts"]], a["call_parts"]), a["call_count"])
-    call_node = _split(a["call_node"], a["call_count"])
+    call_node = _split(a["call_node"].astype(np.int32, copy=False), a["call_count"])
     windows = _split(a["window_frag"], a["window_count"])
     syntax = _split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"])
     calls = _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])
@@ -234,13 +234,14 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     resolver = Resolver()
     for i, rec in enumerate(files):
         n_nodes, n_lines = int(node_counts[i]), int(line_counts[i])
-        if n_nodes and (per_node["parent"][i].max() >= n_nodes or owner[i].max(initial=0) >= n_nodes):
+        if n_nodes and (per_node["parent"][i].max() >= n_nodes or owner[i].max(initial=0) >= n_nodes
+                        or not 0 <= call_node[i].min(initial=0) <= call_node[i].max(initial=0) < n_nodes):
             raise ValueError(f"file {i}: node or line tables inconsistent")
         parsed = ParsedFile(
             str(rec["language"]), n_lines, kinds[i], per_node["start_line"][i], per_node["end_line"][i],
             per_node["parent"][i], owner[i], line_len[i],
             defs=[(int(n), str(name), int(c)) for n, name, c in zip(def_node[i], def_names[i], def_class[i])],
-            calls=[(int(n), tuple(parts)) for n, parts in zip(call_node[i], call_parts[i])],
+            call_nodes=call_node[i], call_parts=call_parts[i],
             imports=[Import(str(loc), str(mod), None if name is None else str(name))
                      for loc, mod, name in rec["imports"]],
             facts=[(str(k), int(n), str(a), str(b)) for k, n, a, b in rec["facts"]],

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from cli_run import repocomp
 
@@ -22,7 +23,8 @@ from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config import Config, config_from_dict
 from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError
 from repocomp.index import Index
-from repocomp.index.store import ALIGN, INDEX_FILE, MAGIC
+from repocomp.index import codec as index_codec
+from repocomp.index.store import ALIGN, INDEX_FILE, MAGIC, write_state
 
 
 @pytest.fixture(autouse=True)
@@ -114,11 +116,24 @@ def test_no_index_yet_is_missing_not_corrupt(repo: Path) -> None:
         Index.open(repo, build=False)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count"])
+def _call_site_past_its_file(repo: Path) -> None:
+    """A call site whose calling node is not one of its file's nodes (well-formed arrays, wrong values)."""
+    meta, arrays = index_codec.encode(Index.build(repo))
+    counts = arrays["node_count"][:len(arrays["call_count"])]
+    first = int(np.flatnonzero(arrays["call_count"])[0])  # the first file with a call site
+    at = int(arrays["call_count"][:first].sum())
+    arrays["call_node"] = arrays["call_node"].copy()
+    arrays["call_node"][at] = counts[first]
+    write_state(repo / ".repocomp", meta, arrays)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count", "call_site"])
 def test_a_damaged_file_is_corrupt_and_named(repo: Path, damage: str) -> None:
     path = _saved(repo)
     data = path.read_bytes()
-    if damage == "truncate":
+    if damage == "call_site":
+        _call_site_past_its_file(repo)
+    elif damage == "truncate":
         path.write_bytes(data[: len(data) * 2 // 3])
     elif damage == "garbage":
         path.write_bytes(b"\x00garbage" * 10)
