@@ -15,6 +15,7 @@ from repocomp.config import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
 from repocomp.index import Index
 from repocomp.index.store import INDEX_FILE, file_map, read_state
+from repocomp.index.vocabulary import StoredVocabulary
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "index_repo"
 # no truncation and context relations on, so the comparison covers Eq. 7 as well
@@ -59,6 +60,26 @@ def test_round_trip(repo):
     assert all(loaded.files[p].parsed.calls == e.parsed.calls for p, e in built.files.items())
     assert sum(len(e.parsed.calls) for e in built.files.values()) > 5
     assert loaded.file_lines("app.py") == (repo / "app.py").read_text().split("\n")
+    assert isinstance(loaded.term_index.vocab, StoredVocabulary) and len(loaded.term_index.vocab) == len(
+        built.term_index.vocab)
+
+
+def test_a_loaded_vocabulary_takes_new_tokens_and_stores_them(repo):
+    """A loaded index's vocabulary is the stored one (arrays read in place); an edit's new token is found, saved
+    and found again after the next load, as in a fresh build."""
+    Index.build(repo, EXACT).save()
+    loaded = Index.load(repo, EXACT)
+    (repo / "app.py").write_text("def zebra_quokka_total(x):\n    return x\n")
+    loaded.update_file("app.py")
+    query = "zebra_quokka_total"
+    hit = loaded.term_index.score(query, "jaccard")
+    assert hit.max() > 0 and loaded.fragments[int(hit.argmax())].text.startswith("def zebra_quokka_total")
+    loaded.save()
+    again = Index.load(repo, EXACT)
+    assert isinstance(again.term_index.vocab, StoredVocabulary) and query in again.term_index.vocab
+    np.testing.assert_array_equal(again.term_index.score(query, "bm25"), loaded.term_index.score(query, "bm25"))
+    loaded.refresh_relations()
+    _assert_same(again, Index.build(repo, EXACT))
 
 
 def test_a_loaded_index_reads_its_arrays_and_texts_in_place_from_the_file(repo):

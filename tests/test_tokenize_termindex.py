@@ -12,6 +12,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from repocomp.index.term_index import TermIndex
+from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
 from repocomp.tokenize import code_tokens
 
 DOCS = [
@@ -133,7 +134,7 @@ def test_state_roundtrip_through_pickle() -> None:
     idx = TermIndex.build(texts)
     idx.set_rows([2], ["changed ( text )"])
     back = TermIndex.from_state(pickle.loads(pickle.dumps(idx.state())))
-    assert back.n_rows == idx.n_rows and back.vocab == idx.vocab
+    assert back.n_rows == idx.n_rows and dict(back.vocab.items()) == idx.vocab
     for m in ("jaccard", "bm25"):
         np.testing.assert_allclose(back.score(texts[7] or "", m), idx.score(texts[7] or "", m), rtol=1e-6)
     assert all(isinstance(v, (np.ndarray, int, str)) for v in idx.state().values())
@@ -160,3 +161,42 @@ def test_query_and_update_are_fast_at_10k_rows() -> None:
     update = time.perf_counter() - t0
     assert per_query < 0.02, per_query
     assert update < 0.05, update
+
+
+TRICKY_TOKENS = ["x", "self", "naïve", "变量", "𝑓", "\ud800lone", "0x1F", "==", "_", "Ωmega"]
+
+
+def test_a_stored_vocabulary_finds_every_token_by_its_crc_as_the_dict_did() -> None:
+    """The compiled fill and the lookup in Python hash alike (zlib's CRC-32), multi-byte and lone-surrogate
+    tokens included; tokens added after the load get the ids given, and the arrays made again hold them too."""
+    vocab = {tok: i for i, tok in enumerate(TRICKY_TOKENS + [f"name{i}" for i in range(3000)])}
+    arrays = vocabulary_arrays(vocab)
+    assert len(arrays["slots"]) >= 2 * len(vocab) and (arrays["slots"] >= 0).sum() == len(vocab)
+    stored = StoredVocabulary(arrays["bytes"], arrays["ends"], arrays["slots"])
+    assert len(stored) == len(vocab) and all(stored.get(t) == i for t, i in vocab.items())
+    assert dict(stored.items()) == vocab and list(stored) == list(vocab)
+    assert stored.get("name3000") is None and "nam" not in stored and "name1" in stored
+    assert stored.setdefault("brand_new", len(stored)) == len(vocab) and stored["brand_new"] == len(vocab)
+    assert stored.setdefault("name7", 99) == vocab["name7"]
+    again = StoredVocabulary(**{k if k != "bytes" else "blob": v for k, v in stored.arrays().items()})
+    assert dict(again.items()) == dict(stored.items()) and again["brand_new"] == len(vocab)
+    empty = vocabulary_arrays({})
+    assert len(StoredVocabulary(empty["bytes"], empty["ends"], empty["slots"])) == 0
+
+
+@pytest.mark.parametrize("damage", ["slot_out_of_range", "full_table", "no_table", "ends_past_bytes",
+                                    "not_a_separator"])
+def test_a_damaged_stored_vocabulary_is_a_value_error(damage: str) -> None:
+    a = {k: v.copy() for k, v in vocabulary_arrays({t: i for i, t in enumerate(TRICKY_TOKENS)}).items()}
+    if damage == "slot_out_of_range":
+        a["slots"][np.flatnonzero(a["slots"] >= 0)[0]] = len(TRICKY_TOKENS)
+    elif damage == "full_table":  # no free slot: a lookup of an unknown token would never end
+        a["slots"] = np.arange(16, dtype=np.int32) % len(TRICKY_TOKENS)
+    elif damage == "no_table":
+        a["slots"] = a["slots"][:0]
+    elif damage == "ends_past_bytes":
+        a["ends"][-1] += 1
+    else:
+        a["ends"][0] -= 1
+    with pytest.raises(ValueError, match="vocabulary"):
+        StoredVocabulary(a["bytes"], a["ends"], a["slots"])

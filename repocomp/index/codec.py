@@ -174,7 +174,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
                   "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
         "consulted": {p: sorted(keys) for p, keys in index.resolver.consulted.items()},
-        "term_index": {"version": term["version"], "vocab": term["vocab"]},
+        "term_index": {"version": term["version"]},
         "summary": plain(index.summary.to_dict()),
     }
     return meta, arrays

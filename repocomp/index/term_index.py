@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from graph.csr_rows import replace_rows
 from repocomp.config import SIMILARITIES
+from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
 from repocomp.tokenize import code_tokens
 
 __all__ = ["TermIndex", "StateVersionError"]
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 # row and posting (630 MB in a 7.6-million-line monorepo), a delta costs each update and query in its own size
 _MAX_DELTA_ROWS = 512
 _DELTA_SHARE = 256
-_STATE_VERSION = 2
+_STATE_VERSION = 3
 
 
 class StateVersionError(ValueError):
@@ -105,7 +106,8 @@ class TermIndex:
     since (`_changed`): a few arrays whatever the row count, not two small arrays per row."""
 
     def __init__(self) -> None:
-        self.vocab: dict[str, int] = {}
+        # token -> term id: a dict while building, the stored arrays once loaded (repocomp.index.vocabulary)
+        self.vocab: dict[str, int] | StoredVocabulary = {}
         self._rows = sp.csr_matrix((0, 0), dtype=np.float32)  # rows x terms counts, as of the last fold
         self._present = np.zeros(0, bool)  # per row: holds a text (False: never set, or cleared)
         self._changed: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}  # rows set since the fold
@@ -297,7 +299,8 @@ class TermIndex:
         """Known query term ids, their counts in the query, and the query's distinct-token count."""
         toks = code_tokens(query)
         distinct = set(toks)
-        known = [self.vocab[t] for t in toks if t in self.vocab]
+        ids = {t: self.vocab.get(t) for t in distinct}  # one lookup per distinct token
+        known = [i for t in toks if (i := ids[t]) is not None]
         if not known:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), len(distinct)
         terms, counts = np.unique(np.asarray(known, np.int64), return_counts=True)
@@ -358,14 +361,15 @@ class TermIndex:
     STATE_VERSION = _STATE_VERSION
     # the arrays of a state: the rows (CSR), their postings (CSC) and statistics, stored as they are used, so that
     # a loaded index reads them in place instead of deriving them (a transpose of every posting)
-    STATE_ARRAYS = ("alive", "indptr", "terms", "counts", "post_indptr", "post_rows", "post_counts", "row_len", "df")
+    STATE_ARRAYS = ("alive", "indptr", "terms", "counts", "post_indptr", "post_rows", "post_counts", "row_len", "df",
+                    "vocab_bytes", "vocab_ends", "vocab_slots")
 
     def state(self) -> dict[str, Any]:
         """Plain arrays and scalars, no custom classes (the index codec stores them as they are)."""
         self._fold()
         return {
             "version": _STATE_VERSION,
-            "vocab": "\n".join(self.vocab),  # tokens never contain whitespace
+            **{f"vocab_{k}": v for k, v in vocabulary_arrays(self.vocab).items()},
             "alive": self._present, "indptr": self._rows.indptr, "terms": self._rows.indices,
             "counts": self._rows.data, "post_indptr": self._base.indptr, "post_rows": self._base.rows,
             "post_counts": self._base.counts, "row_len": self._row_len, "df": self._df,
@@ -383,10 +387,10 @@ class TermIndex:
         their shapes, dtypes or ids do not fit together (a damaged file)."""
         cls.check_state_version(d)
         idx = cls()
-        if isinstance(d["vocab"], dict):  # an index's own vocabulary, already made (its file read back)
+        if "vocab" in d:  # an index's own vocabulary, already made (its file read back)
             idx.vocab = d["vocab"]
         else:
-            idx.vocab = {w: i for i, w in enumerate(d["vocab"].split("\n") if d["vocab"] else [])}
+            idx.vocab = StoredVocabulary(d["vocab_bytes"], d["vocab_ends"], d["vocab_slots"])
         n_terms, n = len(idx.vocab), len(d["alive"])
         kinds = {"alive": "b", "indptr": "i", "terms": "i", "counts": "f", "post_indptr": "i", "post_rows": "i",
                  "post_counts": "f", "row_len": "f", "df": "i"}

@@ -56,7 +56,7 @@ def _edit_header(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
 
 
 def _term_index_of_another_version(meta: dict[str, Any]) -> None:
-    assert meta["term_index"]["version"] == 2
+    assert meta["term_index"]["version"] == 3
     meta["term_index"]["version"] = 99
 
 

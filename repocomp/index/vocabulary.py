@@ -1,0 +1,161 @@
+"""The term index's vocabulary (token -> term id) as a stored index keeps it: arrays read in place, not a dict.
+
+A monorepo's 1.5 million distinct tokens took 190 MB as a dict of strings once loaded. Stored, they are the
+tokens' UTF-8 bytes one after another ('\n' between them: a token holds no whitespace), where each ends, and an
+open-addressing table of ids by CRC-32 (zlib's, so that a lookup in Python and the compiled fill agree), at most
+half full. Tokens met after the load (an edit's new names) go to a dict beside it. A build keeps a plain dict: its
+tokenizing loop is dict work, and `vocabulary_arrays` makes the arrays when it is saved.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Iterator, Mapping
+
+import numba
+import numpy as np
+
+__all__ = ["StoredVocabulary", "vocabulary_arrays"]
+
+_SEP = 10  # b"\n"
+_FOUND_KEPT = 1 << 16  # stored tokens remembered once found (a few MB)
+
+
+def _crc_table() -> np.ndarray:
+    table = np.zeros(256, np.int64)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (0xEDB88320 ^ (c >> 1)) if c & 1 else c >> 1
+        table[i] = c
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+@numba.njit(cache=True)
+def _fill_slots(blob: np.ndarray, ends: np.ndarray, table: np.ndarray, slots: np.ndarray) -> None:  # pragma: no cover
+    """Put each token's id in its CRC-32's slot or the next free one (`slots` all -1, at least twice the tokens)."""
+    mask = len(slots) - 1
+    start = 0
+    for i in range(len(ends)):
+        c = 0xFFFFFFFF
+        for j in range(start, ends[i]):
+            c = table[(c ^ blob[j]) & 0xFF] ^ (c >> 8)
+        s = (c ^ 0xFFFFFFFF) & mask
+        while slots[s] >= 0:
+            s = (s + 1) & mask
+        slots[s] = i
+        start = ends[i] + 1
+
+
+def _slots_for(blob: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    size = 16
+    while size < 2 * len(ends):
+        size *= 2
+    slots = np.full(size, -1, np.int32)
+    _fill_slots(blob, ends, _CRC_TABLE, slots)
+    return slots
+
+
+def vocabulary_arrays(vocab: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """`bytes`, `ends`, `slots` of a vocabulary whose ids are 0..n-1 (a dict, or a stored one)."""
+    if isinstance(vocab, StoredVocabulary):
+        return vocab.arrays()
+    tokens = list(vocab)
+    if not np.array_equal(np.fromiter(vocab.values(), np.int64, len(vocab)), np.arange(len(vocab))):
+        tokens.sort(key=vocab.__getitem__)  # not in id order (never so far: ids are given in order)
+    return _arrays(np.frombuffer("\n".join(tokens).encode("utf-8", "surrogatepass"), np.uint8), len(tokens))
+
+
+def _arrays(blob: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    ends = np.flatnonzero(blob == _SEP)
+    ends = np.append(ends, len(blob)).astype(np.int64) if n else ends.astype(np.int64)
+    return {"bytes": blob, "ends": ends, "slots": _slots_for(blob, ends)}
+
+
+class StoredVocabulary(Mapping[str, int]):
+    """The vocabulary as stored (see the module's docstring), with the tokens added since; a Mapping, plus
+    `setdefault` as a dict has it."""
+
+    def __init__(self, blob: np.ndarray, ends: np.ndarray, slots: np.ndarray) -> None:
+        """`ValueError` when the arrays do not fit together (a damaged file)."""
+        n = len(ends)
+        if blob.dtype != np.uint8 or ends.dtype.kind != "i" or slots.dtype.kind != "i" \
+                or blob.ndim != 1 or ends.ndim != 1 or slots.ndim != 1:
+            raise ValueError("vocabulary tables of another type")
+        starts = np.concatenate(([0], ends[:-1] + 1)) if n else ends
+        if n and (ends[-1] != len(blob) or (ends < starts).any() or (blob[ends[:-1]] != _SEP).any()):
+            raise ValueError("vocabulary tokens inconsistent")
+        if not len(slots) or len(slots) & (len(slots) - 1) or 2 * int((slots < 0).sum()) < len(slots) \
+                or not -1 <= slots.min() <= slots.max() < n:  # a power of two, at least half free: probes end
+            raise ValueError("vocabulary table inconsistent")
+        self._blob, self._ends, self._slots, self._n = blob, ends, slots, n
+        self._added: dict[str, int] = {}
+        # stored tokens found lately: an edit looks up each token of its windows (twice: windows overlap), and the
+        # next keystroke the same ones again; a probe in Python costs a few microseconds, a dict hit a tenth
+        self._found: dict[str, int] = {}
+
+    def _find(self, token: str) -> int | None:
+        key = token.encode("utf-8", "surrogatepass")
+        slots, ends, mask = self._slots, self._ends, len(self._slots) - 1
+        s = zlib.crc32(key) & mask
+        while (i := int(slots[s])) >= 0:  # at most half full (checked): a free slot ends every probe
+            start = int(ends[i - 1]) + 1 if i else 0
+            if int(ends[i]) - start == len(key) and self._blob[start:ends[i]].tobytes() == key:
+                return i
+            s = (s + 1) & mask
+        return None
+
+    def get(self, token: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        found = self._added.get(token)
+        if found is None:
+            found = self._found.get(token)
+        if found is None:
+            found = self._find(token)
+            if found is not None:
+                if len(self._found) >= _FOUND_KEPT:
+                    self._found.clear()
+                self._found[token] = found
+        return default if found is None else found
+
+    def __getitem__(self, token: str) -> int:
+        found = self.get(token)
+        if found is None:
+            raise KeyError(token)
+        return found
+
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, str) and self.get(token) is not None
+
+    def setdefault(self, token: str, default: int) -> int:
+        found = self.get(token)
+        if found is None:
+            self._added[token] = found = default
+        return found
+
+    def __len__(self) -> int:
+        return self._n + len(self._added)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What `vocabulary_arrays` gives: the stored arrays, or new ones when tokens were added since."""
+        if not self._added:
+            return {"bytes": self._blob, "ends": self._ends, "slots": self._slots}
+        if list(self._added.values()) != list(range(self._n, len(self))):
+            raise ValueError("vocabulary ids are not 0..n-1")
+        added = "\n".join(self._added).encode("utf-8", "surrogatepass")
+        blob = np.concatenate((self._blob, np.frombuffer(b"\n" + added if self._n else added, np.uint8)))
+        return _arrays(blob, len(self))
+
+    def items(self) -> Iterator[tuple[str, int]]:  # type: ignore[override]
+        """(token, id), without looking each token up."""
+        return itertools.chain(zip(self._stored(), range(self._n)), self._added.items())
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(self._stored(), self._added)
+
+    def _stored(self) -> list[str]:
+        """The stored tokens in id order, decoded (for a compaction, not per request)."""
+        return self._blob.tobytes().decode("utf-8", "surrogatepass").split("\n") if self._n else []
