@@ -1,6 +1,6 @@
 """The term index's vocabulary (token -> term id) as a stored index keeps it: arrays read in place, not a dict.
 
-A monorepo's 1.5 million distinct tokens took 190 MB as a dict of strings once loaded. Stored, they are the
+A 7.6-million-line monorepo's 762,000 distinct tokens took 105 MB as a dict of strings once loaded. Stored, they are the
 tokens' UTF-8 bytes one after another ('\n' between them: a token holds no whitespace), where each ends, and an
 open-addressing table of ids by CRC-32 (zlib's, so that a lookup in Python and the compiled fill agree), at most
 half full. Tokens met after the load (an edit's new names) go to a dict beside it. A build keeps a plain dict: its
