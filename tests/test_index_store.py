@@ -74,7 +74,8 @@ def test_a_loaded_vocabulary_takes_new_tokens_and_stores_them(repo):
     query = "zebra_quokka_total"
     hit = loaded.term_index.score(query, "jaccard")
     assert hit.max() > 0 and loaded.fragments[int(hit.argmax())].text.startswith("def zebra_quokka_total")
-    loaded.save()
+    loaded.save()  # read back from what it wrote: the token is among the stored ones now
+    assert query not in loaded.term_index.vocab._added and query in loaded.term_index.vocab  # type: ignore[union-attr]
     again = Index.load(repo, EXACT)
     assert isinstance(again.term_index.vocab, StoredVocabulary) and query in again.term_index.vocab
     np.testing.assert_array_equal(again.term_index.score(query, "bm25"), loaded.term_index.score(query, "bm25"))

@@ -290,8 +290,11 @@ def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
     stored.keep_text_index(index.fragments)
     index.fragments = stored
     _read_matrices(index, a, len(stored), index.graph.n_ids)
-    index.term_index = TermIndex.from_state({"version": TermIndex.STATE_VERSION, "vocab": index.term_index.vocab}
-                                            | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS})
+    # a build's vocabulary stays the dict its next batch adds to; a stored one is read from what was written, which
+    # holds the tokens added since the load too
+    vocab = index.term_index.vocab
+    term = {"version": TermIndex.STATE_VERSION} | ({"vocab": vocab} if isinstance(vocab, dict) else {})
+    index.term_index = TermIndex.from_state(term | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS})
     page_out(file_map(a["text"]))
 
 
