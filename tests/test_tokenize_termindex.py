@@ -200,3 +200,19 @@ def test_a_damaged_stored_vocabulary_is_a_value_error(damage: str) -> None:
         a["ends"][0] -= 1
     with pytest.raises(ValueError, match="vocabulary"):
         StoredVocabulary(a["bytes"], a["ends"], a["slots"])
+
+
+def test_a_stored_vocabulary_gives_ids_as_setdefault_does_and_forgets_what_it_found_within_its_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import repocomp.index.vocabulary as vocabulary
+
+    monkeypatch.setattr(vocabulary, "_KNOWN_KEPT", 8)  # found tokens forgotten often
+    base = {t: i for i, t in enumerate(TRICKY_TOKENS)}
+    stored = StoredVocabulary(*vocabulary_arrays(base).values())
+    plain = dict(base)
+    rng = random.Random(5)
+    for _ in range(30):
+        tokens = [rng.choice(TRICKY_TOKENS + [f"new{i}" for i in range(12)]) for _ in range(rng.randint(0, 20))]
+        assert stored.ids(tokens) == [plain.setdefault(t, len(plain)) for t in tokens]
+        assert len(stored._known) <= max(8, len(set(tokens)))
+    assert len(stored) == len(plain) and dict(stored.items()) == plain

@@ -201,7 +201,9 @@ class TermIndex:
 
     def _encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         vocab = self.vocab
-        ids = [vocab.setdefault(tok, len(vocab)) for tok in code_tokens(text)]
+        tokens = code_tokens(text)
+        ids = vocab.ids(tokens) if isinstance(vocab, StoredVocabulary) else [
+            vocab.setdefault(tok, len(vocab)) for tok in tokens]
         if not ids:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
         terms, counts = np.unique(np.asarray(ids, np.int32), return_counts=True)

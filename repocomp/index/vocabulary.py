@@ -19,7 +19,7 @@ import numpy as np
 __all__ = ["StoredVocabulary", "vocabulary_arrays"]
 
 _SEP = 10  # b"\n"
-_FOUND_KEPT = 1 << 16  # stored tokens remembered once found (a few MB)
+_KNOWN_KEPT = 1 << 16  # tokens remembered once found (a few MB)
 
 
 def _crc_table() -> np.ndarray:
@@ -94,11 +94,16 @@ class StoredVocabulary(Mapping[str, int]):
             raise ValueError("vocabulary table inconsistent")
         self._blob, self._ends, self._slots, self._n = blob, ends, slots, n
         self._added: dict[str, int] = {}
-        # stored tokens found lately: an edit looks up each token of its windows (twice: windows overlap), and the
-        # next keystroke the same ones again; a probe in Python costs a few microseconds, a dict hit a tenth
-        self._found: dict[str, int] = {}
+        # tokens found lately (stored or added): an edit looks up each token of its windows (twice: windows
+        # overlap), and the next keystroke the same ones again; a probe in Python costs microseconds, a dict hit
+        # a few nanoseconds
+        self._known: dict[str, int] = {}
 
     def _find(self, token: str) -> int | None:
+        """The token's id, from the tokens added since the load or by probing the stored table."""
+        found = self._added.get(token)
+        if found is not None:
+            return found
         key = token.encode("utf-8", "surrogatepass")
         slots, ends, mask = self._slots, self._ends, len(self._slots) - 1
         s = zlib.crc32(key) & mask
@@ -109,17 +114,32 @@ class StoredVocabulary(Mapping[str, int]):
             s = (s + 1) & mask
         return None
 
+    def _remember(self, token: str, token_id: int) -> None:
+        if len(self._known) >= _KNOWN_KEPT:
+            self._known.clear()
+        self._known[token] = token_id
+
     def get(self, token: str, default: int | None = None) -> int | None:  # type: ignore[override]
-        found = self._added.get(token)
-        if found is None:
-            found = self._found.get(token)
-        if found is None:
-            found = self._find(token)
-            if found is not None:
-                if len(self._found) >= _FOUND_KEPT:
-                    self._found.clear()
-                self._found[token] = found
+        found = self._known.get(token)
+        if found is None and (found := self._find(token)) is not None:
+            self._remember(token, found)
         return default if found is None else found
+
+    def ids(self, tokens: list[str]) -> list[int]:
+        """Each token's id, a new one (the next free) for a token not in the vocabulary: what
+        `[vocab.setdefault(t, len(vocab)) for t in tokens]` gives, each distinct token looked up once."""
+        known = self._known
+        distinct = dict.fromkeys(tokens)
+        missing = [t for t in distinct if t not in known]
+        if len(known) + len(missing) > _KNOWN_KEPT:
+            known.clear()
+            missing = list(distinct)
+        for token in missing:
+            found = self._find(token)
+            if found is None:
+                self._added[token] = found = len(self)
+            known[token] = found
+        return list(map(known.__getitem__, tokens))
 
     def __getitem__(self, token: str) -> int:
         found = self.get(token)
@@ -134,6 +154,7 @@ class StoredVocabulary(Mapping[str, int]):
         found = self.get(token)
         if found is None:
             self._added[token] = found = default
+            self._remember(token, found)
         return found
 
     def __len__(self) -> int:
