@@ -14,6 +14,7 @@ from test_index_store import EXACT, FIXTURE, _assert_same
 from lsp_server.folder_index import FolderIndex
 from repocomp.cli import main
 from repocomp.index import Index
+from repocomp.index.vocabulary import StoredVocabulary
 
 BATCHED = EXACT.replace("index", batch_bytes=200)  # the fixture's files are 50 to 400 bytes: several batches
 
@@ -40,6 +41,20 @@ def test_a_build_in_batches_is_the_build_at_once(repo):
     assert [f for f, _ in seen] == sorted({f for f, _ in seen})  # each checkpoint sees more files
     assert batched.summary.pending_files == 0 and "batches" in batched.summary.phases_s
     assert "batches" not in at_once.summary.phases_s  # a folder within one batch is built at once
+
+
+def test_a_build_saved_between_batches_tokenizes_into_a_dict_until_its_last_save(repo):
+    kinds: list[type] = []
+
+    def saved(index: Index) -> None:
+        index.save()
+        kinds.append(type(index.term_index.vocab))
+
+    batched = Index.build(repo, BATCHED, checkpoint=saved)
+    assert len(kinds) >= 2 and set(kinds) == {dict}  # batches to come: the dict the next one adds to
+    batched.save()
+    assert isinstance(batched.term_index.vocab, StoredVocabulary)  # done: read from the file, as a load does
+    _assert_same(batched, Index.build(repo, EXACT))
 
 
 def test_an_interrupted_build_leaves_a_usable_partial_index_and_resumes(repo):

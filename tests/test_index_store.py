@@ -54,6 +54,7 @@ def _assert_same(a: Index, b: Index) -> None:
 def test_round_trip(repo):
     built = Index.build(repo, EXACT)
     built.save()
+    assert isinstance(built.term_index.vocab, StoredVocabulary)  # read back from what was written, as a load does
     loaded = Index.load(repo, EXACT)
     _assert_same(built, loaded)
     assert loaded.summary.files == built.summary.files

@@ -290,10 +290,11 @@ def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
     stored.keep_text_index(index.fragments)
     index.fragments = stored
     _read_matrices(index, a, len(stored), index.graph.n_ids)
-    # a build's vocabulary stays the dict its next batch adds to; a stored one is read from what was written, which
-    # holds the tokens added since the load too
+    # the vocabulary as written (the tokens added since a load among them), but for a build with batches to come:
+    # it keeps the dict its next batch adds to (a dict's lookups are what tokenizing a batch costs)
     vocab = index.term_index.vocab
-    term = {"version": TermIndex.STATE_VERSION} | ({"vocab": vocab} if isinstance(vocab, dict) else {})
+    batches_to_come = isinstance(vocab, dict) and index.summary.pending_files > 0
+    term = {"version": TermIndex.STATE_VERSION} | ({"vocab": vocab} if batches_to_come else {})
     index.term_index = TermIndex.from_state(term | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS})
     page_out(file_map(a["text"]))
 
