@@ -1,10 +1,10 @@
 """The term index's vocabulary (token -> term id) as a stored index keeps it: arrays read in place, not a dict.
 
-A 7.6-million-line monorepo's 762,000 distinct tokens took 105 MB as a dict of strings once loaded. Stored, they are the
-tokens' UTF-8 bytes one after another ('\n' between them: a token holds no whitespace), where each ends, and an
-open-addressing table of ids by CRC-32 (zlib's, so that a lookup in Python and the compiled fill agree), at most
-half full. Tokens met after the load (an edit's new names) go to a dict beside it. A build keeps a plain dict: its
-tokenizing loop is dict work, and `vocabulary_arrays` makes the arrays when it is saved.
+A 7.6-million-line monorepo's 762,000 distinct tokens took 105 MB as a dict of strings once loaded. Stored, they
+are the tokens' UTF-8 bytes one after another ('\n' between them: a token holds no whitespace), where each ends,
+and an open-addressing table of ids by CRC-32 (zlib's, so that a lookup in Python and the compiled fill agree), at
+most half full. Tokens met after the load (an edit's new names) go to a dict beside it. A build keeps a plain dict
+(its tokenizing loop is dict work) until its last batch is saved; `vocabulary_arrays` makes the arrays for a save.
 """
 
 from __future__ import annotations
@@ -94,9 +94,9 @@ class StoredVocabulary(Mapping[str, int]):
             raise ValueError("vocabulary table inconsistent")
         self._blob, self._ends, self._slots, self._n = blob, ends, slots, n
         self._added: dict[str, int] = {}
-        # tokens found lately (stored or added): an edit looks up each token of its windows (twice: windows
-        # overlap), and the next keystroke the same ones again; a probe in Python costs microseconds, a dict hit
-        # a few nanoseconds
+        # tokens an edit found lately (stored or added; `ids`): an edit looks up each token of its windows (twice:
+        # windows overlap), and the next keystroke the same ones again; a probe in Python costs microseconds, a
+        # dict hit a few nanoseconds
         self._known: dict[str, int] = {}
 
     def _find(self, token: str) -> int | None:
@@ -114,15 +114,11 @@ class StoredVocabulary(Mapping[str, int]):
             s = (s + 1) & mask
         return None
 
-    def _remember(self, token: str, token_id: int) -> None:
-        if len(self._known) >= _KNOWN_KEPT:
-            self._known.clear()
-        self._known[token] = token_id
-
     def get(self, token: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        """The token's id; not remembered (a query's tokens, a 150k-character line's among them, are not kept)."""
         found = self._known.get(token)
-        if found is None and (found := self._find(token)) is not None:
-            self._remember(token, found)
+        if found is None:
+            found = self._find(token)
         return default if found is None else found
 
     def ids(self, tokens: list[str]) -> list[int]:
@@ -154,7 +150,6 @@ class StoredVocabulary(Mapping[str, int]):
         found = self.get(token)
         if found is None:
             self._added[token] = found = default
-            self._remember(token, found)
         return found
 
     def __len__(self) -> int:
