@@ -177,8 +177,7 @@ def test_a_stored_vocabulary_finds_every_token_by_its_crc_as_the_dict_did() -> N
     assert dict(stored.items()) == vocab and list(stored) == list(vocab)
     assert stored.get("name3000") is None and "nam" not in stored and "name1" in stored
     assert not stored._known  # lookups (a query's) keep nothing; an edit's `ids` remember what they found
-    assert stored.setdefault("brand_new", len(stored)) == len(vocab) and stored["brand_new"] == len(vocab)
-    assert stored.setdefault("name7", 99) == vocab["name7"]
+    assert stored.ids(["brand_new", "name7"]) == [len(vocab), vocab["name7"]] and stored["brand_new"] == len(vocab)
     again = StoredVocabulary(**{k if k != "bytes" else "blob": v for k, v in stored.arrays().items()})
     assert dict(again.items()) == dict(stored.items()) and again["brand_new"] == len(vocab)
     empty = vocabulary_arrays({})

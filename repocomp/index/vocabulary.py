@@ -77,8 +77,8 @@ def _arrays(blob: np.ndarray, n: int) -> dict[str, np.ndarray]:
 
 
 class StoredVocabulary(Mapping[str, int]):
-    """The vocabulary as stored (see the module's docstring), with the tokens added since; a Mapping, plus
-    `setdefault` as a dict has it."""
+    """The vocabulary as stored (see the module's docstring), with the tokens added since; a Mapping, plus `ids`,
+    which adds the tokens it does not know."""
 
     def __init__(self, blob: np.ndarray, ends: np.ndarray, slots: np.ndarray) -> None:
         """`ValueError` when the arrays do not fit together (a damaged file)."""
@@ -145,12 +145,6 @@ class StoredVocabulary(Mapping[str, int]):
 
     def __contains__(self, token: object) -> bool:
         return isinstance(token, str) and self.get(token) is not None
-
-    def setdefault(self, token: str, default: int) -> int:
-        found = self.get(token)
-        if found is None:
-            self._added[token] = found = default
-        return found
 
     def __len__(self) -> int:
         return self._n + len(self._added)
