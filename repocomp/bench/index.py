@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
         for name, mb in mem["parts_mb"].items():
             print(f"  {name:<32} {mb:8,.0f} MiB")
         print(f"  the process: loaded in {mem['load_s']:.1f} s (peak {mem['load_peak_mb']:,.0f} MiB), "
-              f"{mem['loaded_rss_mb']:,.0f} MiB; prepared for edits and requests in {mem['prepare_s']:.1f} s; after {args.updates} edits {mem['edited_rss_mb']:,.0f} MiB; "
+              f"{mem['loaded_rss_mb']:,.0f} MiB; prepared for edits and requests in {mem['prepare_s']:.1f} s; "
+              f"after {args.updates} edits {mem['edited_rss_mb']:,.0f} MiB; "
               f"saved in {mem['save_s']:.1f} s, then {mem['saved_rss_mb']:,.0f} MiB")
         return 0
     builds = _builds(args.path, args.runs)
