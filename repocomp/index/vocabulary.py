@@ -150,11 +150,10 @@ class StoredVocabulary(Mapping[str, int]):
         return self._n + len(self._added)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """What `vocabulary_arrays` gives: the stored arrays, or new ones when tokens were added since."""
+        """What `vocabulary_arrays` gives: the stored arrays, or new ones when tokens were added since (`ids` gave
+        them the ids that follow the stored ones, in order)."""
         if not self._added:
             return {"bytes": self._blob, "ends": self._ends, "slots": self._slots}
-        if list(self._added.values()) != list(range(self._n, len(self))):
-            raise ValueError("vocabulary ids are not 0..n-1")
         added = "\n".join(self._added).encode("utf-8", "surrogatepass")
         blob = np.concatenate((self._blob, np.frombuffer(b"\n" + added if self._n else added, np.uint8)))
         return _arrays(blob, len(self))
