@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from graph.csr_rows import replace_rows
+from graph.csr_rows import PatchedRows
 from graph.parsing import ParsedFile
 
 EDGE_TYPES = ("syntax", "directory", "file", "call")
@@ -44,7 +44,7 @@ class CodeGraph:
         # per node: alive, and the text length it owns; kept in arrays grown by doubling (see `_new_nodes`)
         self._alive = np.zeros(0, dtype=bool)
         self._length = np.zeros(0, dtype=np.float64)
-        self._csr: sp.csr_matrix | None = None
+        self._csr: PatchedRows | None = None
         # nodes with an edge added or removed since `_csr` was made (both ends of an added edge): `cost_matrix`
         # patches their rows and their old neighbours' instead of rebuilding
         self._touched: set[int] = set()
@@ -208,20 +208,22 @@ class CodeGraph:
         counts = np.bincount(types, minlength=len(EDGE_TYPES)) if len(types) else np.zeros(len(EDGE_TYPES), int)
         return {name: int(counts[i]) for i, name in enumerate(EDGE_TYPES)}
 
-    def cost_matrix(self) -> sp.csr_matrix:
+    def cost_matrix(self) -> PatchedRows:
         """Symmetric CSR of edge costs -log(w); parallel edges keep the strongest.
 
         After a change only the rows of the touched nodes and of their old neighbours are made again, from the
         edges of the files and folders they belong to: the same matrix as a rebuild, in time that follows the
-        change (a rebuild sorts every edge of the repository)."""
+        change (a rebuild sorts every edge of the repository), kept beside the matrix rather than copied into it
+        (see `PatchedRows`)."""
         if self._csr is None:
             u, v, c = self._costs(*self.edges())
             n = self.n_ids
             indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(np.bincount(u, minlength=n), out=indptr[1:])
             # explicit zeros are weight-1 edges: build the CSR by hand so they are kept
-            self._csr = sp.csr_matrix((c, v, indptr), shape=(n, n))
-            self._csr.has_sorted_indices = True  # `_costs` sorts by (u, v)
+            csr = sp.csr_matrix((c, v, indptr), shape=(n, n))
+            csr.has_sorted_indices = True  # `_costs` sorts by (u, v)
+            self._csr = PatchedRows(csr)
         elif self._touched or self._csr.shape[0] != self.n_ids:
             self._csr = self._patched(self._csr)
         self._touched.clear()
@@ -241,14 +243,14 @@ class CodeGraph:
         first[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
         return u[first], v[first], c[first]
 
-    def _patched(self, old: sp.csr_matrix) -> sp.csr_matrix:
+    def _patched(self, old: PatchedRows) -> PatchedRows:
         """`old` with the rows the touched nodes changed made again (see `cost_matrix`)."""
         n = self.n_ids
         touched = np.array(sorted(self._touched), np.int64)
         is_touched = np.zeros(n, bool)
         is_touched[touched] = True
         before = touched[touched < old.shape[0]]
-        neighbours = np.unique(old[before].indices).astype(np.int64)
+        neighbours = np.unique(old.rows(before).indices).astype(np.int64)
         # every current edge at a touched node is an edge of a touched node's file, a call from the file of an old
         # neighbour (a caller that is new is touched itself), or joins a touched folder to its files and folders
         near = np.union1d(touched, neighbours)
@@ -270,7 +272,7 @@ class CodeGraph:
         u, v, c = u[at_touched], v[at_touched], c[at_touched]
         # the untouched neighbours keep their other entries
         kept = neighbours[~is_touched[neighbours]]
-        rest = old[kept].tocoo()
+        rest = old.rows(kept).tocoo()
         off = ~is_touched[rest.col]
         rows = np.concatenate((u, kept[rest.row[off]]))
         cols = np.concatenate((v, rest.col[off].astype(np.int64)))
@@ -282,7 +284,7 @@ class CodeGraph:
         np.cumsum(np.bincount(np.searchsorted(redone, rows), minlength=len(redone)), out=indptr[1:])
         block = sp.csr_matrix((costs, cols, indptr), shape=(len(redone), n))
         block.has_sorted_indices = True  # sorted by (row, column) above
-        return replace_rows(old, redone, block, (n, n))
+        return old.replace(redone, block, (n, n))
 
     def edge_type(self, a: int, b: int) -> str | None:
         """The strongest edge type joining two nodes (for explanations)."""

@@ -72,3 +72,88 @@ def drop_columns(m: sp.csr_matrix, columns: np.ndarray) -> sp.csr_matrix:
         m.data[hits] = 0
         m.eliminate_zeros()  # in C, in place: a copy of every entry took longer than the rest of an update
     return m
+
+
+# (indptr, indices, data, where, patch indptr, patch indices, patch data): see `PatchedRows.arrays`
+KernelArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_MERGE_ENTRIES = 1 << 20  # a PatchedRows is made whole again once its patch holds more entries than this ...
+_MERGE_SHARE = 8  # ... and than 1/_MERGE_SHARE of its base's
+
+
+class PatchedRows:
+    """A CSR matrix as the one last made whole (`base`: for a loaded index often read in place from its file) and
+    the rows made again since (`patch`; `where[r]` is row r's row in it, -1 for the base's): an edit rewrites a
+    few rows of a matrix of the repository's size without copying it (`replace_rows` copied the graph's cost
+    matrix, F and F's transpose whole on every keystroke: 250 MB and 130 ms in a 7.6-million-line monorepo).
+
+    Immutable: `replace` gives a new one sharing the arrays, so a reader keeps what it read. The compiled kernels
+    read `arrays()` (see graph.maxproduct); the rest asks for `rows`, or `merged` for the whole matrix."""
+
+    def __init__(self, base: sp.csr_matrix, ids: np.ndarray | None = None, patch: sp.csr_matrix | None = None,
+                 shape: tuple[int, int] | None = None) -> None:
+        self.base = base
+        self.shape = base.shape if shape is None else shape
+        self.ids = np.zeros(0, np.int64) if ids is None else ids  # patched rows, sorted
+        self.patch = sp.csr_matrix((0, self.shape[1]), dtype=base.dtype) if patch is None else patch
+        self.where = np.zeros(0, np.int32)  # empty while nothing is patched
+        if len(self.ids):
+            self.where = np.full(self.shape[0], -1, np.int32)
+            self.where[self.ids] = np.arange(len(self.ids), dtype=np.int32)
+
+    def replace(self, rows: np.ndarray, new: sp.csr_matrix, shape: tuple[int, int]) -> PatchedRows:
+        """This matrix grown to `shape`, its rows `rows` (sorted, unique) replaced by the rows of `new`."""
+        rows = np.asarray(rows, np.int64)
+        at = np.minimum(np.searchsorted(rows, self.ids), max(len(rows) - 1, 0))
+        earlier = np.flatnonzero(rows[at] != self.ids) if len(rows) else np.arange(len(self.ids))  # not redone
+        grown = np.arange(self.base.shape[0], shape[0])  # rows past the base's are patched (empty) rows
+        if len(grown):
+            grown = grown[~np.isin(grown, np.concatenate((self.ids, rows)))]
+        ids = np.concatenate((self.ids[earlier], rows, grown))
+        patch = sp.vstack([_with_shape(self.patch[earlier], shape[1]), _with_shape(new, shape[1]),
+                           sp.csr_matrix((len(grown), shape[1]), dtype=self.patch.dtype)], format="csr")
+        order = np.argsort(ids, kind="stable")
+        ids, patch = ids[order], patch[order]
+        patch.sort_indices()
+        if patch.nnz > max(_MERGE_ENTRIES, self.base.nnz // _MERGE_SHARE):
+            return PatchedRows(replace_rows(self.base, ids, patch, shape))
+        return PatchedRows(self.base, ids, patch, shape)
+
+    def rows(self, ids: np.ndarray) -> sp.csr_matrix:
+        """These rows, in this order, as a CSR of this matrix's width."""
+        ids = np.asarray(ids, np.int64)
+        if not len(self.ids):
+            return _with_shape(self.base[ids], self.shape[1])
+        at = self.where[ids]
+        patched = at >= 0
+        if not patched.any():
+            return _with_shape(self.base[ids], self.shape[1])
+        parts = [_with_shape(self.base[ids[~patched]], self.shape[1]), _with_shape(self.patch[at[patched]], self.shape[1])]
+        order = np.argsort(np.concatenate((np.flatnonzero(~patched), np.flatnonzero(patched))), kind="stable")
+        return sp.vstack(parts, format="csr")[order]
+
+    def merged(self) -> sp.csr_matrix:
+        """The whole matrix as one CSR (a copy when rows are patched: for a save, a compaction, explanations)."""
+        if not len(self.ids):
+            return _with_shape(self.base, self.shape[1])
+        return replace_rows(self.base, self.ids, self.patch, self.shape)
+
+    def arrays(self) -> KernelArrays:
+        """(indptr, indices, data, where, patch indptr, patch indices, patch data) for compiled kernels: row r is
+        the patch's row where[r] when where is not empty and where[r] >= 0, else the base's row r. Data float64."""
+        b, p = self.base, self.patch
+        return (b.indptr, b.indices, b.data.astype(np.float64, copy=False), self.where, p.indptr, p.indices,
+                p.data.astype(np.float64, copy=False))
+
+
+def patched(m: sp.csr_matrix | PatchedRows) -> PatchedRows:
+    return m if isinstance(m, PatchedRows) else PatchedRows(m.tocsr())
+
+
+def _with_shape(m: sp.spmatrix, n_cols: int) -> sp.csr_matrix:
+    """`m` as a CSR of `n_cols` columns (a matrix made before columns were added; its arrays shared)."""
+    m = m.tocsr()
+    if m.shape[1] == n_cols:
+        return m
+    out = sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n_cols))
+    out.has_sorted_indices = m.has_sorted_indices
+    return out

@@ -24,6 +24,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from graph.csr_rows import PatchedRows, patched
+
 # Above HUB_DEGREE neighbours a node is a hub (rare in ordinary code: the largest in diffusers has 265); a hub
 # relays a path to HUB_WINDOW neighbours either side of the incoming node and of itself (4 x 64 + 1 at most).
 HUB_DEGREE = 1024
@@ -34,8 +36,22 @@ SOURCE_CHUNK = 8192
 
 
 @numba.njit(cache=True, nogil=True)
-def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, window,  # pragma: no cover - compiled
-                      hub_degree, dist, pred, touched):
+def lower_bound(arr, lo, hi, x):  # pragma: no cover - compiled
+    """The first position in arr[lo:hi] (sorted) whose value is >= x (hi when none)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if arr[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _bounded_dijkstra(indptr, indices, costs, where, p_indptr, p_indices, p_costs,  # pragma: no cover - compiled
+                      sources, limit, max_settled, window, hub_degree, dist, pred, touched):
+    # the adjacency as graph.csr_rows.PatchedRows.arrays() gives it: row u is the patch's row where[u] when that is
+    # >= 0 (rows an edit made again), else the base's row u
     # dist (inf), pred (-1: the node each tentative distance came from, -1 for the source) and touched: work
     # arrays of at least the graph's size, handed back as they came (see `_work_arrays`)
     cap = max(16, sources.shape[0] * 32)
@@ -95,12 +111,17 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, windo
             n_out += 1
             settled += 1
             # neighbours to relay to: [lo0, hi0) and [lo1, hi1) (the whole row unless u is a hub)
-            lo0, hi0 = indptr[u], indptr[u + 1]
+            pu = where[u] if where.shape[0] > 0 else -1
+            if pu >= 0:
+                lo0, hi0 = p_indptr[pu], p_indptr[pu + 1]
+            else:
+                lo0, hi0 = indptr[u], indptr[u + 1]
             lo1, hi1 = hi0, hi0
-            if hi0 - lo0 > hub_degree and pred[u] >= 0:
-                row = indices[lo0:hi0]  # sorted by neighbour id
-                at = lo0 + np.searchsorted(row, pred[u])
-                own = lo0 + np.searchsorted(row, u)
+            if hi0 - lo0 > hub_degree and pred[u] >= 0:  # the row is sorted by neighbour id
+                if pu >= 0:
+                    at, own = lower_bound(p_indices, lo0, hi0, pred[u]), lower_bound(p_indices, lo0, hi0, u)
+                else:
+                    at, own = lower_bound(indices, lo0, hi0, pred[u]), lower_bound(indices, lo0, hi0, u)
                 lo1, hi1 = max(lo0, own - window), min(hi0, own + window)
                 lo0, hi0 = max(lo0, at - window), min(hi0, at + window + 1)
                 if lo1 < hi0 and lo0 < hi1:  # overlapping windows: one range
@@ -109,8 +130,11 @@ def _bounded_dijkstra(indptr, indices, costs, sources, limit, max_settled, windo
             n0 = hi0 - lo0
             for k in range(n0 + hi1 - lo1):
                 e = lo0 + k if k < n0 else lo1 + k - n0
-                v = indices[e]
-                nd = d + costs[e]
+                if pu >= 0:
+                    v, ce = p_indices[e], p_costs[e]
+                else:
+                    v, ce = indices[e], costs[e]
+                nd = d + ce
                 if nd <= limit and nd < dist[v]:
                     if dist[v] == np.inf:
                         touched[n_touch] = v
@@ -161,7 +185,7 @@ def _work_arrays(n: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
                 _spare[:] = [arrays]
 
 
-def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff: float,
+def max_product_strengths(adjacency: sp.csr_matrix | PatchedRows, sources: np.ndarray, cutoff: float,
                           max_reach: int = 0) -> sp.csr_matrix:
     """Strength of the strongest path from each source to every node it reaches with strength >= cutoff.
 
@@ -170,20 +194,19 @@ def max_product_strengths(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff:
     otherwise make every caller related to every other. Hubs relay only locally (`HUB_WINDOW`, see the module
     docstring), whatever `max_reach` is.
 
-    `adjacency` holds edge costs -log(w) (an explicit 0 is a weight-1 edge). Returns a (len(sources), N) CSR
-    matrix of strengths in [cutoff, 1] (a path of exactly the cutoff's strength is kept), the source itself
-    included with strength 1.
+    `adjacency` holds edge costs -log(w) (an explicit 0 is a weight-1 edge), its rows sorted where it is patched.
+    Returns a (len(sources), N) CSR matrix of strengths in [cutoff, 1] (a path of exactly the cutoff's strength is
+    kept), the source itself included with strength 1.
     """
     sources = np.ascontiguousarray(sources, dtype=np.int64)
-    if not adjacency.has_sorted_indices:  # hubs find their windows by binary search in the row
-        adjacency = adjacency.sorted_indices()
+    if isinstance(adjacency, sp.spmatrix) and not adjacency.has_sorted_indices:
+        adjacency = adjacency.sorted_indices()  # hubs find their windows by binary search in the row
     n = adjacency.shape[0]
     if len(sources) == 0:
         return sp.csr_matrix((0, n), dtype=np.float64)
     # the index arrays as scipy keeps them (int32 or int64: numba compiles each): a copy would cost O(edges) per call
     with _work_arrays(n) as work:
-        s, t, d = _bounded_dijkstra(adjacency.indptr, adjacency.indices,
-                                    adjacency.data.astype(np.float64, copy=False), sources, -np.log(cutoff),
+        s, t, d = _bounded_dijkstra(*patched(adjacency).arrays(), sources, -np.log(cutoff),
                                     max_reach if max_reach > 0 else np.iinfo(np.int64).max, HUB_WINDOW, HUB_DEGREE,
                                     *work)
     # the kernel emits sources in order, so `s` is already sorted: build CSR directly
@@ -197,7 +220,7 @@ def source_chunks(sources: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(lo, sources[lo:lo + SOURCE_CHUNK]) for lo in range(0, len(sources), SOURCE_CHUNK)]
 
 
-def reached_nodes(adjacency: sp.csr_matrix, sources: np.ndarray, cutoff: float, max_reach: int = 0) -> np.ndarray:
+def reached_nodes(adjacency: sp.csr_matrix | PatchedRows, sources: np.ndarray, cutoff: float, max_reach: int = 0) -> np.ndarray:
     """The nodes some source reaches with strength >= cutoff (sorted, unique), in bounded memory."""
     parts = [np.unique(max_product_strengths(adjacency, chunk, cutoff, max_reach).indices)
              for _, chunk in source_chunks(np.asarray(sources, dtype=np.int64))]

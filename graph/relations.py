@@ -18,7 +18,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from graph.maxproduct import max_product_strengths, source_chunks
+from graph.csr_rows import PatchedRows, patched
+from graph.maxproduct import lower_bound, max_product_strengths, source_chunks
 
 _ROW_CHUNK = 2048  # fragment rows folded at once: bounds the memory of the intermediate products
 FANOUT_HUB = 1024  # a node in more fragments than this lends its text locally (see above) ...
@@ -63,10 +64,11 @@ def top_k_rows(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
 
 
 @numba.njit(cache=True)
-def _fold_rows(centres, f_ptr, f_idx, f_val, d_ptr, d_idx, d_val, t_ptr, t_idx, t_val, n_frag, hub,
-               window):  # pragma: no cover - compiled
+def _fold_rows(centres, f_ptr, f_idx, f_val, d_ptr, d_idx, d_val, t_ptr, t_idx, t_val, t_where, tp_ptr, tp_idx,
+               tp_val, n_frag, hub, window):  # pragma: no cover - compiled
     """(F D F^T) triples for rows with fragment ids `centres`: F rows (over D's sources), D (sources x nodes),
-    F^T (nodes x fragments, sorted). A node in more than `hub` fragments reaches the `window` either side only."""
+    F^T (nodes x fragments, sorted; as graph.csr_rows.PatchedRows.arrays() gives it). A node in more than `hub`
+    fragments reaches the `window` either side only."""
     acc = np.zeros(n_frag)
     seen = np.zeros(n_frag, np.bool_)
     touched = np.empty(n_frag, np.int64)
@@ -82,17 +84,25 @@ def _fold_rows(centres, f_ptr, f_idx, f_val, d_ptr, d_idx, d_val, t_ptr, t_idx, 
             for b in range(d_ptr[k], d_ptr[k + 1]):
                 node = d_idx[b]
                 w = f_val[a] * d_val[b]
-                lo, hi = t_ptr[node], t_ptr[node + 1]
+                pn = t_where[node] if t_where.shape[0] > 0 else -1
+                if pn >= 0:
+                    lo, hi = tp_ptr[pn], tp_ptr[pn + 1]
+                else:
+                    lo, hi = t_ptr[node], t_ptr[node + 1]
                 if hi - lo > hub:
-                    at = lo + np.searchsorted(t_idx[lo:hi], centres[r])
+                    at = lower_bound(tp_idx, lo, hi, centres[r]) if pn >= 0 else lower_bound(t_idx, lo, hi,
+                                                                                                centres[r])
                     lo, hi = max(lo, at - window), min(hi, at + window + 1)
                 for e in range(lo, hi):
-                    j = t_idx[e]
+                    if pn >= 0:
+                        j, tv = tp_idx[e], tp_val[e]
+                    else:
+                        j, tv = t_idx[e], t_val[e]
                     if not seen[j]:
                         seen[j] = True
                         touched[n_t] = j
                         n_t += 1
-                    acc[j] += w * t_val[e]
+                    acc[j] += w * tv
         if n_out + n_t > cap:
             cap = max(2 * cap, n_out + n_t)
             out_r = np.concatenate((out_r[:n_out], np.empty(cap - n_out, np.int64)))
@@ -113,24 +123,26 @@ def _csr_arrays(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m.indptr, m.indices, m.data.astype(np.float64, copy=False)  # int32 or int64 indices: numba compiles each
 
 
-def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix, node_fragments: sp.csr_matrix | None,
-                   costs: sp.csr_matrix, cutoff: float, max_reach: int = 0,
-                   sizes: np.ndarray | None = None) -> sp.csr_matrix:
+def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix | PatchedRows,
+                   node_fragments: sp.csr_matrix | PatchedRows | None, costs: sp.csr_matrix | PatchedRows,
+                   cutoff: float, max_reach: int = 0, sizes: np.ndarray | None = None) -> sp.csr_matrix:
     """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept.
 
-    `fragment_nodes` is the fragment x node membership matrix; `node_fragments` its transpose (node x fragment),
-    passed in when the caller keeps one, else computed here."""
-    n_frag = fragment_nodes.shape[0]
+    `fragment_nodes` is the fragment x node membership matrix; `node_fragments` its transpose (node x fragment,
+    its rows sorted where it is patched), passed in when the caller keeps one, else computed here."""
+    f = patched(fragment_nodes)
+    n_frag = f.shape[0]
     if sizes is None:  # the fragments' owned lengths, as a caller that keeps F keeps them
-        sizes = np.asarray(fragment_nodes.sum(axis=1)).ravel()
-    node_frag = fragment_nodes.T.tocsr() if node_fragments is None else node_fragments
-    if not node_frag.has_sorted_indices:  # hub nodes find the row's neighbourhood by binary search
-        node_frag = node_frag.sorted_indices()
-    t_arrays = _csr_arrays(node_frag)
+        sizes = np.asarray(f.merged().sum(axis=1)).ravel()
+    if node_fragments is None:
+        node_fragments = f.merged().T.tocsr()
+    if isinstance(node_fragments, sp.spmatrix) and not node_fragments.has_sorted_indices:
+        node_fragments = node_fragments.sorted_indices()  # hub nodes find the row's neighbourhood by binary search
+    t_arrays = patched(node_fragments).arrays()
     blocks = []
     for lo in range(0, len(rows), _ROW_CHUNK):
         chunk = np.asarray(rows[lo:lo + _ROW_CHUNK], dtype=np.int64)
-        sub = fragment_nodes[chunk]
+        sub = f.rows(chunk)
         sources = np.unique(sub.indices)
         sub = sub[:, sources].tocsc()  # columns re-indexed to the sources' order
         num = sp.csr_matrix((len(chunk), n_frag))

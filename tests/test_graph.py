@@ -205,14 +205,15 @@ def test_the_cost_matrix_patched_after_each_update_equals_a_rebuild(tmp_path) ->
             index.update_file(new)
             files.append(new)
         upkeep = index.upkeep  # F, its transpose and its row sums are patched the same way
-        transposed = upkeep.fragment_nodes.T.tocsr()
-        assert (upkeep.node_fragments != transposed).nnz == 0 and upkeep.node_fragments.shape == transposed.shape
-        np.testing.assert_array_equal(upkeep._sizes, np.asarray(upkeep.fragment_nodes.sum(axis=1)).ravel())
+        transposed = upkeep.fragment_nodes.merged().T.tocsr()
+        node_fragments = upkeep.node_fragments.merged()
+        assert (node_fragments != transposed).nnz == 0 and node_fragments.shape == transposed.shape
+        np.testing.assert_array_equal(upkeep._sizes, np.asarray(upkeep.fragment_nodes.merged().sum(axis=1)).ravel())
         graph = index.graph
-        patched = graph.cost_matrix().copy()
+        patched = graph.cost_matrix().merged().copy()
         assert not graph._touched
         graph._csr = None
-        rebuilt = graph.cost_matrix()
+        rebuilt = graph.cost_matrix().merged()
         for m in (patched, rebuilt):
             m.sort_indices()
         assert patched.shape == rebuilt.shape, step

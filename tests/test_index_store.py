@@ -133,7 +133,7 @@ def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):
     # saving reads the index back in place from the file written: none of the updates' copies stay in memory,
     # and it goes on updating from there
     assert all(file_map(m.data) is not None for m in (loaded.relations, loaded.symmetric_relations,
-                                                      loaded.upkeep.fragment_nodes)) \
+                                                      loaded.upkeep.fragment_nodes.base)) \
         and file_map(loaded.term_index.state()["post_rows"]) is not None
     assert not any(isinstance(e.source, str) for e in loaded.files.values())
     (repo / "pkg/extra.py").write_text("from pkg.util import limit\n\n\ndef go():\n    return limit(1, 0, 2)\n")

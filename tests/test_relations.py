@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from graph import csr_rows, maxproduct, relations
+from graph.csr_rows import PatchedRows, replace_rows
 from graph.maxproduct import max_product_strengths
 from graph.relations import context_rows, structure_rows, top_k_rows
 
@@ -97,3 +99,72 @@ def test_max_reach_keeps_the_strongest_nodes_per_source():
     capped = max_product_strengths(costs, np.array([0]), 0.01, max_reach=3).toarray()
     np.testing.assert_allclose(capped, [[1, 0.9, 0, 0.8, 0]])
     np.testing.assert_allclose(max_product_strengths(costs, np.array([0]), 0.01).toarray(), [[1, 0.9, 0.5, 0.8, 0.3]])
+
+
+def _random_csr(rng: np.random.Generator, n_rows: int, n_cols: int, density: float) -> sp.csr_matrix:
+    m = sp.random(n_rows, n_cols, density=density, format="csr", random_state=rng, dtype=np.float64)
+    m.data[rng.random(m.nnz) < 0.2] = 0.0  # explicit zeros (weight-1 edges) are entries too
+    m.sort_indices()
+    return m
+
+
+def test_patched_rows_read_as_the_matrix_they_stand_for_and_leave_earlier_versions_unchanged():
+    rng = np.random.default_rng(3)
+    base = _random_csr(rng, 50, 40, 0.2)
+    whole, m = base.copy(), PatchedRows(base)
+    versions = []
+    for step in range(6):  # the matrix grows in both directions, rows are replaced again, some left empty
+        shape = (50 + 3 * step, 40 + 2 * step)
+        rows = np.unique(rng.integers(0, shape[0], 7))
+        new = _random_csr(rng, len(rows), shape[1], 0.3)
+        whole = replace_rows(whole, rows, new, shape)
+        versions.append((m, m.merged().toarray()))
+        m = m.replace(rows, new, shape)
+        assert m.shape == shape and len(m.ids) and m.base is base  # patched, not copied
+        expected = whole.toarray()
+        np.testing.assert_array_equal(m.merged().toarray(), expected)
+        assert m.merged().nnz == whole.nnz  # explicit zeros kept
+        ids = rng.permutation(shape[0])[:20]
+        np.testing.assert_array_equal(m.rows(ids).toarray(), expected[ids])
+    for old, seen in versions:
+        np.testing.assert_array_equal(old.merged().toarray(), seen)
+
+
+def test_patched_rows_are_made_whole_once_their_patch_outgrows_an_eighth_of_the_base(monkeypatch):
+    monkeypatch.setattr(csr_rows, "_MERGE_ENTRIES", 10)
+    rng = np.random.default_rng(4)
+    base = _random_csr(rng, 40, 40, 0.25)
+    few = PatchedRows(base).replace(np.array([3]), _random_csr(rng, 1, 40, 0.3), base.shape)
+    assert few.base is base and few.ids.tolist() == [3]
+    many = few.replace(np.arange(10, 30), _random_csr(rng, 20, 40, 0.5), base.shape)
+    assert many.base is not base and len(many.ids) == 0
+    np.testing.assert_array_equal(many.rows(np.array([3])).toarray(), few.rows(np.array([3])).toarray())
+
+
+def test_kernels_read_patched_rows_as_the_whole_matrix_hubs_included(monkeypatch):
+    # a hub (node 0, linked to every other node) patched with fewer and other edges, read through its window
+    monkeypatch.setattr(maxproduct, "HUB_DEGREE", 8)
+    monkeypatch.setattr(maxproduct, "HUB_WINDOW", 2)
+    monkeypatch.setattr(relations, "FANOUT_HUB", 4)
+    monkeypatch.setattr(relations, "FANOUT_WINDOW", 2)
+    rng = np.random.default_rng(5)
+    n = 30
+    edges = [(0, i, 0.9) for i in range(1, n)] + [(i, i + 1, 0.5) for i in range(1, n - 1)]
+    costs = PatchedRows(_costs(n, edges))
+    changed = [(0, i, 0.8) for i in range(2, n, 2)] + [(i, i + 1, 0.5) for i in range(1, n - 1)] + [(1, 7, 1.0)]
+    redone = _costs(n, changed)
+    rows = np.unique([0, 1, 7] + list(range(3, n, 2)))  # the rows whose edges changed
+    costs = costs.replace(rows, redone[rows], (n, n))
+    assert len(costs.ids) and costs.base.nnz != redone.nnz
+    sources = np.arange(n)
+    got = max_product_strengths(costs, sources, 0.05, max_reach=6)
+    want = max_product_strengths(costs.merged(), sources, 0.05, max_reach=6)
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+    f = PatchedRows(sp.csr_matrix(rng.integers(0, 3, (12, n)).astype(np.float64)))
+    f = f.replace(np.array([2, 5]), sp.csr_matrix(rng.integers(0, 4, (2, n)).astype(np.float64)), (12, n))
+    t = PatchedRows(f.merged().T.tocsr())
+    t = t.replace(np.array([0]), sp.csr_matrix(2 * f.merged().T.tocsr()[[0]]), (n, 12))  # a patched hub row
+    got = structure_rows(np.arange(12), f, t, costs, 0.05, max_reach=6).toarray()
+    want = structure_rows(np.arange(12), f.merged(), t.merged(), costs.merged(), 0.05, max_reach=6).toarray()
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert got.any()

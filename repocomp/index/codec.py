@@ -156,7 +156,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     # W, Eq. 9's symmetric W and the fragment x node matrix F as scipy holds them (its index dtypes): read back
     # in place, not converted
     for name, m in (("rel", index.relations.tocsr()), ("sym", index.symmetric_relations),
-                    ("frag_nodes", index.upkeep.fragment_nodes)):
+                    ("frag_nodes", index.upkeep.fragment_nodes.merged())):
         arrays[f"{name}_data"], arrays[f"{name}_indices"], arrays[f"{name}_indptr"] = m.data, m.indices, m.indptr
 
     term = index.term_index.state()

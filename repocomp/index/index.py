@@ -345,7 +345,7 @@ class Index:
         # fragments shared with other files changed their node sets: their nodes are seeds too
         live_touched = np.array([i for i in touched_frags if self.fragments[i] is not None], dtype=np.int64)
         new_seeds = np.concatenate((endpoints[self.graph.alive[endpoints]], self._file_nodes(new_paths),
-                                    self.upkeep.fragment_nodes[live_touched].indices.astype(np.int64)))
+                                    self.upkeep.fragment_nodes.rows(live_touched).indices.astype(np.int64)))
         self.upkeep.note_update(np.array(sorted(touched_frags), dtype=np.int64), old_reach, new_seeds,
                                 defer_relations)
         self.summary.files = len(self.files)

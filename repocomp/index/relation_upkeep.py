@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
-from graph.csr_rows import drop_columns, replace_rows
+from graph.csr_rows import PatchedRows, drop_columns, replace_rows
 from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
 from repocomp.index.fragments import window_spans
@@ -45,8 +45,9 @@ class RelationUpkeep:
         self._n = 0
         self._making = threading.Lock()
         self._symmetric: tuple[sp.csr_matrix, int, tuple[int, int], sp.csr_matrix] | None = None
-        self.fragment_nodes = sp.csr_matrix((0, 0))  # F: fragment x node owned lengths (Eq. 8's len)
-        self._fragment_nodes_t: sp.csr_matrix | None = None
+        # F: fragment x node owned lengths (Eq. 8's len), and its transpose once needed; an edit patches their rows
+        self.fragment_nodes = PatchedRows(sp.csr_matrix((0, 0)))
+        self._fragment_nodes_t: PatchedRows | None = None
         self._sizes = np.zeros(0)  # F's row sums: each fragment's owned length (Eq. 8's normaliser)
         # graph nodes near changes whose relation rows still await `refresh`
         self.pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
@@ -79,7 +80,7 @@ class RelationUpkeep:
 
     def set_fragment_nodes(self, f: sp.csr_matrix) -> None:
         """Take `f` as F (a stored one, or made from the files)."""
-        self.fragment_nodes, self._fragment_nodes_t = f, None
+        self.fragment_nodes, self._fragment_nodes_t = PatchedRows(f), None
         self._sizes = np.asarray(f.sum(axis=1)).ravel()
 
     def patch_fragment_nodes(self, removed: Triplets, added: Triplets) -> None:
@@ -99,10 +100,12 @@ class RelationUpkeep:
                                                  shape[::-1])[0]
 
     @property
-    def node_fragments(self) -> sp.csr_matrix:
-        """F transposed (node x fragment), made when first needed after a change of F."""
+    def node_fragments(self) -> PatchedRows:
+        """F transposed (node x fragment, rows sorted), made when first needed after F was set."""
         if self._fragment_nodes_t is None:
-            self._fragment_nodes_t = self.fragment_nodes.T.tocsr()
+            t = self.fragment_nodes.merged().T.tocsr()
+            t.sort_indices()
+            self._fragment_nodes_t = PatchedRows(t)
         return self._fragment_nodes_t
 
     # -- W: computing rows ---------------------------------------------------------------------------------------
@@ -216,7 +219,7 @@ class RelationUpkeep:
             new_reach = self.reach(self.index.graph.cost_matrix(), self.pending_seeds.astype(np.int64))
             nodes = np.union1d(self.pending_old, new_reach).astype(np.int64)
             nodes = nodes[nodes < self.fragment_nodes.shape[1]]
-            rows = np.unique(self.node_fragments[nodes].indices).astype(np.int64)
+            rows = np.unique(self.node_fragments.rows(nodes).indices).astype(np.int64)
             self.pending_rows = np.union1d(self.pending_rows, rows)
             self.pending_old = np.zeros(0, np.int64)
             self.pending_seeds = np.zeros(0, np.int64)
@@ -232,9 +235,7 @@ class RelationUpkeep:
 
     def compact(self, keep: np.ndarray, fragment_map: np.ndarray, node_map: np.ndarray) -> None:
         """Follow a renumbering: `keep` = old fragment ids kept; the maps give each old id its new one (or -1)."""
-        self.fragment_nodes = self.fragment_nodes[keep][:, np.flatnonzero(node_map >= 0)].tocsr()
-        self._fragment_nodes_t = None
-        self._sizes = np.asarray(self.fragment_nodes.sum(axis=1)).ravel()
+        self.set_fragment_nodes(self.fragment_nodes.rows(keep)[:, np.flatnonzero(node_map >= 0)].tocsr())
         self.relations = self.relations[keep][:, keep].tocsr()
 
         def remap(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -290,18 +291,18 @@ class RelationUpkeep:
         best = strengths.max(axis=0).tocoo()  # per node: its strongest link to the region
         if best.nnz == 0:
             return out
-        touched = (self.node_fragments[best.col] > 0).astype(np.float32)  # reached nodes x fragments
+        touched = (self.node_fragments.rows(best.col) > 0).astype(np.float32)  # reached nodes x fragments
         q = (sp.diags(best.data.astype(np.float32)) @ touched).max(axis=0).toarray().ravel()
         out[: len(q)] = q
         return out
 
     def edge_types(self, i: int, j: int) -> list[str]:
         """Edge types along the strongest node path joining fragments i and j (for explanations)."""
-        a, b = self.fragment_nodes[i], self.fragment_nodes[j]
+        a, b = self.fragment_nodes.rows(np.array([i])), self.fragment_nodes.rows(np.array([j]))
         if a.nnz == 0 or b.nnz == 0:
             return []
         graph = self.index.graph
-        dist, pred = dijkstra(graph.cost_matrix(), indices=a.indices, return_predecessors=True,
+        dist, pred = dijkstra(graph.cost_matrix().merged(), indices=a.indices, return_predecessors=True,
                               limit=-np.log(self.index.config.relations.cutoff))
         score = (a.data[:, None] * b.data[None, :]) * np.exp(-dist[:, b.indices])
         if not np.isfinite(dist[:, b.indices]).any() or score.max() <= 0:
@@ -319,12 +320,13 @@ def _with_columns(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
     return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n))
 
 
-def _patch_rows(m: sp.csr_matrix, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int]
-                ) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+def _patch_rows(m: PatchedRows, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int]
+                ) -> tuple[PatchedRows, sp.csr_matrix]:
     """`m` (grown to `shape`) plus `delta`, whose entries all lie in `rows` (sorted, unique): the sum, and its
     rows `rows`."""
-    m.resize(shape)
-    new = (m[rows] + delta[rows]).tocsr()
+    old = m.rows(rows[rows < m.shape[0]])
+    old = sp.vstack([old, sp.csr_matrix((int((rows >= m.shape[0]).sum()), old.shape[1]))], format="csr")
+    new = (_with_columns(old, shape[1]) + delta[rows]).tocsr()
     new.eliminate_zeros()
     new.sort_indices()
-    return replace_rows(m, rows, new, shape), new
+    return m.replace(rows, new, shape), new
