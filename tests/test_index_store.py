@@ -13,7 +13,7 @@ import pytest
 from repocomp.cli import main
 from repocomp.config import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
-from repocomp.index import Index
+from repocomp.index import Index, fragment_store
 from repocomp.index.store import INDEX_FILE, file_map, read_state
 from repocomp.index.vocabulary import StoredVocabulary
 
@@ -152,6 +152,29 @@ def test_update_file_equals_full_rebuild(repo):
     index.update_file("pkg/extra.py")
     index.refresh_relations()
     _assert_same(index, Index.build(repo, EXACT))
+
+
+def test_texts_that_share_a_hash_are_told_apart_by_the_fragment_table(repo, monkeypatch):
+    """Every text given one hash: fragments are still found by their text, in a built index (a dictionary) and a
+    loaded one (the stored ones' sorted arrays), through updates that add, re-add and release texts."""
+    monkeypatch.setattr(fragment_store, "_bytes_key", lambda text: 7)
+    (repo / "copy_a.py").write_text("\n".join(f"a_{i} = {i}" for i in range(50)))
+    built = Index.build(repo, EXACT)
+    built.save()
+    indexes = (built, Index.load(repo, EXACT))
+    for index in indexes:
+        assert len({f.text for f in index.fragments if f}) == sum(f is not None for f in index.fragments) > 10
+        assert all(index.fragments.find(f.text) == f.id for f in index.fragments if f is not None)
+    (repo / "copy_a.py").write_text("\n".join(f"a_{i} = {i}" for i in range(5, 55)))  # every window shifts
+    rebuilt = Index.build(repo, EXACT)
+    app = (repo / "app.py").read_text()
+    for index in indexes:
+        index.update_file("app.py", text=app + "\nextra = 1\n")  # a new text, then the old ones found again
+        index.update_file("app.py", text=app)
+        index.update_file("copy_a.py")
+        index.refresh_relations()
+        _assert_same(index, rebuilt)
+        assert sum(f is not None for f in index.fragments) == sum(f is not None for f in rebuilt.fragments)
 
 
 def test_fragment_texts_follow_their_files_through_updates(repo):

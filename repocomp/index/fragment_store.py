@@ -58,53 +58,46 @@ class FragmentStore(Sequence[Fragment | None]):
         else:
             self._alive = np.fromiter((f is not None for f in self._items), dtype=bool, count=len(self._items))
             self._row = np.full(len(self._items), -1, np.int64)
-        self._hashed: dict[int, int] | None = None  # made when first needed: a loaded index that only answers
-        self._collided: dict[str, int] = {}  # texts whose hash another live text has (never seen in practice)
+        self._hashed: _TextTable | None = None  # made when first needed: a loaded index that only answers
+        # requests never needs it, an update does
 
     @property
-    def _by_hash(self) -> dict[int, int]:
-        """Live fragment ids by the hash of their text's UTF-8 bytes, made on first use: retrieval never needs
-        it, an update does. A stored fragment is hashed from the index file's bytes, never made into an object (a
-        monorepo's 727k fragments: 5 s as objects)."""
+    def _texts(self) -> _TextTable:
+        """Live fragment ids by the hash of their text's UTF-8 bytes, made on first use. A stored fragment is hashed
+        from the index file's bytes, never made into an object (a monorepo's 727k fragments: 5 s as objects), and
+        kept in two arrays, not a dictionary (100 MB for those fragments as one)."""
         if self._hashed is None:
-            self._hashed, self._collided = {}, {}
-            stored = self._stored
-            view = stored.blob.data if stored is not None else memoryview(b"")
-            rows = self._row.tolist()
-            starts, ends = (stored.start.tolist(), stored.end.tolist()) if stored is not None else ([], [])
+            stored, rows = self._stored, self._row.tolist()
+            keys, ids = [], []
+            if stored is not None:
+                view, starts, ends = stored.blob.data, stored.start.tolist(), stored.end.tolist()
+                for frag_id, frag in enumerate(self._items):
+                    if frag is None and (row := rows[frag_id]) >= 0:
+                        keys.append(_bytes_key(bytes(view[starts[row]:ends[row]])))
+                        ids.append(frag_id)
+                page_out(file_map(stored.blob))  # every text was read once: not needed again
+            table = _TextTable(np.array(keys, np.int64), np.array(ids, np.int64))
             for frag_id, frag in enumerate(self._items):
                 if frag is not None:
-                    self._remember(_key(frag.text), frag_id)
-                elif (row := rows[frag_id]) >= 0:
-                    self._remember(hash(bytes(view[starts[row]:ends[row]])), frag_id)
-            if stored is not None:  # every text was read once: not needed again
-                page_out(file_map(stored.blob))
+                    table.add(frag.text, frag_id)
+            self._hashed = table
         return self._hashed
 
     def index_texts(self) -> None:
         """Make the table of texts by hash now, ahead of the first update that needs it."""
-        self._by_hash  # noqa: B018 - the property makes it
+        self._texts  # noqa: B018 - the property makes it
 
     def keep_text_index(self, other: FragmentStore) -> None:
-        """Find texts through `other`'s hashes (a store of the same fragments, by the same ids): not made again."""
-        self._hashed, self._collided = other._hashed, other._collided
-
-    def _remember(self, key: int, frag_id: int) -> None:
-        if self._by_hash.setdefault(key, frag_id) != frag_id:
-            frag = self[frag_id]
-            assert frag is not None  # callers name live fragments only
-            self._collided[frag.text] = frag_id
+        """Find texts through `other`'s table (a store of the same fragments, by the same ids): not made again."""
+        self._hashed = None if other._hashed is None else other._hashed.packed()
 
     def find(self, text: str) -> int | None:
         """The id of the live fragment with this text, if any."""
-        by_hash = self._by_hash
-        if self._collided and text in self._collided:
-            return self._collided[text]
-        frag_id = by_hash.get(_key(text))
-        if frag_id is None:
-            return None
-        frag = self[frag_id]
-        return frag_id if frag is not None and frag.text == text else None
+        for frag_id in self._texts.candidates(text):
+            frag = self[frag_id]
+            if frag is not None and frag.text == text:
+                return frag_id
+        return None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -149,7 +142,7 @@ class FragmentStore(Sequence[Fragment | None]):
                 self._alive = np.concatenate([self._alive, np.zeros(grow, bool)])
                 self._row = np.concatenate([self._row, np.full(grow, -1, np.int64)])
             self._alive[frag_id] = True
-            self._remember(_key(text), frag_id)
+            self._texts.add(text, frag_id)
         frag = self._own(frag_id)
         frag.point_at(source, start, end)
         frag.locations.append(loc)
@@ -169,11 +162,7 @@ class FragmentStore(Sequence[Fragment | None]):
         """Remove those of `frag_ids` that have no location left; returns their ids, sorted."""
         dead = [i for i in sorted(frag_ids) if (f := self[i]) is not None and not f.locations]
         for frag_id in dead:
-            text = self._own(frag_id).text
-            if self._collided.get(text) == frag_id:
-                del self._collided[text]
-            elif self._by_hash.get(_key(text)) == frag_id:
-                del self._by_hash[_key(text)]
+            self._texts.remove(self._own(frag_id).text, frag_id)
             self._items[frag_id] = None
             self._alive[frag_id] = False
         return dead
@@ -217,6 +206,56 @@ class FragmentStore(Sequence[Fragment | None]):
         return keep
 
 
+class _TextTable:
+    """Fragment ids by the hash of their text's UTF-8 bytes: the stored fragments' in sorted arrays, those added
+    since in a dictionary (two texts of one hash there: a list beside it). A key names candidates only: a finder
+    compares their texts and liveness (a released stored fragment's key stays in the arrays), so texts that share
+    a hash are all found."""
+
+    def __init__(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        order = np.argsort(keys, kind="stable")
+        self._keys, self._ids = keys[order], ids[order]
+        self._added: dict[int, int] = {}
+        self._clashes: dict[int, list[int]] = {}  # further ids of an added key
+
+    def candidates(self, text: str) -> list[int]:
+        key = _key(text)
+        lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
+        added = [] if (first := self._added.get(key)) is None else [first, *self._clashes.get(key, ())]
+        return added + self._ids[lo:hi].tolist()
+
+    def add(self, text: str, frag_id: int) -> None:
+        key = _key(text)
+        if self._added.setdefault(key, frag_id) != frag_id:
+            self._clashes.setdefault(key, []).append(frag_id)
+
+    def remove(self, text: str, frag_id: int) -> None:
+        """Forget `frag_id` where it was added since (a stored one stays, found dead by the finder)."""
+        key = _key(text)
+        more = self._clashes.get(key, [])
+        if frag_id in more:
+            more.remove(frag_id)
+        elif self._added.get(key) == frag_id:
+            if more:
+                self._added[key] = more.pop(0)
+            else:
+                del self._added[key]
+        if not more:
+            self._clashes.pop(key, None)
+
+    def packed(self) -> _TextTable:
+        """The same table all in arrays (for a store whose fragments are now all stored: its file read back)."""
+        keys = [self._keys, np.fromiter(self._added, np.int64, len(self._added))]
+        ids = [self._ids, np.fromiter(self._added.values(), np.int64, len(self._added))]
+        for key, more in self._clashes.items():
+            keys.append(np.full(len(more), key, np.int64))
+            ids.append(np.array(more, np.int64))
+        return _TextTable(np.concatenate(keys), np.concatenate(ids))
+
+
 def _key(text: str) -> int:
-    """The table's key for a text: the hash of its UTF-8 bytes (as a stored fragment's are hashed)."""
-    return hash(text.encode("utf-8", "surrogatepass"))
+    """The table's key for a text: the key of its UTF-8 bytes (as a stored fragment's are keyed)."""
+    return _bytes_key(text.encode("utf-8", "surrogatepass"))
+
+
+_bytes_key = hash
