@@ -177,6 +177,25 @@ def test_texts_that_share_a_hash_are_told_apart_by_the_fragment_table(repo, monk
         assert sum(f is not None for f in index.fragments) == sum(f is not None for f in rebuilt.fragments)
 
 
+def test_updates_add_files_within_the_text_budget_counted_as_files_come_and_go(repo):
+    """A new file past `max_total_bytes` is left out of an update; the count (characters, not UTF-8 bytes) follows
+    every added, changed and removed file, in a built index and a loaded one (counted from its stored bytes)."""
+    (repo / "uni.py").write_text("name = 'café ünï'\n" * 5)
+    total = sum(len(e.text) for e in Index.build(repo, EXACT).files.values())
+    config = config_from_dict({"index": {"max_total_bytes": total + 100}})
+    Index.build(repo, config).save()
+    for index in (Index.build(repo, config), Index.load(repo, config)):
+        assert index._text_size() == total
+        index.update_file("new1.py", text="x" * 60)
+        index.update_file("new2.py", text="y" * 60)  # 120 more than the 100 left
+        assert "new1.py" in index.files and "new2.py" not in index.files
+        index.update_file("uni.py", text="z = 1\n")  # 84 characters fewer (102 bytes)
+        index.update_file("new2.py", text="y" * 60)
+        index.remove_file("new1.py")
+        assert "new2.py" in index.files and "new1.py" not in index.files
+        assert index._text_size() == sum(len(e.text) for e in index.files.values()) == total + 60 - 84
+
+
 def test_fragment_texts_follow_their_files_through_updates(repo):
     """A fragment reads its text from a file's text: after one of two identical files changes, the windows they
     shared keep their text (read from the other file), and the changed file's windows read its new text."""
