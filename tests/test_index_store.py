@@ -14,7 +14,8 @@ from repocomp.cli import main
 from repocomp.config import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
 from repocomp.index import Index, fragment_store
-from repocomp.index.store import INDEX_FILE, file_map, read_state
+from repocomp.index import codec as index_codec
+from repocomp.index.store import INDEX_FILE, Chunks, file_map, read_state, whole, write_state
 from repocomp.index.vocabulary import StoredVocabulary
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "index_repo"
@@ -253,6 +254,31 @@ def test_crash_mid_write_leaves_previous_index_loadable(repo, monkeypatch):
     assert (repo / ".repocomp" / INDEX_FILE).read_bytes() == before
     assert [p.name for p in (repo / ".repocomp").iterdir()] == [INDEX_FILE]  # no temp file left behind
     assert "def main():" in "\n".join(Index.load(repo, EXACT).file_lines("app.py"))
+
+
+def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_it_was(repo, monkeypatch):
+    """A save holds one large table at a time: the texts go piece by piece, the others are made when the write
+    reaches them (the term index's rows folded into copies, the index itself unchanged); pieces that do not add up
+    are an error that leaves the previous file."""
+    index = Index.build(repo, EXACT)
+    index.save()
+    index.update_file("app.py", text="x = compute(1)\n")
+    held = len(index.term_index._changed)
+    meta, arrays = index_codec.encode(index)
+    assert isinstance(arrays["text"], Chunks) and callable(arrays["term_post_rows"]) and callable(arrays["rel_data"])
+    assert b"x = compute(1)" in arrays["text"].whole().tobytes()
+    state = {k: whole(arrays[f"term_{k}"]) for k in ("terms", "post_rows")}
+    assert len(index.term_index._changed) == held > 0  # folded into the copies only
+    folded = index.term_index.to_csr()  # folds in place
+    assert np.array_equal(state["terms"], folded.indices) and np.array_equal(state["post_rows"], folded.tocsc().indices)
+    before = (repo / ".repocomp" / INDEX_FILE).read_bytes()
+    arrays["text"] = Chunks(np.uint8, arrays["text"].length + 1, arrays["text"].pieces)
+    with pytest.raises(ValueError, match="pieces"):
+        write_state(repo / ".repocomp", meta, arrays)
+    assert (repo / ".repocomp" / INDEX_FILE).read_bytes() == before
+    assert [p.name for p in (repo / ".repocomp").iterdir()] == [INDEX_FILE]
+    index.save()
+    _assert_same(Index.load(repo, EXACT), index)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncate", "old_version"])

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -29,7 +30,7 @@ from graph.resolve import Resolver, make_symbols
 from repocomp import heap
 from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
-from repocomp.index.store import file_map, page_out
+from repocomp.index.store import Chunks, Stored, file_map, page_out
 from repocomp.index.term_index import StateVersionError, TermIndex
 
 if TYPE_CHECKING:
@@ -80,20 +81,42 @@ def _split(flat: Any, lengths: np.ndarray) -> list[Any]:
     return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
 
 
-def _text_blob(sources: list[str | np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The texts' UTF-8 bytes end to end and each one's length, filled in place: one copy of the texts, not two
-    (a text still held as the bytes it was loaded from is copied as it is)."""
-    def encoded(t: str | np.ndarray) -> bytes | np.ndarray:
-        return t.encode("utf-8", "surrogatepass") if isinstance(t, str) else t  # buffers may hold lone surrogates
+def _encoded(t: str | np.ndarray) -> bytes | np.ndarray:
+    return t.encode("utf-8", "surrogatepass") if isinstance(t, str) else t  # buffers may hold lone surrogates
 
-    lengths = np.fromiter((len(t) if not isinstance(t, str) or t.isascii() else len(encoded(t)) for t in sources),
-                          np.int64, len(sources))
-    blob = np.empty(int(lengths.sum()), np.uint8)
-    at = 0
-    for t, n in zip(sources, lengths.tolist()):
-        blob[at:at + n] = np.frombuffer(encoded(t), np.uint8)
-        at += n
-    return blob, lengths
+
+def _text_lengths(sources: list[str | np.ndarray]) -> np.ndarray:
+    """Each text's length in UTF-8 bytes (a text still held as the bytes it was loaded from: as it is)."""
+    return np.fromiter((len(t) if not isinstance(t, str) or t.isascii() else len(_encoded(t)) for t in sources),
+                       np.int64, len(sources))
+
+
+def _text_pieces(sources: list[str | np.ndarray], index: Index) -> Iterator[bytes | np.ndarray]:
+    """The texts' UTF-8 bytes, one text at a time (never all of them in one copy); the pages of the index file
+    they were read from go back after."""
+    for t in sources:
+        yield _encoded(t)
+    page_out(index._mapped)
+
+
+class _Made:
+    """Tables made together when a write first asks for one, each let go once taken (written), the pages of the
+    index file their making read given back."""
+
+    def __init__(self, index: Index, make: Callable[[], dict[str, np.ndarray]]) -> None:
+        self._index, self._make = index, make
+        self._made: dict[str, np.ndarray] | None = None
+
+    def take(self, name: str) -> np.ndarray:
+        if self._made is None or name not in self._made:  # (again for a write tried anew elsewhere)
+            self._made = dict(self._make())
+            page_out(self._index._mapped)
+        return self._made.pop(name)
+
+
+def _csr_parts(make: Callable[[], sp.csr_matrix]) -> dict[str, np.ndarray]:
+    m = make()
+    return {"data": m.data, "indices": m.indices, "indptr": m.indptr}
 
 
 def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
@@ -113,55 +136,60 @@ def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
 # ------------------------------------------------------------------------------------------------ encode
 
 
-def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
+    """The index as the header's plain data and its named tables. The large tables are made as the write reaches
+    them and let go after (see `store.Stored`), so that a save holds one at a time beside the index, with the
+    pages of the index file it read for each given back."""
     entries = list(index.files.values())
-    graph, arrays = index.graph, {}
+    graph, arrays = index.graph, dict[str, Stored]()
     paths = [e.path for e in entries]
     file_of = {p: i for i, p in enumerate(paths)}
 
-    arrays["text"], arrays["text_len"] = _text_blob([e.source for e in entries])
+    sources = [e.source for e in entries]
+    arrays["text_len"] = lengths = _text_lengths(sources)
+    arrays["text"] = Chunks(np.uint8, int(lengths.sum()), lambda: _text_pieces(sources, index))
     parsed = [e.parsed for e in entries]
     kinds_table, arrays["node_kind"] = _codes([k for p in parsed for k in p.kinds])
     arrays["node_count"] = np.array([p.n_nodes for p in parsed], np.int64)
     arrays["line_count"] = np.array([p.n_lines for p in parsed], np.int64)
     for name in ("start_line", "end_line", "parent"):
-        arrays[f"node_{name}"] = _cat([getattr(p, name) for p in parsed], np.int32)
-    arrays["node_id"] = _cat([e.node_ids for e in entries], np.int64)
-    arrays["line_owner"] = _cat([p.line_owner for p in parsed], np.int32)
-    arrays["line_len"] = _cat([p.line_len for p in parsed], np.int32)
+        arrays[f"node_{name}"] = partial(lambda n: _cat([getattr(p, n) for p in parsed], np.int32), name)
+    arrays["node_id"] = lambda: _cat([e.node_ids for e in entries], np.int64)
+    arrays["line_owner"] = lambda: _cat([p.line_owner for p in parsed], np.int32)
+    arrays["line_len"] = lambda: _cat([p.line_len for p in parsed], np.int32)
     def_names, arrays["def_name"] = _codes([name for p in parsed for _, name, _ in p.defs])
     arrays["def_node"] = np.array([n for p in parsed for n, _, _ in p.defs], np.int32)
     arrays["def_class"] = np.array([c for p in parsed for _, _, c in p.defs], np.int32)
     arrays["def_count"] = np.array([len(p.defs) for p in parsed], np.int64)
     call_parts, arrays["call_parts"] = _codes([parts for p in parsed for parts in p.call_parts])
-    arrays["call_node"] = _cat([p.call_nodes for p in parsed], np.int32)
+    arrays["call_node"] = lambda: _cat([p.call_nodes for p in parsed], np.int32)
     arrays["call_count"] = np.array([len(p.call_parts) for p in parsed], np.int64)
-    arrays["window_frag"] = _cat([np.asarray(e.windows, np.int64) for e in entries], np.int64)
+    arrays["window_frag"] = lambda: _cat([np.asarray(e.windows, np.int64) for e in entries], np.int64)
     arrays["window_count"] = np.array([len(e.windows) for e in entries], np.int64)
 
     nodes = [graph.files[p] for p in paths]
     arrays["file_node"] = np.array([n.file_node for n in nodes], np.int64)
-    arrays["syntax_edges"] = _cat([n.syntax_edges for n in nodes], np.int64, 2)
+    arrays["syntax_edges"] = lambda: _cat([n.syntax_edges for n in nodes], np.int64, 2)
     arrays["syntax_count"] = np.array([len(n.syntax_edges) for n in nodes], np.int64)
-    arrays["call_edges"] = _cat([n.call_edges.reshape(-1, 2) for n in nodes], np.int64, 2)
+    arrays["call_edges"] = lambda: _cat([n.call_edges.reshape(-1, 2) for n in nodes], np.int64, 2)
     arrays["call_edge_count"] = np.array([len(n.call_edges) for n in nodes], np.int64)
     graph_kinds, arrays["graph_kind"] = _codes(graph.kind)
     owners, arrays["graph_owner"] = _codes(graph.owner)
-    arrays["graph_alive"] = graph.alive.astype(bool)
-    arrays["graph_length"] = graph.length.astype(np.float64)
+    arrays["graph_alive"] = lambda: graph.alive.astype(bool)
+    arrays["graph_length"] = lambda: graph.length.astype(np.float64)
 
-    arrays["locations"] = index.fragments.location_table(file_of)
+    arrays["locations"] = lambda: index.fragments.location_table(file_of)
     arrays["fragment_alive"] = index.alive_mask()
 
-    # W, Eq. 9's symmetric W and the fragment x node matrix F as scipy holds them (its index dtypes): read back
-    # in place, not converted
-    for name, m in (("rel", index.relations.tocsr()), ("sym", index.symmetric_relations),
-                    ("frag_nodes", index.upkeep.fragment_nodes.merged())):
-        arrays[f"{name}_data"], arrays[f"{name}_indices"], arrays[f"{name}_indptr"] = m.data, m.indices, m.indptr
-
-    term = index.term_index.state()
+    term = _Made(index, lambda: index.term_index.state())
     for key in TermIndex.STATE_ARRAYS:
-        arrays[f"term_{key}"] = term[key]
+        arrays[f"term_{key}"] = partial(term.take, key)
+    # F, W and Eq. 9's symmetric W as scipy holds them (its index dtypes): read back in place, not converted
+    for name, make in (("frag_nodes", lambda: index.upkeep.fragment_nodes.merged()),
+                       ("rel", lambda: index.relations.tocsr()), ("sym", lambda: index.symmetric_relations)):
+        matrix = _Made(index, partial(_csr_parts, make))
+        for part in ("data", "indices", "indptr"):
+            arrays[f"{name}_{part}"] = partial(matrix.take, part)
 
     meta = {
         "schema": SCHEMA,
@@ -174,7 +202,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
                   "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
         "consulted": {p: sorted(keys) for p, keys in index.resolver.consulted.items()},
-        "term_index": {"version": term["version"]},
+        "term_index": {"version": TermIndex.STATE_VERSION},
         "summary": plain(index.summary.to_dict()),
     }
     return meta, arrays

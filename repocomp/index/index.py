@@ -41,7 +41,16 @@ from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Location, line_starts, window_spans
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
-from repocomp.index.store import INDEX_FILE, fallback_dir, file_map, page_out, read_state, set_aside, write_mapped
+from repocomp.index.store import (
+    INDEX_FILE,
+    Stored,
+    fallback_dir,
+    file_map,
+    page_out,
+    read_state,
+    set_aside,
+    write_mapped,
+)
 from repocomp.index.term_index import TermIndex
 from repocomp.index.walk import FileRule, SourceFile, WalkResult, addressable, walk_repository
 
@@ -485,7 +494,7 @@ class Index:
         self.summary.index_bytes = target.stat().st_size
         return target
 
-    def _write_fallback(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], why: str
+    def _write_fallback(self, meta: dict[str, Any], arrays: dict[str, Stored], why: str
                         ) -> tuple[Path, dict[str, np.ndarray]]:
         folder = fallback_dir(self.root)
         if folder == self.index_dir:

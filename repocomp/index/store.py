@@ -31,7 +31,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,31 @@ ALIGN = 64  # each array record starts at a multiple of this (numpy pads its hea
 _MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21)  # Linux 5.4's value; Python 3.11's mmap does not name it
 
 
-def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
+class Chunks:
+    """A 1-D array written piece by piece, never whole in memory: its dtype, its length and a function that gives
+    its pieces in order (arrays or bytes of that dtype)."""
+
+    def __init__(self, dtype: Any, length: int, pieces: Callable[[], Iterable[np.ndarray | bytes]]) -> None:
+        self.dtype, self.length, self.pieces = np.dtype(dtype), length, pieces
+
+    def whole(self) -> np.ndarray:
+        parts = [np.frombuffer(p, self.dtype) if isinstance(p, bytes) else p for p in self.pieces()]
+        return np.concatenate(parts).astype(self.dtype, copy=False) if parts else np.zeros(0, self.dtype)
+
+
+# what an index file stores under a name: an array, a function that makes it when it is written (and lets it go
+# after), or its pieces: a write holds one large table at a time, not all of them
+Stored = np.ndarray | Callable[[], np.ndarray] | Chunks
+
+
+def whole(value: Stored) -> np.ndarray:
+    """The array `value` stands for, made whole."""
+    if isinstance(value, Chunks):
+        return value.whole()
+    return value() if callable(value) else value
+
+
+def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, Stored]) -> Path:
     """Write `meta` (JSON-able) and `arrays` as the index file of `folder`; returns its path.
 
     Raises `RepocompError` when `folder` or the index file exists as something else; `PermissionError` and
@@ -70,7 +94,7 @@ def write_state(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray
     return write_mapped(folder, meta, arrays)[0]
 
 
-def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]
+def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, Stored]
                  ) -> tuple[Path, dict[str, np.ndarray]]:
     """`write_state`, and the arrays as `read_state` would read them back: views of a map of the file just written
     (mapped before it is renamed into place, so they are this write's even if another process replaces the file
@@ -93,13 +117,8 @@ def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(MAGIC + f"{FORMAT_VERSION}\n{len(header)}\n".encode() + header)
-            for name, arr in arrays.items():
-                arr = np.ascontiguousarray(arr)
-                if arr.dtype.kind not in _ARRAY_KINDS:  # a schema bug, not user input
-                    raise TypeError(f"cannot store dtype {arr.dtype}")
-                fh.write(bytes(-fh.tell() % ALIGN))
-                npy.write_array(fh, arr, allow_pickle=False)
-                placed[name] = (fh.tell() - arr.nbytes, arr.dtype, arr.shape)
+            for name in list(arrays):
+                placed[name] = _write_array(fh, arrays[name])
             fh.flush()
             os.fsync(fh.fileno())
             mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
@@ -108,6 +127,28 @@ def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
         Path(tmp).unlink(missing_ok=True)
         raise
     return target, {name: _view(mapped, at, dtype, shape) for name, (at, dtype, shape) in placed.items()}
+
+
+def _write_array(fh: Any, value: Stored) -> tuple[int, np.dtype, tuple[int, ...]]:
+    """One `.npy` record at the next aligned offset; where its data starts, its dtype and shape."""
+    fh.write(bytes(-fh.tell() % ALIGN))
+    if isinstance(value, Chunks):
+        dtype, shape = value.dtype, (value.length,)
+    else:
+        arr = np.ascontiguousarray(value() if callable(value) else value)
+        dtype, shape = arr.dtype, arr.shape
+    if dtype.kind not in _ARRAY_KINDS:  # a schema bug, not user input
+        raise TypeError(f"cannot store dtype {dtype}")
+    if not isinstance(value, Chunks):
+        npy.write_array(fh, arr, allow_pickle=False)
+        return fh.tell() - arr.nbytes, dtype, shape
+    npy.write_array_header_1_0(fh, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    start = fh.tell()
+    for piece in value.pieces():
+        fh.write(piece if isinstance(piece, bytes) else np.ascontiguousarray(piece, dtype).data)
+    if fh.tell() - start != value.length * dtype.itemsize:  # a schema bug: the pieces do not add up
+        raise ValueError(f"pieces of {value.length} x {dtype} expected, {fh.tell() - start} bytes written")
+    return start, dtype, shape
 
 
 def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -270,30 +270,38 @@ class TermIndex:
         self._stale[stale[stale < n_base]] = True
 
     def _fold(self) -> None:
-        """Fold the rows set since the last fold into the row CSR and snapshot it into the base postings (a
-        transpose in scipy's C code); empties the delta."""
+        """Fold the rows set since the last fold into the row CSR and snapshot it into the base postings; empties
+        the delta."""
+        if not self._changed and self._rows.shape == (self.n_rows, len(self.vocab)) and self._base_of is self._rows:
+            return  # the postings are these rows' already
+        self._rows, self._base = self._folded()
+        self._base_of = self._rows
+        self._changed.clear()
+        self._delta = _Postings.empty(len(self.vocab))
+        self._stale = np.zeros(self.n_rows, bool)
+
+    def _folded(self) -> tuple[sp.csr_matrix, _Postings]:
+        """The rows with those set since the last fold written in, and their postings (a transpose in scipy's C
+        code); the index itself unchanged."""
         n, n_terms = self.n_rows, len(self.vocab)
         base = self._rows
         if not self._changed and base.shape == (n, n_terms) and self._base_of is base:
-            return  # the postings are these rows' already
+            return base, self._base
+        rows = base
         if self._changed or base.shape != (n, n_terms):
             ids = sorted(self._changed)
-            rows = [self._changed[i] for i in ids]
-            lengths = [0 if r is None else len(r[0]) for r in rows]
+            changed_rows = [self._changed[i] for i in ids]
+            lengths = [0 if r is None else len(r[0]) for r in changed_rows]
             indptr = np.zeros(len(ids) + 1, np.int64)
             np.cumsum(lengths, out=indptr[1:])
-            live = [r for r in rows if r is not None]
+            live = [r for r in changed_rows if r is not None]
             terms = np.concatenate([r[0] for r in live]) if live else np.zeros(0, np.int32)
             counts = np.concatenate([r[1] for r in live]) if live else np.zeros(0, np.float32)
             changed = sp.csr_matrix((counts, terms, indptr), shape=(len(ids), n_terms))
-            self._rows = replace_rows(base, np.asarray(ids, np.int64), changed, (n, n_terms))
-            self._changed.clear()
-        by_term = self._rows.tocsc()
-        self._base = _Postings(by_term.indptr.astype(np.int64), by_term.indices.astype(np.int32, copy=False),
+            rows = replace_rows(base, np.asarray(ids, np.int64), changed, (n, n_terms))
+        by_term = rows.tocsc()
+        return rows, _Postings(by_term.indptr.astype(np.int64), by_term.indices.astype(np.int32, copy=False),
                                by_term.data)
-        self._base_of = self._rows
-        self._delta = _Postings.empty(n_terms)
-        self._stale = np.zeros(n, bool)
 
     # -- scoring --------------------------------------------------------------------------------------------
 
@@ -367,14 +375,16 @@ class TermIndex:
                     "vocab_bytes", "vocab_ends", "vocab_slots")
 
     def state(self) -> dict[str, Any]:
-        """Plain arrays and scalars, no custom classes (the index codec stores them as they are)."""
-        self._fold()
+        """Plain arrays and scalars, no custom classes (the index codec stores them as they are). The rows set
+        since the last fold are folded into the copies returned, not into the index: a save lets them go once
+        written, and reads the index back from the file."""
+        rows, base = self._folded()
         return {
             "version": _STATE_VERSION,
             **{f"vocab_{k}": v for k, v in vocabulary_arrays(self.vocab).items()},
-            "alive": self._present, "indptr": self._rows.indptr, "terms": self._rows.indices,
-            "counts": self._rows.data, "post_indptr": self._base.indptr, "post_rows": self._base.rows,
-            "post_counts": self._base.counts, "row_len": self._row_len, "df": self._df,
+            "alive": self._present, "indptr": rows.indptr, "terms": rows.indices, "counts": rows.data,
+            "post_indptr": base.indptr, "post_rows": base.rows, "post_counts": base.counts, "row_len": self._row_len,
+            "df": self._df,
         }
 
     @staticmethod
