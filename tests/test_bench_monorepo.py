@@ -51,5 +51,6 @@ def test_bench_index_loaded_says_what_each_part_of_a_stored_index_takes(tmp_path
     # the whole process (the interpreter too) after loading, editing and saving beside the repository's index
     assert mem["loaded_rss_mb"] > mem["loaded_mb"] and mem["edited_rss_mb"] > 0 and mem["saved_rss_mb"] > 0
     assert mem["load_s"] > 0 and mem["save_s"] > 0 and mem["load_peak_mb"] >= mem["loaded_rss_mb"] - 1
+    assert mem["save_peak_mb"] >= mem["saved_rss_mb"] - 1
     assert mem["prepare_s"] > 0
     assert (repo / ".repocomp" / "index.bin").read_bytes() == stored

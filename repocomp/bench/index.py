@@ -67,15 +67,17 @@ print(json.dumps({"loaded_mb": loaded - start, "parts_mb": parts}))
 # symmetric W read where FragRel is on, as the next request would then) and saves it: its resident memory at each
 # step
 _EDITED = r"""
-import gc, json, random, resource, sys, tempfile, time
+import gc, json, random, resource, sys, tempfile, threading, time
 from pathlib import Path
 from repocomp import heap
 from repocomp.bench.index import bench_edit
 from repocomp.index import Index
+def now():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 def rss():
     gc.collect()
     heap.trim(every_s=0)
-    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+    return now()
 t = time.perf_counter()
 index = Index.load(sys.argv[1])
 out = {"load_s": time.perf_counter() - t, "load_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -92,9 +94,18 @@ for rel in rng.sample(sorted(index.files), min(int(sys.argv[2]), len(index.files
 out["edited_rss_mb"] = rss()
 with tempfile.TemporaryDirectory() as tmp:
     index._store_dir = Path(tmp)  # saved beside the repository's own index, never over it
+    peak, done = [now()], threading.Event()
+    def watch():  # the save's own peak (ru_maxrss may be the load's)
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], now())
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     t = time.perf_counter()
     index.save()
-    out["save_s"], out["saved_rss_mb"] = time.perf_counter() - t, rss()
+    out["save_s"] = time.perf_counter() - t
+    done.set()
+    watcher.join()
+    out["save_peak_mb"], out["saved_rss_mb"] = peak[0], rss()
 print(json.dumps(out))
 """
 
@@ -179,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  the process: loaded in {mem['load_s']:.1f} s (peak {mem['load_peak_mb']:,.0f} MiB), "
               f"{mem['loaded_rss_mb']:,.0f} MiB; prepared for edits and requests in {mem['prepare_s']:.1f} s; "
               f"after {args.updates} edits {mem['edited_rss_mb']:,.0f} MiB; "
-              f"saved in {mem['save_s']:.1f} s, then {mem['saved_rss_mb']:,.0f} MiB")
+              f"saved in {mem['save_s']:.1f} s (peak {mem['save_peak_mb']:,.0f} MiB), then "
+              f"{mem['saved_rss_mb']:,.0f} MiB")
         return 0
     builds = _builds(args.path, args.runs)
     phases = sorted({k for b in builds for k in b["phases_s"]}, key=list(builds[0]["phases_s"]).index)

@@ -93,7 +93,7 @@ class FragmentStore(Sequence[Fragment | None]):
 
     def find(self, text: str) -> int | None:
         """The id of the live fragment with this text, if any."""
-        for frag_id in self._texts.candidates(text):
+        for frag_id in self._texts.candidates(_key(text)):
             frag = self[frag_id]
             if frag is not None and frag.text == text:
                 return frag_id
@@ -218,11 +218,15 @@ class _TextTable:
         self._added: dict[int, int] = {}
         self._clashes: dict[int, list[int]] = {}  # further ids of an added key
 
-    def candidates(self, text: str) -> list[int]:
-        key = _key(text)
-        lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
-        added = [] if (first := self._added.get(key)) is None else [first, *self._clashes.get(key, ())]
-        return added + self._ids[lo:hi].tolist()
+    def candidates(self, key: int) -> Iterator[int]:
+        """The ids of this key: those added since first, the stored ones only when asked for (a build finds every
+        window it adds in the dictionary)."""
+        if (first := self._added.get(key)) is not None:
+            yield first
+            yield from self._clashes.get(key, ())
+        if len(self._keys):
+            lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
+            yield from self._ids[lo:hi].tolist()
 
     def add(self, text: str, frag_id: int) -> None:
         key = _key(text)
