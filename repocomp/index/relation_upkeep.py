@@ -56,6 +56,7 @@ class RelationUpkeep:
         # rows computed since the graph last changed: current, whatever reach finds them stale for (an update's own
         # windows are computed at once and also lie within reach of its change)
         self._fresh = np.zeros(0, np.int64)
+        self.folds_deferred = False  # W is made again only when read while this is set (a save follows at once)
 
     # -- F: the fragment x node matrix ---------------------------------------------------------------------------
     def file_triplets(self, entries: list[FileEntry]) -> Triplets:
@@ -148,7 +149,7 @@ class RelationUpkeep:
         order = np.argsort(rows, kind="stable")
         self._patched_rows, self._patched, self._n = rows[order], new[order], n
         self._dead = np.union1d(self._dead, dead)
-        if self._patched.nnz > max(_PATCHED_ENTRIES, self._made.nnz // 8):
+        if not self.folds_deferred and self._patched.nnz > max(_PATCHED_ENTRIES, self._made.nnz // 8):
             self._make()
 
     @property

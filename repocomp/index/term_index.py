@@ -122,6 +122,9 @@ class TermIndex:
         self._delta = _Postings.empty(0)
         self._idf_cache: tuple[int, np.ndarray] | None = None
         self._version = 0  # bumps on every change; keys the idf cache
+        # set while a save follows the changes at once (a build's batches): it writes the rows set since folded in,
+        # so folding them in here would only copy the rows and postings whole once more
+        self.folds_deferred = False
 
     # -- construction -------------------------------------------------------------------------------------
 
@@ -253,7 +256,7 @@ class TermIndex:
                 self._row_set[row] = len(terms)
                 self._total_len += int(self._row_len[row])
         self._version += 1
-        if len(self._changed) > max(_MAX_DELTA_ROWS, self.n_rows // _DELTA_SHARE):
+        if not self.folds_deferred and len(self._changed) > max(_MAX_DELTA_ROWS, self.n_rows // _DELTA_SHARE):
             self._fold()
         else:
             self._rebuild_delta()
