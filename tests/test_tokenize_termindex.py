@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
+from repocomp.index.store import whole
 from repocomp.index.term_index import TermIndex
 from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
 from repocomp.tokenize import code_tokens
@@ -138,6 +139,34 @@ def test_state_roundtrip_through_pickle() -> None:
     for m in ("jaccard", "bm25"):
         np.testing.assert_allclose(back.score(texts[7] or "", m), idx.score(texts[7] or "", m), rtol=1e-6)
     assert all(isinstance(v, (np.ndarray, int, str)) for v in idx.state().values())
+
+
+@pytest.mark.parametrize("block_entries", [1, 7, 1 << 22])
+def test_the_state_in_pieces_equals_the_state_folded_without_folding_the_index(block_entries: int) -> None:
+    """What a save writes piece by piece (the changed rows merged into the rows and postings block by block) is the
+    folded state, array for array and dtype for dtype, whatever the blocks: rows changed, cleared, added past the
+    end, new terms among them."""
+    rng = random.Random(block_entries)
+    words = [f"{w}{i}" for w in ("alpha", "beta", "gamma", "delta") for i in range(12)]
+
+    def text() -> str | None:
+        return None if rng.random() < 0.15 else " ".join(rng.choice(words) for _ in range(rng.randrange(12)))
+
+    for trial in range(25):
+        idx = TermIndex.build([text() for _ in range(rng.randrange(1, 50))])
+        for _ in range(rng.randrange(4)):
+            ids = sorted({rng.randrange(idx.n_rows + 8) for _ in range(rng.randrange(1, 9))})
+            idx.set_rows(ids, [(t or "") + f" fresh{rng.randrange(4)}" if rng.random() < 0.8 else None
+                               for t in (text() for _ in ids)])
+        changed = dict(idx._changed)
+        pieces = idx.state_pieces(block_entries)
+        assert idx._changed == changed  # the index is left as it is
+        for key, value in idx.state().items():
+            got = whole(pieces[key]) if isinstance(value, np.ndarray) else pieces[key]
+            if isinstance(value, np.ndarray):
+                assert got.dtype == value.dtype and np.array_equal(got, value), (trial, key)
+            else:
+                assert got == value, (trial, key)
 
 
 def test_bad_method_raises() -> None:

@@ -91,12 +91,18 @@ def _text_lengths(sources: list[str | np.ndarray]) -> np.ndarray:
                        np.int64, len(sources))
 
 
-def _text_pieces(sources: list[str | np.ndarray], index: Index) -> Iterator[bytes | np.ndarray]:
-    """The texts' UTF-8 bytes, one text at a time (never all of them in one copy); the pages of the index file
-    they were read from go back after."""
-    for t in sources:
-        yield _encoded(t)
-    page_out(index._mapped)
+def _paged(chunks: Chunks, index: Index, every: int = 1 << 28) -> Chunks:
+    """`chunks` whose pieces give back the pages of the index file they read, every `every` bytes and at the end."""
+    def pieces() -> Iterator[bytes | np.ndarray]:
+        since = 0
+        for piece in chunks.pieces():
+            yield piece
+            since += len(piece) if isinstance(piece, bytes) else piece.nbytes
+            if since >= every:
+                page_out(index._mapped)
+                since = 0
+        page_out(index._mapped)
+    return Chunks(chunks.dtype, chunks.length, pieces)
 
 
 class _Made:
@@ -147,7 +153,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
 
     sources = [e.source for e in entries]
     arrays["text_len"] = lengths = _text_lengths(sources)
-    arrays["text"] = Chunks(np.uint8, int(lengths.sum()), lambda: _text_pieces(sources, index))
+    arrays["text"] = _paged(Chunks(np.uint8, int(lengths.sum()), lambda: map(_encoded, sources)), index)
     parsed = [e.parsed for e in entries]
     kinds_table, arrays["node_kind"] = _codes([k for p in parsed for k in p.kinds])
     arrays["node_count"] = np.array([p.n_nodes for p in parsed], np.int64)
@@ -181,9 +187,9 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     arrays["locations"] = lambda: index.fragments.location_table(file_of)
     arrays["fragment_alive"] = index.alive_mask()
 
-    term = _Made(index, lambda: index.term_index.state())
+    term = index.term_index.state_pieces()
     for key in TermIndex.STATE_ARRAYS:
-        arrays[f"term_{key}"] = partial(term.take, key)
+        arrays[f"term_{key}"] = _paged(term[key], index) if isinstance(term[key], Chunks) else term[key]
     # F, W and Eq. 9's symmetric W as scipy holds them (its index dtypes): read back in place, not converted
     for name, make in (("frag_nodes", lambda: index.upkeep.fragment_nodes.merged()),
                        ("rel", lambda: index.relations.tocsr()), ("sym", lambda: index.symmetric_relations)):

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from graph.csr_rows import replace_rows
 from repocomp.config import SIMILARITIES
+from repocomp.index.store import Chunks
 from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
 from repocomp.tokenize import code_tokens
 
@@ -48,6 +49,29 @@ def _count_postings(indptr: np.ndarray, rows: np.ndarray, terms: np.ndarray, out
     for t in terms:
         for j in range(indptr[t], indptr[t + 1]):
             out[rows[j]] += 1
+
+
+@numba.njit(cache=True)
+def _merge_postings(t0, t1, b_ptr, b_rows, b_counts, stale, d_ptr, d_rows, d_counts, rows_out,
+                    counts_out):  # pragma: no cover - compiled
+    """Terms [t0, t1)'s postings: the base's less its stale rows, merged in row order with the delta's (which
+    hold only terms below len(d_ptr) - 1, the base's below len(b_ptr) - 1); written to the outputs in order."""
+    k = 0
+    for t in range(t0, t1):
+        i, i_end = (b_ptr[t], b_ptr[t + 1]) if t < b_ptr.shape[0] - 1 else (0, 0)
+        j, j_end = (d_ptr[t], d_ptr[t + 1]) if t < d_ptr.shape[0] - 1 else (0, 0)
+        while i < i_end or j < j_end:
+            if i < i_end and stale[b_rows[i]]:
+                i += 1
+            elif j >= j_end or (i < i_end and b_rows[i] < d_rows[j]):
+                rows_out[k], counts_out[k] = b_rows[i], b_counts[i]
+                i += 1
+                k += 1
+            else:
+                rows_out[k], counts_out[k] = d_rows[j], d_counts[j]
+                j += 1
+                k += 1
+    return k
 
 
 @dataclass(frozen=True)
@@ -283,6 +307,17 @@ class TermIndex:
         self._delta = _Postings.empty(len(self.vocab))
         self._stale = np.zeros(self.n_rows, bool)
 
+    def _changed_rows(self) -> tuple[np.ndarray, sp.csr_matrix]:
+        """The rows set since the last fold: their ids (sorted) and their CSR (a cleared row is empty)."""
+        ids = np.array(sorted(self._changed), np.int64)
+        rows = [self._changed[i] for i in ids.tolist()]
+        indptr = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum([0 if r is None else len(r[0]) for r in rows], out=indptr[1:])
+        live = [r for r in rows if r is not None]
+        terms = np.concatenate([r[0] for r in live]) if live else np.zeros(0, np.int32)
+        counts = np.concatenate([r[1] for r in live]) if live else np.zeros(0, np.float32)
+        return ids, sp.csr_matrix((counts, terms, indptr), shape=(len(ids), len(self.vocab)))
+
     def _folded(self) -> tuple[sp.csr_matrix, _Postings]:
         """The rows with those set since the last fold written in, and their postings (a transpose in scipy's C
         code); the index itself unchanged."""
@@ -292,16 +327,8 @@ class TermIndex:
             return base, self._base
         rows = base
         if self._changed or base.shape != (n, n_terms):
-            ids = sorted(self._changed)
-            changed_rows = [self._changed[i] for i in ids]
-            lengths = [0 if r is None else len(r[0]) for r in changed_rows]
-            indptr = np.zeros(len(ids) + 1, np.int64)
-            np.cumsum(lengths, out=indptr[1:])
-            live = [r for r in changed_rows if r is not None]
-            terms = np.concatenate([r[0] for r in live]) if live else np.zeros(0, np.int32)
-            counts = np.concatenate([r[1] for r in live]) if live else np.zeros(0, np.float32)
-            changed = sp.csr_matrix((counts, terms, indptr), shape=(len(ids), n_terms))
-            rows = replace_rows(base, np.asarray(ids, np.int64), changed, (n, n_terms))
+            ids, changed = self._changed_rows()
+            rows = replace_rows(base, ids, changed, (n, n_terms))
         by_term = rows.tocsc()
         return rows, _Postings(by_term.indptr.astype(np.int64), by_term.indices.astype(np.int32, copy=False),
                                by_term.data)
@@ -382,13 +409,78 @@ class TermIndex:
         since the last fold are folded into the copies returned, not into the index: a save lets them go once
         written, and reads the index back from the file."""
         rows, base = self._folded()
-        return {
-            "version": _STATE_VERSION,
-            **{f"vocab_{k}": v for k, v in vocabulary_arrays(self.vocab).items()},
-            "alive": self._present, "indptr": rows.indptr, "terms": rows.indices, "counts": rows.data,
-            "post_indptr": base.indptr, "post_rows": base.rows, "post_counts": base.counts, "row_len": self._row_len,
-            "df": self._df,
-        }
+        return self.state_without_large() | {"indptr": rows.indptr, "terms": rows.indices, "counts": rows.data,
+                                             "post_indptr": base.indptr, "post_rows": base.rows,
+                                             "post_counts": base.counts}
+
+    def state_pieces(self, block_entries: int = 1 << 22) -> dict[str, Any]:
+        """`state()` with its tables of one entry per posting as `Chunks` of about `block_entries` entries each:
+        the rows set since the last fold merged into the rows and the postings as they are, block by block as a
+        write asks for them, never folded into a copy of either (a save of a 7.6-million-line index held 630 MB
+        more for that)."""
+        if self._base_of is not self._rows:  # (never after a build, a load or a fold)
+            self._fold()
+        base, post, delta = self._rows, self._base, self._delta
+        n, n_terms = self.n_rows, len(self.vocab)
+        n_base, base_terms = base.shape
+        ids, new_rows = self._changed_rows()
+        lengths = np.zeros(n, np.int64)
+        lengths[:n_base] = np.diff(base.indptr)
+        lengths[ids] = np.diff(new_rows.indptr)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        if indptr[-1] <= np.iinfo(np.int32).max:  # scipy's index width, as a fold's rows have it
+            indptr = indptr.astype(np.int32)
+        per_term = np.zeros(n_terms, np.int64)  # postings per term: the base's, less the changed rows', the delta's
+        per_term[:base_terms] = np.diff(post.indptr)
+        per_term -= np.bincount(base[ids[ids < n_base]].indices, minlength=n_terms)
+        per_term[:len(delta.indptr) - 1] += np.diff(delta.indptr)
+        post_indptr = np.zeros(n_terms + 1, np.int64)
+        np.cumsum(per_term, out=post_indptr[1:])
+        row_step = max(1, int(block_entries * n // max(int(indptr[-1]), 1)))
+
+        def row_blocks(part: str) -> Iterable[np.ndarray]:
+            for lo in range(0, n, row_step):
+                hi = min(n, lo + row_step)
+                at = np.flatnonzero((ids >= lo) & (ids < hi))
+                if not len(at) and hi <= n_base:  # rows as they are: the base's slice
+                    span = slice(int(base.indptr[lo]), int(base.indptr[hi]))
+                    yield base.indices[span] if part == "terms" else base.data[span]
+                    continue
+                block = base[min(lo, n_base):min(hi, n_base)]
+                block.resize((hi - lo, n_terms))
+                block = replace_rows(block, ids[at] - lo, new_rows[at], (hi - lo, n_terms))
+                yield block.indices.astype(base.indices.dtype, copy=False) if part == "terms" else block.data
+
+        term_bounds = np.unique(np.concatenate((np.searchsorted(post_indptr, np.arange(0, int(post_indptr[-1]),
+                                                                                       block_entries)), [n_terms])))
+
+        def posting_blocks(part: str) -> Iterable[np.ndarray]:
+            for t0, t1 in zip(term_bounds[:-1].tolist(), term_bounds[1:].tolist()):
+                span = slice(int(post.indptr[min(t0, base_terms)]), int(post.indptr[min(t1, base_terms)]))
+                if t1 <= base_terms and per_term[t0:t1].sum() == span.stop - span.start and \
+                        delta.indptr[min(t0, len(delta.indptr) - 1)] == delta.indptr[min(t1, len(delta.indptr) - 1)]:
+                    yield post.rows[span] if part == "post_rows" else post.counts[span]  # no changed row has these
+                    continue
+                rows = np.empty(int(post_indptr[t1] - post_indptr[t0]), np.int32)
+                counts = np.empty(len(rows), np.float32)
+                done = _merge_postings(t0, t1, post.indptr, post.rows, post.counts, self._stale, delta.indptr,
+                                       delta.rows, delta.counts, rows, counts)
+                assert done == len(rows)  # the counts above and the merge agree
+                yield rows if part == "post_rows" else counts
+
+        n_entries, n_postings = int(indptr[-1]), int(post_indptr[-1])
+        return self.state_without_large() | {
+            "indptr": indptr, "post_indptr": post_indptr,
+            "terms": Chunks(base.indices.dtype, n_entries, lambda: row_blocks("terms")),
+            "counts": Chunks(np.float32, n_entries, lambda: row_blocks("counts")),
+            "post_rows": Chunks(np.int32, n_postings, lambda: posting_blocks("post_rows")),
+            "post_counts": Chunks(np.float32, n_postings, lambda: posting_blocks("post_counts"))}
+
+    def state_without_large(self) -> dict[str, Any]:
+        """The state's version, vocabulary and per-row and per-term statistics."""
+        return {"version": _STATE_VERSION, **{f"vocab_{k}": v for k, v in vocabulary_arrays(self.vocab).items()},
+                "alive": self._present, "row_len": self._row_len, "df": self._df}
 
     @staticmethod
     def check_state_version(d: dict[str, Any]) -> None:
