@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
+from repocomp.index.relation_upkeep import _symmetric
 from repocomp.scoring import environment_scores, fragrel_scores
 
 # 4 fragments: 0 relates to 1 (0.5) and 2 (0.25); 1 relates to 0 (0.5); 2 to 0 (0.25); 3 has no relations.
@@ -110,3 +112,13 @@ def test_eq9_matches_a_dense_reference_after_updates(tmp_path) -> None:
     # the stored matrix would read w_ij for neighbours but w_ji for lenders: not Eq. 9 of any one W
     asym = environment_scores(index.relations, s_ind, available, lenders=lenders)
     assert not np.allclose(asym, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows_per_block", [1, 7, 64])
+def test_the_symmetric_w_made_a_block_of_rows_at_a_time_is_scipys_maximum_of_w_and_its_transpose(
+        rows_per_block: int) -> None:
+    rng = np.random.default_rng(rows_per_block)
+    w = sp.random(50, 50, density=0.1, format="csr", random_state=rng, dtype=np.float32)
+    got, want = _symmetric(w, rows_per_block), w.maximum(w.T.tocsr()).tocsr()
+    assert got.dtype == want.dtype and got.shape == want.shape and got.has_sorted_indices
+    assert all(np.array_equal(getattr(got, a), getattr(want, a)) for a in ("indptr", "indices", "data"))
