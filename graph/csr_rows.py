@@ -76,8 +76,8 @@ def drop_columns(m: sp.csr_matrix, columns: np.ndarray) -> sp.csr_matrix:
 
 # (indptr, indices, data, where, patch indptr, patch indices, patch data): see `PatchedRows.arrays`
 KernelArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-_MERGE_ENTRIES = 1 << 20  # a PatchedRows is made whole again once its patch holds more entries than this ...
-_MERGE_SHARE = 8  # ... and than 1/_MERGE_SHARE of its base's
+_MERGE_ENTRIES = 1 << 12  # a PatchedRows is made whole again once its patch holds more entries than this ...
+_MERGE_SHARE = 8  # ... and than 1/_MERGE_SHARE of its base's (a replace copies the patch, a merge the base too)
 
 
 class PatchedRows:
@@ -109,7 +109,7 @@ class PatchedRows:
         if len(grown):
             grown = grown[~np.isin(grown, np.concatenate((self.ids, rows)))]
         ids = np.concatenate((self.ids[earlier], rows, grown))
-        patch = sp.vstack([_with_shape(self.patch[earlier], shape[1]), _with_shape(new, shape[1]),
+        patch = sp.vstack([with_columns(self.patch[earlier], shape[1]), with_columns(new, shape[1]),
                            sp.csr_matrix((len(grown), shape[1]), dtype=self.patch.dtype)], format="csr")
         order = np.argsort(ids, kind="stable")
         ids, patch = ids[order], patch[order]
@@ -121,20 +121,19 @@ class PatchedRows:
     def rows(self, ids: np.ndarray) -> sp.csr_matrix:
         """These rows, in this order, as a CSR of this matrix's width."""
         ids = np.asarray(ids, np.int64)
-        if not len(self.ids):
-            return _with_shape(self.base[ids], self.shape[1])
-        at = self.where[ids]
+        at = self.where[ids] if len(self.ids) else np.full(len(ids), -1)
         patched = at >= 0
         if not patched.any():
-            return _with_shape(self.base[ids], self.shape[1])
-        parts = [_with_shape(self.base[ids[~patched]], self.shape[1]), _with_shape(self.patch[at[patched]], self.shape[1])]
+            return with_columns(self.base[ids], self.shape[1])
+        parts = [with_columns(self.base[ids[~patched]], self.shape[1]),
+                 with_columns(self.patch[at[patched]], self.shape[1])]
         order = np.argsort(np.concatenate((np.flatnonzero(~patched), np.flatnonzero(patched))), kind="stable")
         return sp.vstack(parts, format="csr")[order]
 
     def merged(self) -> sp.csr_matrix:
         """The whole matrix as one CSR (a copy when rows are patched: for a save, a compaction, explanations)."""
         if not len(self.ids):
-            return _with_shape(self.base, self.shape[1])
+            return with_columns(self.base, self.shape[1])
         return replace_rows(self.base, self.ids, self.patch, self.shape)
 
     def arrays(self) -> KernelArrays:
@@ -149,8 +148,9 @@ def patched(m: sp.csr_matrix | PatchedRows) -> PatchedRows:
     return m if isinstance(m, PatchedRows) else PatchedRows(m.tocsr())
 
 
-def _with_shape(m: sp.spmatrix, n_cols: int) -> sp.csr_matrix:
-    """`m` as a CSR of `n_cols` columns (a matrix made before columns were added; its arrays shared)."""
+def with_columns(m: sp.spmatrix, n_cols: int) -> sp.csr_matrix:
+    """`m` as a CSR of `n_cols` columns (one made before columns were added: fragments, nodes; its arrays
+    shared)."""
     m = m.tocsr()
     if m.shape[1] == n_cols:
         return m

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
-from graph.csr_rows import PatchedRows, drop_columns, replace_rows
+from graph.csr_rows import PatchedRows, drop_columns, replace_rows, with_columns
 from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
 from repocomp.index.fragments import window_spans
@@ -145,7 +145,7 @@ class RelationUpkeep:
         if len(self._patched_rows):  # the rows patched before and not again
             earlier = np.flatnonzero(~np.isin(self._patched_rows, rows))
             rows = np.concatenate((self._patched_rows[earlier], rows))
-            new = sp.vstack([_with_columns(self._patched[earlier], n), new], format="csr", dtype=np.float32)
+            new = sp.vstack([with_columns(self._patched[earlier], n), new], format="csr", dtype=np.float32)
         order = np.argsort(rows, kind="stable")
         self._patched_rows, self._patched, self._n = rows[order], new[order], n
         self._dead = np.union1d(self._dead, dead)
@@ -178,7 +178,7 @@ class RelationUpkeep:
         """Write the patched rows into W (one pass over its entries however many rows changed), drop the removed
         fragments' columns."""
         n = self._n
-        w = replace_rows(self._made, self._patched_rows, _with_columns(self._patched, n), (n, n))
+        w = replace_rows(self._made, self._patched_rows, with_columns(self._patched, n), (n, n))
         self.relations = drop_columns(w, self._dead)
 
     def reach(self, costs: sp.csr_matrix, seeds: np.ndarray) -> np.ndarray:
@@ -325,18 +325,13 @@ def _symmetric(w: sp.csr_matrix, rows_per_block: int = 1 << 16) -> sp.csr_matrix
     return sp.vstack(blocks, format="csr") if blocks else w.copy()
 
 
-def _with_columns(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
-    """`m` as a matrix of `n` columns (fragments added since it was made), its arrays shared."""
-    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n))
-
-
 def _patch_rows(m: PatchedRows, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int]
                 ) -> tuple[PatchedRows, sp.csr_matrix]:
     """`m` (grown to `shape`) plus `delta`, whose entries all lie in `rows` (sorted, unique): the sum, and its
     rows `rows`."""
     old = m.rows(rows[rows < m.shape[0]])
     old = sp.vstack([old, sp.csr_matrix((int((rows >= m.shape[0]).sum()), old.shape[1]))], format="csr")
-    new = (_with_columns(old, shape[1]) + delta[rows]).tocsr()
+    new = (with_columns(old, shape[1]) + delta[rows]).tocsr()
     new.eliminate_zeros()
     new.sort_indices()
     return m.replace(rows, new, shape), new
