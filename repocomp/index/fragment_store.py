@@ -65,7 +65,7 @@ class FragmentStore(Sequence[Fragment | None]):
     def _texts(self) -> _TextTable:
         """Live fragment ids by the hash of their text's UTF-8 bytes, made on first use. A stored fragment is hashed
         from the index file's bytes, never made into an object (a monorepo's 727k fragments: 5 s as objects), and
-        kept in two arrays, not a dictionary (100 MB for those fragments as one)."""
+        kept in two arrays, not a dictionary (83 MB more for those fragments as one)."""
         if self._hashed is None:
             stored, rows = self._stored, self._row.tolist()
             keys, ids = [], []

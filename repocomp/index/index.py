@@ -499,7 +499,7 @@ class Index:
                 if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
                     raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
                 target, written = self._write_fallback(meta, arrays, exc.strerror or str(exc))
-        del arrays  # copies of the large tables, made for the write: given back (read_back trims) before reading
+        del arrays  # what the write still held (the large tables went as written; read_back trims) before reading
         # from now on read in place from what was written: what building and updating held in memory goes
         index_codec.read_back(self, written)
         page_out(self._mapped)  # the file read before: what the parsed files still read from it stays readable

@@ -117,8 +117,8 @@ def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, Stored]
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(MAGIC + f"{FORMAT_VERSION}\n{len(header)}\n".encode() + header)
-            for name in list(arrays):
-                placed[name] = _write_array(fh, arrays[name])
+            for name, value in arrays.items():  # a table made for the write goes once written
+                placed[name] = _write_array(fh, value)
             fh.flush()
             os.fsync(fh.fileno())
             mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
@@ -133,22 +133,24 @@ def _write_array(fh: Any, value: Stored) -> tuple[int, np.dtype, tuple[int, ...]
     """One `.npy` record at the next aligned offset; where its data starts, its dtype and shape."""
     fh.write(bytes(-fh.tell() % ALIGN))
     if isinstance(value, Chunks):
-        dtype, shape = value.dtype, (value.length,)
-    else:
-        arr = np.ascontiguousarray(value() if callable(value) else value)
-        dtype, shape = arr.dtype, arr.shape
+        _check_storable(value.dtype)
+        npy.write_array_header_1_0(fh, {"descr": npy.dtype_to_descr(value.dtype), "fortran_order": False,
+                                        "shape": (value.length,)})
+        start = fh.tell()
+        for piece in value.pieces():
+            fh.write(piece if isinstance(piece, bytes) else np.ascontiguousarray(piece, value.dtype).data)
+        if fh.tell() - start != value.length * value.dtype.itemsize:  # a schema bug: the pieces do not add up
+            raise ValueError(f"pieces of {value.length} x {value.dtype} expected, {fh.tell() - start} bytes written")
+        return start, value.dtype, (value.length,)
+    arr = np.ascontiguousarray(value() if callable(value) else value)
+    _check_storable(arr.dtype)
+    npy.write_array(fh, arr, allow_pickle=False)
+    return fh.tell() - arr.nbytes, arr.dtype, arr.shape
+
+
+def _check_storable(dtype: np.dtype) -> None:
     if dtype.kind not in _ARRAY_KINDS:  # a schema bug, not user input
         raise TypeError(f"cannot store dtype {dtype}")
-    if not isinstance(value, Chunks):
-        npy.write_array(fh, arr, allow_pickle=False)
-        return fh.tell() - arr.nbytes, dtype, shape
-    npy.write_array_header_1_0(fh, {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
-    start = fh.tell()
-    for piece in value.pieces():
-        fh.write(piece if isinstance(piece, bytes) else np.ascontiguousarray(piece, dtype).data)
-    if fh.tell() - start != value.length * dtype.itemsize:  # a schema bug: the pieces do not add up
-        raise ValueError(f"pieces of {value.length} x {dtype} expected, {fh.tell() - start} bytes written")
-    return start, dtype, shape
 
 
 def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

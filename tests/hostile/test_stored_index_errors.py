@@ -24,7 +24,7 @@ from repocomp.config import Config, config_from_dict
 from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError
 from repocomp.index import Index
 from repocomp.index import codec as index_codec
-from repocomp.index.store import ALIGN, INDEX_FILE, MAGIC, write_state
+from repocomp.index.store import ALIGN, INDEX_FILE, MAGIC, whole, write_state
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +122,7 @@ def _call_site_past_its_file(repo: Path) -> None:
     counts = arrays["node_count"][:len(arrays["call_count"])]
     first = int(np.flatnonzero(arrays["call_count"])[0])  # the first file with a call site
     at = int(arrays["call_count"][:first].sum())
-    arrays["call_node"] = arrays["call_node"].copy()
+    arrays["call_node"] = whole(arrays["call_node"]).copy()
     arrays["call_node"][at] = counts[first]
     write_state(repo / ".repocomp", meta, arrays)
 
