@@ -220,7 +220,8 @@ def source_chunks(sources: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(lo, sources[lo:lo + SOURCE_CHUNK]) for lo in range(0, len(sources), SOURCE_CHUNK)]
 
 
-def reached_nodes(adjacency: sp.csr_matrix | PatchedRows, sources: np.ndarray, cutoff: float, max_reach: int = 0) -> np.ndarray:
+def reached_nodes(adjacency: sp.csr_matrix | PatchedRows, sources: np.ndarray, cutoff: float,
+                  max_reach: int = 0) -> np.ndarray:
     """The nodes some source reaches with strength >= cutoff (sorted, unique), in bounded memory."""
     parts = [np.unique(max_product_strengths(adjacency, chunk, cutoff, max_reach).indices)
              for _, chunk in source_chunks(np.asarray(sources, dtype=np.int64))]
