@@ -144,8 +144,13 @@ class PatchedRows:
                 p.data.astype(np.float64, copy=False))
 
 
-def patched(m: sp.csr_matrix | PatchedRows) -> PatchedRows:
-    return m if isinstance(m, PatchedRows) else PatchedRows(m.tocsr())
+def patched(m: sp.spmatrix | PatchedRows) -> PatchedRows:
+    """`m` as a PatchedRows, its rows sorted (kernels find a hub's neighbourhood in a row by binary search; a
+    PatchedRows keeps its rows sorted)."""
+    if isinstance(m, PatchedRows):
+        return m
+    m = m.tocsr()
+    return PatchedRows(m if m.has_sorted_indices else m.sorted_indices())
 
 
 def with_columns(m: sp.spmatrix, n_cols: int) -> sp.csr_matrix:

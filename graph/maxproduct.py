@@ -199,8 +199,6 @@ def max_product_strengths(adjacency: sp.csr_matrix | PatchedRows, sources: np.nd
     kept), the source itself included with strength 1.
     """
     sources = np.ascontiguousarray(sources, dtype=np.int64)
-    if isinstance(adjacency, sp.spmatrix) and not adjacency.has_sorted_indices:
-        adjacency = adjacency.sorted_indices()  # hubs find their windows by binary search in the row
     n = adjacency.shape[0]
     if len(sources) == 0:
         return sp.csr_matrix((0, n), dtype=np.float64)

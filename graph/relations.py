@@ -136,9 +136,7 @@ def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix | PatchedRows
         sizes = np.asarray(f.merged().sum(axis=1)).ravel()
     if node_fragments is None:
         node_fragments = f.merged().T.tocsr()
-    if isinstance(node_fragments, sp.spmatrix) and not node_fragments.has_sorted_indices:
-        node_fragments = node_fragments.sorted_indices()  # hub nodes find the row's neighbourhood by binary search
-    t_arrays = patched(node_fragments).arrays()
+    t_arrays = patched(node_fragments).arrays()  # rows sorted: hub nodes find the row's neighbourhood by search
     blocks = []
     for lo in range(0, len(rows), _ROW_CHUNK):
         chunk = np.asarray(rows[lo:lo + _ROW_CHUNK], dtype=np.int64)

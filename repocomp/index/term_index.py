@@ -299,9 +299,10 @@ class TermIndex:
     def _fold(self) -> None:
         """Fold the rows set since the last fold into the row CSR and snapshot it into the base postings; empties
         the delta."""
-        if not self._changed and self._rows.shape == (self.n_rows, len(self.vocab)) and self._base_of is self._rows:
+        rows, base = self._folded()
+        if rows is self._rows and base is self._base:
             return  # the postings are these rows' already
-        self._rows, self._base = self._folded()
+        self._rows, self._base = rows, base
         self._base_of = self._rows
         self._changed.clear()
         self._delta = _Postings.empty(len(self.vocab))
