@@ -4,6 +4,8 @@ product over every entry: most of an update's time on a large repository)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -135,6 +137,15 @@ class PatchedRows:
         if not len(self.ids):
             return with_columns(self.base, self.shape[1])
         return replace_rows(self.base, self.ids, self.patch, self.shape)
+
+    def row_blocks(self, rows_per_block: int = 1 << 16) -> Iterator[sp.csr_matrix]:
+        """The whole matrix as consecutive blocks of rows (a save writes them: `merged` is a copy of it all)."""
+        for lo in range(0, self.shape[0], rows_per_block):
+            hi = min(lo + rows_per_block, self.shape[0])
+            if len(self.ids) and (self.where[lo:hi] >= 0).any():
+                yield self.rows(np.arange(lo, hi))
+            else:
+                yield with_columns(self.base[lo:hi], self.shape[1])
 
     def arrays(self) -> KernelArrays:
         """(indptr, indices, data, where, patch indptr, patch indices, patch data) for compiled kernels: row r is

@@ -272,6 +272,16 @@ def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_
     assert len(index.term_index._changed) == held > 0  # folded into the copies only
     folded = index.term_index.to_csr()  # folds in place
     assert np.array_equal(state["terms"], folded.indices) and np.array_equal(state["post_rows"], folded.tocsc().indices)
+    # F (rows patched by the edit) and the symmetric W (stale since the edit) a block of rows at a time: the
+    # matrices made whole, part for part and dtype for dtype, and the symmetric W not kept
+    assert len(index.upkeep.fragment_nodes.ids) and isinstance(arrays["sym_data"], Chunks)
+    written = {(name, part): whole(arrays[f"{name}_{part}"]) for name in ("frag_nodes", "sym")
+               for part in ("data", "indices", "indptr")}
+    assert index.upkeep._made_symmetric(index.relations) is None
+    for name, matrix in (("frag_nodes", index.upkeep.fragment_nodes.merged()), ("sym", index.symmetric_relations)):
+        for part in ("data", "indices", "indptr"):
+            got, want = written[name, part], getattr(matrix, part)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (name, part)
     before = (repo / ".repocomp" / INDEX_FILE).read_bytes()
     arrays["text"] = Chunks(np.uint8, arrays["text"].length + 1, arrays["text"].pieces)
     with pytest.raises(ValueError, match="pieces"):

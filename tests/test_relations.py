@@ -126,6 +126,11 @@ def test_patched_rows_read_as_the_matrix_they_stand_for_and_leave_earlier_versio
         assert m.merged().nnz == whole.nnz  # explicit zeros kept
         ids = rng.permutation(shape[0])[:20]
         np.testing.assert_array_equal(m.rows(ids).toarray(), expected[ids])
+        merged = m.merged()
+        for rows_per_block in (1, 7, 64):  # what a save writes: the merged matrix, entry for entry
+            blocks = sp.vstack(list(m.row_blocks(rows_per_block)), format="csr")
+            assert blocks.shape == shape and blocks.dtype == merged.dtype
+            assert all(np.array_equal(getattr(blocks, a), getattr(merged, a)) for a in ("indptr", "indices", "data"))
     for old, seen in versions:
         np.testing.assert_array_equal(old.merged().toarray(), seen)
 

@@ -125,6 +125,34 @@ def _csr_parts(make: Callable[[], sp.csr_matrix]) -> dict[str, np.ndarray]:
     return {"data": m.data, "indices": m.indices, "indptr": m.indptr}
 
 
+def _csr_blocks(shape: tuple[int, int], dtype: Any, blocks: Callable[[], Iterator[sp.csr_matrix]]
+                ) -> dict[str, Stored]:
+    """The parts of a CSR matrix written from its blocks of rows (`blocks()` gives them in order, made afresh on
+    each call) instead of made whole: a pass counts the rows' entries, one writes the values, one the columns. Its
+    index dtype is scipy's for the whole matrix, so that it reads back in place."""
+    counted: list[np.ndarray] = []
+
+    def indptr() -> np.ndarray:
+        if not counted:
+            ptr = np.zeros(shape[0] + 1, np.int64)
+            np.cumsum(np.concatenate([np.diff(b.indptr) for b in blocks()] or [np.zeros(0, np.int64)]),
+                      out=ptr[1:])
+            counted.append(ptr.astype(np.int32) if max(*shape, ptr[-1]) <= np.iinfo(np.int32).max else ptr)
+        return counted[0]
+
+    def parts(name: str) -> Iterator[np.ndarray]:
+        for block in blocks():
+            yield getattr(block, name)
+
+    def count() -> int:
+        return int(indptr()[-1])
+
+    return {"data": Chunks(dtype, count, lambda: parts("data")),
+            "indices": Chunks(np.int32 if max(shape) <= np.iinfo(np.int32).max else np.int64, count,
+                              lambda: parts("indices")),
+            "indptr": indptr}
+
+
 def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where each file's text starts in `blob`, where its first newline is among all of them, and the newlines'
@@ -190,12 +218,15 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     term = index.term_index.state_pieces()
     for key in TermIndex.STATE_ARRAYS:
         arrays[f"term_{key}"] = _paged(term[key], index) if isinstance(term[key], Chunks) else term[key]
-    # F, W and Eq. 9's symmetric W as scipy holds them (its index dtypes): read back in place, not converted
-    for name, make in (("frag_nodes", lambda: index.upkeep.fragment_nodes.merged()),
-                       ("rel", lambda: index.relations.tocsr()), ("sym", lambda: index.symmetric_relations)):
-        matrix = _Made(index, partial(_csr_parts, make))
-        for part in ("data", "indices", "indptr"):
-            arrays[f"{name}_{part}"] = partial(matrix.take, part)
+    # F, W and Eq. 9's symmetric W as scipy holds them (its index dtypes): read back in place, not converted. F and
+    # the symmetric W a block of rows at a time (W is made whole for the symmetric W's transpose anyway)
+    f, n = index.upkeep.fragment_nodes, len(index.fragments)
+    f_dtype = np.result_type(f.base.dtype, f.patch.dtype)
+    w = _Made(index, partial(_csr_parts, lambda: index.relations.tocsr()))
+    for name, parts in (("frag_nodes", _csr_blocks(f.shape, f_dtype, f.row_blocks)),
+                        ("rel", {part: partial(w.take, part) for part in ("data", "indices", "indptr")}),
+                        ("sym", _csr_blocks((n, n), np.float32, index.upkeep.symmetric_blocks))):
+        arrays |= {f"{name}_{part}": _paged(v, index) if isinstance(v, Chunks) else v for part, v in parts.items()}
 
     meta = {
         "schema": SCHEMA,

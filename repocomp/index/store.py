@@ -65,8 +65,16 @@ class Chunks:
     """A 1-D array written piece by piece, never whole in memory: its dtype, its length and a function that gives
     its pieces in order (arrays or bytes of that dtype)."""
 
-    def __init__(self, dtype: Any, length: int, pieces: Callable[[], Iterable[np.ndarray | bytes]]) -> None:
-        self.dtype, self.length, self.pieces = np.dtype(dtype), length, pieces
+    def __init__(self, dtype: Any, length: int | Callable[[], int],
+                 pieces: Callable[[], Iterable[np.ndarray | bytes]]) -> None:
+        self.dtype, self._length, self.pieces = np.dtype(dtype), length, pieces
+
+    @property
+    def length(self) -> int:
+        """Its length (counted when first asked, where that takes a pass of its own)."""
+        if callable(self._length):
+            self._length = self._length()
+        return self._length
 
     def whole(self) -> np.ndarray:
         parts = [np.frombuffer(p, self.dtype) if isinstance(p, bytes) else p for p in self.pieces()]
