@@ -48,6 +48,7 @@ class CodeGraph:
         # nodes with an edge added or removed since `_csr` was made (both ends of an added edge): `cost_matrix`
         # patches their rows and their old neighbours' instead of rebuilding
         self._touched: set[int] = set()
+        self.folds_deferred = False  # the patched rows stay beside the cost matrix (a build's batches: see csr_rows)
 
     # -- ids -----------------------------------------------------------------------------------------------------
     @property
@@ -284,7 +285,7 @@ class CodeGraph:
         np.cumsum(np.bincount(np.searchsorted(redone, rows), minlength=len(redone)), out=indptr[1:])
         block = sp.csr_matrix((costs, cols, indptr), shape=(len(redone), n))
         block.has_sorted_indices = True  # sorted by (row, column) above
-        return old.replace(redone, block, (n, n))
+        return old.replace(redone, block, (n, n), merge=not self.folds_deferred)
 
     def edge_type(self, a: int, b: int) -> str | None:
         """The strongest edge type joining two nodes (for explanations)."""

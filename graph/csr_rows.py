@@ -102,8 +102,10 @@ class PatchedRows:
             self.where = np.full(self.shape[0], -1, np.int32)
             self.where[self.ids] = np.arange(len(self.ids), dtype=np.int32)
 
-    def replace(self, rows: np.ndarray, new: sp.csr_matrix, shape: tuple[int, int]) -> PatchedRows:
-        """This matrix grown to `shape`, its rows `rows` (sorted, unique) replaced by the rows of `new`."""
+    def replace(self, rows: np.ndarray, new: sp.csr_matrix, shape: tuple[int, int], merge: bool = True
+                ) -> PatchedRows:
+        """This matrix grown to `shape`, its rows `rows` (sorted, unique) replaced by the rows of `new`; made whole
+        when the patch outgrows its share unless not to `merge` (a save that writes it block by block follows)."""
         rows = np.asarray(rows, np.int64)
         at = np.minimum(np.searchsorted(rows, self.ids), max(len(rows) - 1, 0))
         earlier = np.flatnonzero(rows[at] != self.ids) if len(rows) else np.arange(len(self.ids))  # not redone
@@ -116,7 +118,7 @@ class PatchedRows:
         order = np.argsort(ids, kind="stable")
         ids, patch = ids[order], patch[order]
         patch.sort_indices()
-        if patch.nnz > max(_MERGE_ENTRIES, self.base.nnz // _MERGE_SHARE):
+        if merge and patch.nnz > max(_MERGE_ENTRIES, self.base.nnz // _MERGE_SHARE):
             return PatchedRows(replace_rows(self.base, ids, patch, shape))
         return PatchedRows(self.base, ids, patch, shape)
 

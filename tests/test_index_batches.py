@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from test_index_store import EXACT, FIXTURE, _assert_same
 
+from graph import csr_rows
 from lsp_server.folder_index import FolderIndex
 from repocomp.cli import main
 from repocomp.index import Index, relation_upkeep, term_index
@@ -57,25 +58,31 @@ def test_a_build_saved_between_batches_tokenizes_into_a_dict_until_its_last_save
     _assert_same(batched, Index.build(repo, EXACT))
 
 
-def test_a_build_saved_between_batches_leaves_each_batch_beside_w_and_the_term_index_for_the_save(repo, monkeypatch):
-    """Folding a batch into W and the term index copies both whole; the save that follows writes them folded in
-    anyway, so a build saved between batches leaves that to it. One that is not folds as an update does."""
+def test_a_build_saved_between_batches_leaves_each_batch_beside_its_tables_for_the_save(repo, monkeypatch):
+    """Folding a batch into W, the term index, F and the graph's cost matrix copies them whole; the save that
+    follows writes them folded in anyway, so a build saved between batches leaves that to it. One that is not
+    folds as an update does."""
     monkeypatch.setattr(term_index, "_MAX_DELTA_ROWS", 0)  # any change folds, unless a save follows
     monkeypatch.setattr(term_index, "_DELTA_SHARE", 1 << 30)
     monkeypatch.setattr(relation_upkeep, "_PATCHED_ENTRIES", 0)
-    beside: list[tuple[int, int]] = []
+    monkeypatch.setattr(csr_rows, "_MERGE_ENTRIES", 0)
+    monkeypatch.setattr(csr_rows, "_MERGE_SHARE", 1 << 30)
+    beside: list[tuple[int, ...]] = []
 
     def saved(index: Index) -> None:
-        beside.append((len(index.term_index._changed), len(index.upkeep._patched_rows)))
+        costs = index.graph._csr
+        beside.append((len(index.term_index._changed), len(index.upkeep._patched_rows),
+                       len(index.upkeep.fragment_nodes.ids), len(costs.ids) if costs is not None else 0))
         index.save()
 
     batched = Index.build(repo, BATCHED, checkpoint=saved)
-    assert len(beside) >= 3 and all(rows > 0 and patched > 0 for rows, patched in beside[1:])
+    assert len(beside) >= 3 and all(all(held) for held in beside[1:])
     assert batched.term_index._changed and not batched.term_index.folds_deferred  # the last batch's, for the save
     batched.save()
     _assert_same(batched, Index.build(repo, EXACT))
     unsaved = Index.build(repo, BATCHED)
     assert not unsaved.term_index._changed and not len(unsaved.upkeep._patched_rows)
+    assert not len(unsaved.upkeep.fragment_nodes.ids) and not len(unsaved.graph.cost_matrix().ids)
     _assert_same(unsaved, batched)
 
 

@@ -223,17 +223,17 @@ class Index:
     @contextlib.contextmanager
     def _folds_deferred(self, deferred: bool) -> Iterator[None]:
         """While a save follows each change at once (a build's batches saved at each checkpoint, and at its end),
-        leave what the changes add to W and the term index beside them: the save writes them folded in, into copies
-        it lets go, where folding them in here copied both whole first (1 GB for a 64 MB batch of a 7.6-million-line
-        monorepo)."""
+        leave what the changes add to W, the term index, F, its transpose and the graph's cost matrix beside them: the
+        save writes them folded in, into copies it lets go (or a block at a time), where folding them in here copied
+        them whole first (1.4 GB for a 64 MB batch of a 7.6-million-line monorepo)."""
         if not deferred:
             yield
             return
-        self.term_index.folds_deferred = self.upkeep.folds_deferred = True
+        self.term_index.folds_deferred = self.upkeep.folds_deferred = self.graph.folds_deferred = True
         try:
             yield
         finally:
-            self.term_index.folds_deferred = self.upkeep.folds_deferred = False
+            self.term_index.folds_deferred = self.upkeep.folds_deferred = self.graph.folds_deferred = False
 
     def _add_file(self, path: str, language: str, text: str) -> FileEntry:
         parsed = parse_source(text, language)

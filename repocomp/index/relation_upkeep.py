@@ -56,7 +56,9 @@ class RelationUpkeep:
         # rows computed since the graph last changed: current, whatever reach finds them stale for (an update's own
         # windows are computed at once and also lie within reach of its change)
         self._fresh = np.zeros(0, np.int64)
-        self.folds_deferred = False  # W is made again only when read while this is set (a save follows at once)
+        # while set (a save follows at once), W is made again only when read, F and its transpose keep their
+        # patched rows beside them however many
+        self.folds_deferred = False
 
     # -- F: the fragment x node matrix ---------------------------------------------------------------------------
     def file_triplets(self, entries: list[FileEntry]) -> Triplets:
@@ -91,14 +93,15 @@ class RelationUpkeep:
         r, c = np.concatenate((removed[0], added[0])), np.concatenate((removed[1], added[1]))
         delta = sp.csr_matrix((np.concatenate((-removed[2], added[2])), (r, c)), shape=shape)
         rows = np.unique(r)
-        self.fragment_nodes, new = _patch_rows(self.fragment_nodes, delta, rows, shape)
+        merge = not self.folds_deferred
+        self.fragment_nodes, new = _patch_rows(self.fragment_nodes, delta, rows, shape, merge)
         sizes = np.zeros(shape[0])
         sizes[:len(self._sizes)] = self._sizes[:shape[0]]
         sizes[rows] = np.asarray(new.sum(axis=1)).ravel()
         self._sizes = sizes
         if self._fragment_nodes_t is not None:
             self._fragment_nodes_t = _patch_rows(self._fragment_nodes_t, delta.T.tocsr(), np.unique(c),
-                                                 shape[::-1])[0]
+                                                 shape[::-1], merge)[0]
 
     @property
     def node_fragments(self) -> PatchedRows:
@@ -338,7 +341,7 @@ def _symmetric_blocks(w: sp.csr_matrix, rows_per_block: int = 1 << 16) -> Iterat
         yield w[lo:lo + rows_per_block].maximum(wt[lo:lo + rows_per_block]).tocsr()
 
 
-def _patch_rows(m: PatchedRows, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int]
+def _patch_rows(m: PatchedRows, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int], merge: bool
                 ) -> tuple[PatchedRows, sp.csr_matrix]:
     """`m` (grown to `shape`) plus `delta`, whose entries all lie in `rows` (sorted, unique): the sum, and its
     rows `rows`."""
@@ -347,4 +350,4 @@ def _patch_rows(m: PatchedRows, delta: sp.csr_matrix, rows: np.ndarray, shape: t
     new = (with_columns(old, shape[1]) + delta[rows]).tocsr()
     new.eliminate_zeros()
     new.sort_indices()
-    return m.replace(rows, new, shape), new
+    return m.replace(rows, new, shape, merge), new
