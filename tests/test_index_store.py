@@ -265,6 +265,7 @@ def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_
     index.update_file("app.py", text="x = compute(1)\n")
     held = len(index.term_index._changed)
     meta, arrays = index_codec.encode(index)
+    assert index.upkeep._changed_since_made()  # W is made when the write reaches it, not before
     assert isinstance(arrays["text"], Chunks) and isinstance(arrays["term_post_rows"], Chunks)
     assert callable(arrays["rel_data"])
     assert b"x = compute(1)" in arrays["text"].whole().tobytes()

@@ -81,7 +81,9 @@ def test_set_rows_equals_fresh_build() -> None:
     ids = list(range(0, 80, 2)) + [305]  # some replaced, one new row past the end (grows, 301..304 empty)
     new_texts: list[str | None] = list(new) + ["brand newterm ( x )"]
     new_texts[5] = None  # cleared row
-    idx.set_rows(ids, new_texts)
+    with pytest.raises(ValueError, match="differ in length"):
+        idx.set_rows(ids, iter(new_texts[:-1]))
+    idx.set_rows(ids, iter(new_texts))  # texts made one at a time
     want_texts: list[str | None] = list(texts) + [None] * 6
     for i, t in zip(ids, new_texts):
         want_texts[i] = t

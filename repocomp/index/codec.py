@@ -102,7 +102,7 @@ def _paged(chunks: Chunks, index: Index, every: int = 1 << 28) -> Chunks:
                 page_out(index._mapped)
                 since = 0
         page_out(index._mapped)
-    return Chunks(chunks.dtype, chunks.length, pieces)
+    return Chunks(chunks.dtype, lambda: chunks.length, pieces)  # (a length still to count is counted when written)
 
 
 class _Made:

@@ -366,7 +366,7 @@ class Index:
         # a window kept (same text) keeps its id and its term row; only new and removed ids change the term index
         dead_frags = self.fragments.release(touched_frags)
         retexted = sorted(set(dead_frags) | {i for i in touched_frags if i >= n_before})
-        self.term_index.set_rows(retexted, [f.text if (f := self.fragments[i]) else None for i in retexted])
+        self.term_index.set_rows(retexted, (f.text if (f := self.fragments[i]) else None for i in retexted))
 
         # resolve again the files whose calls may have changed; a changed call edge is a seed in both graphs
         new_keys = set().union(*(self.resolver.files[p].keys() for p in new_paths))

@@ -254,13 +254,14 @@ class TermIndex:
         if len(self.vocab) > len(self._df):
             self._df = np.concatenate([self._df, np.zeros(len(self.vocab) - len(self._df), np.int64)])
 
-    def set_rows(self, ids: list[int], texts: list[str | None]) -> None:
-        """Replace rows `ids` by `texts` (None clears a row); ids past the end grow the index."""
-        if len(ids) != len(texts):
+    def set_rows(self, ids: list[int], texts: Iterable[str | None]) -> None:
+        """Replace rows `ids` by `texts` (None clears a row); ids past the end grow the index. `texts` may be made
+        one at a time (a build's batch: its windows' texts together are twice its source)."""
+        encoded = [None if t is None else self._encode(t) for t in texts]
+        if len(ids) != len(encoded):
             raise ValueError("ids and texts differ in length")
         if not ids:
             return
-        encoded = [None if t is None else self._encode(t) for t in texts]
         self._grow(max(ids) + 1)
         for row, enc in zip(ids, encoded):
             old = self._row(row)
