@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from graph.coded_strings import CodedStrings
 from graph.csr_rows import PatchedRows
 from graph.parsing import ParsedFile
 
@@ -39,8 +40,8 @@ class CodeGraph:
         self.files: dict[str, FileNodes] = {}
         self.dirs: dict[str, int] = {}  # folder path ("" = repository root) -> node id
         self._dir_files: dict[str, int] = {}  # folder -> number of files and folders directly under it
-        self.kind: list[str] = []  # per node: syntax kind, "file" or "directory"
-        self.owner: list[str] = []  # per node: file or folder path
+        self.kind = CodedStrings()  # per node: syntax kind, "file" or "directory"
+        self.owner = CodedStrings()  # per node: file or folder path
         # per node: alive, and the text length it owns; kept in arrays grown by doubling (see `_new_nodes`)
         self._alive = np.zeros(0, dtype=bool)
         self._length = np.zeros(0, dtype=np.float64)
@@ -76,7 +77,7 @@ class CodeGraph:
         whole graph copied them all (a 64 MB batch into a 3-million-node graph spent 26 s copying)."""
         start, end = self.n_ids, self.n_ids + len(kinds)
         self.kind.extend(kinds)
-        self.owner.extend([owner] * len(kinds))
+        self.owner.repeat(owner, len(kinds))
         self._alive, self._length = _room(self._alive, end), _room(self._length, end)
         self._alive[start:end] = True
         self._length[start:end] = 0.0 if lengths is None else lengths
@@ -103,8 +104,7 @@ class CodeGraph:
         remap = np.full(self.n_ids, -1, dtype=np.int64)
         remap[keep] = np.arange(len(keep))
         self.alive, self.length = self.alive[keep], self.length[keep]  # before `kind`, which gives their size
-        self.kind = [self.kind[i] for i in keep.tolist()]
-        self.owner = [self.owner[i] for i in keep.tolist()]
+        self.kind, self.owner = self.kind.take(keep), self.owner.take(keep)
         self.dirs = {folder: int(remap[node]) for folder, node in self.dirs.items()}
         for entry in self.files.values():
             entry.file_node = int(remap[entry.file_node])

@@ -220,3 +220,25 @@ def test_the_cost_matrix_patched_after_each_update_equals_a_rebuild(tmp_path) ->
         assert patched.shape == rebuilt.shape, step
         assert np.array_equal(patched.indptr, rebuilt.indptr) and np.array_equal(patched.indices, rebuilt.indices)
         assert np.array_equal(patched.data, rebuilt.data), step
+
+
+def test_coded_strings_read_as_the_list_they_stand_for_through_growth_and_compaction() -> None:
+    from graph.coded_strings import CodedStrings
+
+    coded, plain = CodedStrings(), []
+    for n in range(1, 400, 37):  # past the first capacity, several doublings
+        values = [f"kind{(n * k) % 7}" for k in range(n)]
+        coded.extend(values)
+        coded.repeat(f"path{n}", n)
+        plain += values + [f"path{n}"] * n
+    assert len(coded) == len(plain) and list(coded) == plain
+    assert [coded[i] for i in (0, 5, -1, len(plain) - 1)] == [plain[i] for i in (0, 5, -1, len(plain) - 1)]
+    assert len(coded.table) == len(set(plain)) and coded.codes.dtype == np.int32
+    keep = np.array([3, 0, len(plain) - 1])
+    assert list(coded.take(keep)) == [plain[i] for i in keep]
+    with pytest.raises(IndexError):
+        coded[len(plain)]
+    stored = CodedStrings(coded.table, coded.codes.copy())  # as a load reads it
+    assert list(stored) == plain
+    with pytest.raises(ValueError, match="code out of range"):
+        CodedStrings(["a"], np.array([0, 1], np.int32))

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.code_graph import CodeGraph, FileNodes
+from graph.coded_strings import CodedStrings
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
 from repocomp import heap
@@ -207,8 +208,8 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     arrays["syntax_count"] = np.array([len(n.syntax_edges) for n in nodes], np.int64)
     arrays["call_edges"] = lambda: _cat([n.call_edges.reshape(-1, 2) for n in nodes], np.int64, 2)
     arrays["call_edge_count"] = np.array([len(n.call_edges) for n in nodes], np.int64)
-    graph_kinds, arrays["graph_kind"] = _codes(graph.kind)
-    owners, arrays["graph_owner"] = _codes(graph.owner)
+    graph_kinds, arrays["graph_kind"] = graph.kind.table, graph.kind.codes
+    owners, arrays["graph_owner"] = graph.owner.table, graph.owner.codes
     arrays["graph_alive"] = lambda: graph.alive.astype(bool)
     arrays["graph_length"] = lambda: graph.length.astype(np.float64)
 
@@ -287,8 +288,8 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     calls = _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])
 
     graph = CodeGraph(meta["graph"]["weights"])
-    graph.kind = _uncode(meta["graph"]["kinds"], a["graph_kind"])
-    graph.owner = _uncode(meta["graph"]["owners"], a["graph_owner"])
+    graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"])
+    graph.owner = CodedStrings(map(str, meta["graph"]["owners"]), a["graph_owner"])
     graph.alive, graph.length = a["graph_alive"].astype(bool), a["graph_length"].astype(np.float64)
     n_ids = graph.n_ids
     if not len(graph.owner) == len(a["graph_alive"]) == len(a["graph_length"]) == n_ids:

@@ -1,0 +1,63 @@
+"""A long sequence of strings with few distinct values (each graph node's kind, its owner's path): a table of the
+distinct ones and an int32 code per item, in an array grown by doubling. A Python list holds a pointer per item:
+30 MB per list for the 3.7 million nodes of a 7.6-million-line monorepo; the codes also read in place from the
+index file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+
+class CodedStrings:
+    def __init__(self, table: Iterable[str] = (), codes: np.ndarray | None = None) -> None:
+        self.table = list(table)
+        self._code_of = {value: i for i, value in enumerate(self.table)}
+        self._codes = np.zeros(0, np.int32) if codes is None else codes
+        self._n = len(self._codes)
+        if self._n and (int(self._codes.min()) < 0 or int(self._codes.max()) >= len(self.table)):
+            raise ValueError("code out of range")
+
+    @property
+    def codes(self) -> np.ndarray:
+        return self._codes[:self._n]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> str:
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self.table[self._codes[i % self._n]]
+
+    def __iter__(self) -> Iterator[str]:
+        table = self.table
+        return (table[c] for c in self.codes.tolist())
+
+    def extend(self, values: Iterable[str]) -> None:
+        self._append(np.array([self._code(v) for v in values], np.int32))
+
+    def repeat(self, value: str, n: int) -> None:
+        """`value` appended `n` times."""
+        self._append(np.full(n, self._code(value), np.int32))
+
+    def take(self, keep: np.ndarray) -> CodedStrings:
+        """The items at `keep`, in that order (the table as it is)."""
+        return CodedStrings(self.table, self.codes[keep])
+
+    def _code(self, value: str) -> int:
+        code = self._code_of.get(value)
+        if code is None:
+            code = self._code_of[value] = len(self.table)
+            self.table.append(value)
+        return code
+
+    def _append(self, codes: np.ndarray) -> None:
+        end = self._n + len(codes)
+        if end > len(self._codes):
+            grown = np.zeros(max(end, 2 * len(self._codes), 1024), np.int32)
+            grown[:self._n] = self.codes
+            self._codes = grown
+        self._codes[self._n:end] = codes
+        self._n = end
