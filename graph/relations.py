@@ -162,7 +162,7 @@ def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix | PatchedRows
 
 
 def context_rows(rows: np.ndarray, window_positions: dict[int, list[tuple[str, int]]],
-                 file_windows: dict[str, list[int]], n_frag: int, weight: float, cutoff: float) -> sp.csr_matrix:
+                 file_windows: dict[str, np.ndarray], n_frag: int, weight: float, cutoff: float) -> sp.csr_matrix:
     """Eq. 7: weight ** |p_i - p_j| for windows p of one file (max over a fragment's locations)."""
     reach = int(np.floor(np.log(cutoff) / np.log(weight))) if weight > 0 else 0
     r_idx, c_idx, vals = [], [], []

@@ -64,7 +64,7 @@ class RetrievalResult:
 
 class FileWindows(Protocol):
     @property
-    def windows(self) -> Sequence[int]:
+    def windows(self) -> Sequence[int] | np.ndarray:
         """Fragment id of each of the file's windows, in file order."""
         ...
 
@@ -116,7 +116,7 @@ class Retriever:
 
     def _file_fragment_ids(self, path: str) -> set[int]:
         entry = self.index.files.get(path)
-        return set(entry.windows) if entry is not None else set()
+        return set(np.asarray(entry.windows).tolist()) if entry is not None else set()
 
     def leaked(self, path: str, prompt_start_line: int) -> np.ndarray:
         """Fragment ids excluded by the leak rule for a hole in `path` whose prompt starts at `prompt_start_line`."""

@@ -98,7 +98,7 @@ def test_java_and_typescript_are_parsed_and_windowed(index):
     for path, kind in (("java/Main.java", "method_declaration"), ("web/app.ts", "function_declaration")):
         entry = index.files[path]
         assert kind in entry.parsed.kinds
-        assert entry.windows, path
+        assert len(entry.windows), path
         assert any(loc.path == path for loc in index.fragments[entry.windows[0]].locations)
     assert ("web/greet.ts", "function_declaration", 0) in _call_targets(index, "web/app.ts")
     assert ("java/Main.java", "method_declaration", 1) in _call_targets(index, "java/Main.java")

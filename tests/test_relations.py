@@ -89,7 +89,7 @@ def test_top_k_breaks_ties_by_the_lowest_column_as_a_stable_sort_does():
 def test_context_relation_eq7_within_a_file():
     # one file with 5 windows (fragments 0..4): w_rel ** |i - j|, cut below the cutoff
     positions = {2: [("f.py", 2)]}
-    rows = context_rows(np.array([2]), positions, {"f.py": [0, 1, 2, 3, 4]}, 5, weight=0.5, cutoff=0.2).toarray()
+    rows = context_rows(np.array([2]), positions, {"f.py": np.arange(5)}, 5, weight=0.5, cutoff=0.2).toarray()
     np.testing.assert_allclose(rows, [[0.25, 0.5, 0.0, 0.5, 0.25]])
 
 

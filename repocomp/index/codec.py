@@ -199,7 +199,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     call_parts, arrays["call_parts"] = _codes([parts for p in parsed for parts in p.call_parts])
     arrays["call_node"] = lambda: _cat([p.call_nodes for p in parsed], np.int32)
     arrays["call_count"] = np.array([len(p.call_parts) for p in parsed], np.int64)
-    arrays["window_frag"] = lambda: _cat([np.asarray(e.windows, np.int64) for e in entries], np.int64)
+    arrays["window_frag"] = lambda: _cat([e.windows for e in entries], np.int64)
     arrays["window_count"] = np.array([len(e.windows) for e in entries], np.int64)
 
     nodes = [graph.files[p] for p in paths]
@@ -316,7 +316,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
             raise ValueError(f"file {i}: a fact names no node of the file")
         path = str(rec["path"])
         node_ids = _nodes(per_node["id"][i], n_ids)
-        index.files[path] = FileEntry(path, parsed.language, sources[i], parsed, windows[i].tolist(), node_ids)
+        index.files[path] = FileEntry(path, parsed.language, sources[i], parsed, windows[i], node_ids)
         graph.files[path] = FileNodes(path, _node(a["file_node"][i], n_ids), node_ids, _nodes(syntax[i], n_ids),
                                       _nodes(calls[i], n_ids))
         resolver.set_file(make_symbols(path, parsed))
@@ -330,7 +330,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     alive = a["fragment_alive"].astype(bool)
     n_frags = len(alive)
     entries: list[FileEntry] = list(index.files.values())
-    if any(not 0 <= w < n_frags for e in entries for w in e.windows):
+    if len(a["window_frag"]) and not 0 <= a["window_frag"].min() <= a["window_frag"].max() < n_frags:
         raise ValueError("window fragment out of range")
     index.fragments = FragmentStore(stored=_stored_fragments(a, entries, (text_start, first_newline, newlines)))
     _read_matrices(index, a, n_frags, n_ids)

@@ -239,12 +239,11 @@ class Index:
         parsed = parse_source(text, language)
         nodes = self.graph.set_file(path, parsed)
         self.resolver.set_file(make_symbols(path, parsed))
-        entry = FileEntry(path, language, text, parsed, [], nodes.node_ids)
         starts = line_starts(text)
         cfg = self.config.fragments
-        for start, end in window_spans(len(starts) - 1, cfg.window, cfg.stride):
-            entry.windows.append(self.fragments.add_slice(text, starts[start], starts[end] - 1,
-                                                          Location(path, start, end)))
+        windows = [self.fragments.add_slice(text, starts[start], starts[end] - 1, Location(path, start, end))
+                   for start, end in window_spans(len(starts) - 1, cfg.window, cfg.stride)]
+        entry = FileEntry(path, language, text, parsed, np.array(windows, np.int64), nodes.node_ids)
         self.files[path] = entry
         if self._text_chars is not None:
             self._text_chars += len(text)
@@ -256,7 +255,7 @@ class Index:
         entry = self.files.pop(path, None)
         if entry is None:
             return set()
-        touched = set(entry.windows)
+        touched = set(entry.windows.tolist())
         if self._text_chars is not None:
             self._text_chars -= len(entry.text)
         self.fragments.forget_path(touched, path, entry.source)
@@ -362,7 +361,7 @@ class Index:
         for path in new_paths:
             added = new_texts[path]
             assert added is not None  # new_paths: the changes that leave a text
-            touched_frags |= set(self._add_file(path, *added).windows)
+            touched_frags |= set(self._add_file(path, *added).windows.tolist())
         # a window kept (same text) keeps its id and its term row; only new and removed ids change the term index
         dead_frags = self.fragments.release(touched_frags)
         retexted = sorted(set(dead_frags) | {i for i in touched_frags if i >= n_before})
@@ -410,7 +409,7 @@ class Index:
         fragment_map[keep] = np.arange(len(keep))
         node_map = self.graph.compact()
         for path, entry in self.files.items():
-            entry.windows = fragment_map[entry.windows].tolist()
+            entry.windows = fragment_map[entry.windows]
             entry.node_ids = self.graph.files[path].node_ids
         self.upkeep.compact(keep, fragment_map, node_map)
         self.term_index = self.term_index.take(keep)

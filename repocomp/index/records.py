@@ -22,7 +22,7 @@ class FileEntry:
     # loaded index holds no copy of the repository's text)
     source: str | np.ndarray
     parsed: ParsedFile
-    windows: list[int]  # fragment id of each window, in file order
+    windows: np.ndarray  # int64: fragment id of each window, in file order (read in place from the index file)
     node_ids: np.ndarray  # global graph id of each local syntax node
 
     @property
