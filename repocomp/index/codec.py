@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from sys import intern  # JSON gives each occurrence of a name its own string: the imports repeat names a lot
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -308,7 +309,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
             per_node["parent"][i], owner[i], line_len[i],
             defs=[(int(n), str(name), int(c)) for n, name, c in zip(def_node[i], def_names[i], def_class[i])],
             call_nodes=call_node[i], call_parts=call_parts[i],
-            imports=[Import(str(loc), str(mod), None if name is None else str(name))
+            imports=[Import(intern(str(loc)), intern(str(mod)), None if name is None else intern(str(name)))
                      for loc, mod, name in rec["imports"]],
             facts=[(str(k), int(n), str(a), str(b)) for k, n, a, b in rec["facts"]],
             has_errors=bool(rec["has_errors"]))
@@ -321,6 +322,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
                                       _nodes(calls[i], n_ids))
         resolver.set_file(make_symbols(path, parsed))
     for path, keys in meta["consulted"].items():
+        keys = [intern(str(key)) for key in keys]
         resolver.consulted[path] = set(keys)
         for key in keys:
             resolver._readers[key].add(path)
