@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.coded_strings import CodedStrings
-from graph.csr_rows import PatchedRows
+from graph.csr_rows import PatchedRows, patched
 from graph.parsing import ParsedFile
 
 EDGE_TYPES = ("syntax", "directory", "file", "call")
@@ -208,6 +208,11 @@ class CodeGraph:
         _, types = self.edges()
         counts = np.bincount(types, minlength=len(EDGE_TYPES)) if len(types) else np.zeros(len(EDGE_TYPES), int)
         return {name: int(counts[i]) for i, name in enumerate(EDGE_TYPES)}
+
+    def keep_cost_matrix(self, costs: sp.csr_matrix) -> None:
+        """Take `costs` (stored with the index: read in place) as the cost matrix of the graph as it is."""
+        self._csr = patched(costs)
+        self._touched.clear()
 
     def cost_matrix(self) -> PatchedRows:
         """Symmetric CSR of edge costs -log(w); parallel edges keep the strongest.

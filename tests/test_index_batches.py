@@ -8,6 +8,7 @@ import shutil
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_index_store import EXACT, FIXTURE, _assert_same
 
@@ -15,6 +16,7 @@ from graph import csr_rows
 from lsp_server.folder_index import FolderIndex
 from repocomp.cli import main
 from repocomp.index import Index, relation_upkeep, term_index
+from repocomp.index.store import file_map
 from repocomp.index.vocabulary import StoredVocabulary
 
 BATCHED = EXACT.replace("index", batch_bytes=200)  # the fixture's files are 50 to 400 bytes: several batches
@@ -188,18 +190,22 @@ def test_the_server_publishes_the_index_after_its_first_batch(repo):
 
 
 def test_the_server_makes_a_loaded_index_ready_for_its_first_update_and_request(repo):
-    """A loaded index finds texts by hash once it has hashed them all, and walks the graph once its cost matrix is
-    made from the edges: the server does both once the index is ready, not within the first saved edit or the
-    first completion."""
+    """A loaded index finds texts by hash once it has hashed them all: the server does that once the index is
+    ready, not within the first saved edit. The graph's cost matrix and F's transpose (the first completion's and
+    update's) are read in place from the file."""
     from lsp_server.index_builder import IndexBuilder
 
-    Index.build(repo, EXACT).save()
+    built = Index.build(repo, EXACT)
+    built.save()
     loaded = Index.load(repo, EXACT)
-    assert loaded.fragments._hashed is None and loaded.graph._csr is None
+    assert loaded.fragments._hashed is None
+    for stored, made in ((loaded.graph._csr, built.graph.cost_matrix()),
+                         (loaded.upkeep._fragment_nodes_t, built.upkeep.node_fragments)):
+        assert stored is not None and file_map(stored.base.data) is not None
+        assert all(np.array_equal(getattr(stored.base, a), getattr(made.merged(), a)) for a in ("indptr", "indices", "data"))
     folder = FolderIndex(root=repo.resolve(), config=EXACT)
     IndexBuilder(replay=lambda path: None).start(folder).join(60)
     assert folder.state == "ready" and folder.index.fragments._hashed is not None
-    assert folder.index.graph._csr is not None
 
 
 def test_the_index_command_reads_only_the_header_of_a_complete_index(repo, monkeypatch, capsys):

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from sys import intern  # JSON gives each occurrence of a name its own string: the imports repeat names a lot
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from functools import partial
+from sys import intern  # JSON gives each occurrence of a name its own string: the imports repeat names a lot
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 _H = TypeVar("_H", bound=Hashable)
 
 _SCAN = 1 << 24  # the texts are searched for newlines this many bytes at a time (a mask of all would be their size)
-SCHEMA = 4  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
+SCHEMA = 5  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
@@ -220,12 +220,18 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     term = index.term_index.state_pieces()
     for key in TermIndex.STATE_ARRAYS:
         arrays[f"term_{key}"] = _paged(term[key], index) if isinstance(term[key], Chunks) else term[key]
-    # F, W and Eq. 9's symmetric W as scipy holds them (its index dtypes): read back in place, not converted. F and
-    # the symmetric W a block of rows at a time (W is made whole for the symmetric W's transpose anyway)
-    f, n = index.upkeep.fragment_nodes, len(index.fragments)
+    # F, its transpose, W, Eq. 9's symmetric W and the graph's cost matrix as scipy holds them (its index dtypes):
+    # read back in place, not converted (F's transpose and the cost matrix are stored so that a loaded index holds
+    # no copy of them: 190 MB in a 7.6-million-line monorepo). All but W a block of rows at a time (W is made
+    # whole for the symmetric W's transpose anyway)
+    f, n, costs = index.upkeep.fragment_nodes, len(index.fragments), graph.cost_matrix()
     f_dtype = np.result_type(f.base.dtype, f.patch.dtype)
     w = _Made(index, partial(_csr_parts, lambda: index.relations.tocsr()))
     for name, parts in (("frag_nodes", _csr_blocks(f.shape, f_dtype, f.row_blocks)),
+                        ("node_frags", _csr_blocks(f.shape[::-1], f_dtype,
+                                                   lambda: index.upkeep.node_fragments.row_blocks())),
+                        ("costs", _csr_blocks(costs.shape, np.result_type(costs.base.dtype, costs.patch.dtype),
+                                              costs.row_blocks)),
                         ("rel", {part: partial(w.take, part) for part in ("data", "indices", "indptr")}),
                         ("sym", _csr_blocks((n, n), np.float32, index.upkeep.symmetric_blocks))):
         arrays |= {f"{name}_{part}": _paged(v, index) if isinstance(v, Chunks) else v for part, v in parts.items()}
@@ -397,13 +403,19 @@ def _stored_fragments(a: dict[str, np.ndarray], entries: list[FileEntry],
 
 
 def _read_matrices(index: Index, a: dict[str, np.ndarray], n_frags: int, n_ids: int) -> None:
-    """W, its symmetric and F, as stored."""
+    """W, its symmetric, F, its transpose and the graph's cost matrix, as stored."""
     relations, symmetric = (_csr(a, name, (n_frags, n_frags)) for name in ("rel", "sym"))
     if symmetric.nnz < relations.nnz:
         raise ValueError("the symmetric relations hold less than the relations")
     index.upkeep.relations = relations
     index.upkeep.keep_symmetric(symmetric)
-    index.upkeep.set_fragment_nodes(_csr(a, "frag_nodes", (n_frags, n_ids)))
+    f, f_t = _csr(a, "frag_nodes", (n_frags, n_ids)), _csr(a, "node_frags", (n_ids, n_frags))
+    if f.nnz != f_t.nnz:
+        raise ValueError("F's transpose differs from F")
+    index.upkeep.set_fragment_nodes(f, f_t)
+    index.graph.keep_cost_matrix(_csr(a, "costs", (n_ids, n_ids)))
+
+
 def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_matrix:
     """The matrix stored as `name`_data/_indices/_indptr, checked whole (ids in range, pointers rising)."""
     if a[f"{name}_data"].dtype.kind != "f":

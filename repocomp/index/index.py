@@ -416,13 +416,11 @@ class Index:
         self.epoch += 1
 
     def prepare(self) -> None:
-        """Make now what a loaded index makes when first used: its table of fragment texts by hash and F's
-        transpose (the first update's), the graph's cost matrix (the first request's). They only read the index (a
-        request that needs one meanwhile makes the same), all of the tables they are made from: those pages go
-        back to the kernel after (a request or an update reads again the few it needs)."""
+        """Make now what a loaded index makes when first used: its table of fragment texts by hash (the first
+        update's; F's transpose and the graph's cost matrix are stored). It only reads the index (an update that
+        needs it meanwhile makes the same), all of the fragments' texts: those pages go back to the kernel after
+        (an update reads again the few it needs)."""
         self.fragments.index_texts()
-        self.graph.cost_matrix()
-        self.upkeep.node_fragments  # noqa: B018 - the property makes it
         page_out(self._mapped)
 
     # -- relations (kept by `upkeep`) ----------------------------------------------------------------------------

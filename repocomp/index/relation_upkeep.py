@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
-from graph.csr_rows import PatchedRows, drop_columns, replace_rows, with_columns
+from graph.csr_rows import PatchedRows, drop_columns, patched, replace_rows, with_columns
 from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
 from repocomp.index.fragments import window_spans
@@ -81,9 +81,10 @@ class RelationUpkeep:
         shape = (len(self.index.fragments), self.index.graph.n_ids)
         self.set_fragment_nodes(sp.csr_matrix((v, (r, c)), shape=shape))  # duplicates summed: locations add up
 
-    def set_fragment_nodes(self, f: sp.csr_matrix) -> None:
-        """Take `f` as F (a stored one, or made from the files)."""
-        self.fragment_nodes, self._fragment_nodes_t = PatchedRows(f), None
+    def set_fragment_nodes(self, f: sp.csr_matrix, transposed: sp.csr_matrix | None = None) -> None:
+        """Take `f` as F (a stored one, or made from the files), and its transpose where it is stored too."""
+        self.fragment_nodes = PatchedRows(f)
+        self._fragment_nodes_t = None if transposed is None else patched(transposed)
         self._sizes = np.asarray(f.sum(axis=1)).ravel()
 
     def patch_fragment_nodes(self, removed: Triplets, added: Triplets) -> None:
