@@ -158,11 +158,16 @@ def _csr_blocks(shape: tuple[int, int], dtype: Any, blocks: Callable[[], Iterato
 def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where each file's text starts in `blob`, where its first newline is among all of them, and the newlines'
-    offsets; `ValueError` unless each file has its `line_counts` lines."""
+    offsets; `ValueError` unless each file has its `line_counts` lines. The pages of the index file the scan read
+    go back to the kernel as it goes (the texts are the largest table: 289 MB in a 7.6-million-line monorepo)."""
     ends = np.cumsum(lengths)
     starts = ends - lengths
-    newlines = np.concatenate([np.flatnonzero(blob[at:at + _SCAN] == ord("\n")) + at
-                               for at in range(0, len(blob), _SCAN)] or [np.zeros(0, np.int64)])
+    mapped, parts = file_map(blob), [np.zeros(0, np.int64)]
+    for at in range(0, len(blob), _SCAN):
+        parts.append(np.flatnonzero(blob[at:at + _SCAN] == ord("\n")) + at)
+        if at % (16 * _SCAN) == 15 * _SCAN:
+            page_out(mapped)
+    newlines = np.concatenate(parts)
     first = np.searchsorted(newlines, starts)
     if not np.array_equal(np.searchsorted(newlines, ends) - first, line_counts - 1):
         raise ValueError("line counts differ from the texts")
