@@ -94,6 +94,11 @@ def test_a_loaded_index_reads_its_arrays_and_texts_in_place_from_the_file(repo):
     built = Index.build(repo, EXACT)
     built.update_file("pkg/extra.py", text="s = '\udc80'\nt = 'é'")  # a buffer: a lone surrogate, no final newline
     built.save()
+    for path, entry in built.files.items():  # a save reads what it wrote back in place: the build's copies go
+        nodes, parsed = built.graph.files[path], entry.parsed
+        for table in (entry.windows, entry.node_ids, parsed.start_line, parsed.end_line, parsed.parent,
+                      parsed.line_owner, parsed.line_len, nodes.syntax_edges):
+            assert file_map(table) is not None and entry.node_ids is nodes.node_ids, path
     meta, arrays = read_state(repo / ".repocomp")
     mapped = [a for a in arrays.values() if a.size and file_map(a) is not None]
     assert len(mapped) == sum(1 for a in arrays.values() if a.size) and all(a.flags.aligned for a in mapped)

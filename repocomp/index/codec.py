@@ -288,16 +288,13 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     page_out(mapped)
     sources = _split(blob, a["text_len"])
     kinds = _split(_uncode(meta["kinds"], a["node_kind"]), node_counts)
-    per_node = {k: _split(a[f"node_{k}"], node_counts) for k in ("start_line", "end_line", "parent", "id")}
-    owner = _split(a["line_owner"], line_counts)
-    line_len = _split(a["line_len"], line_counts)
+    per_file = _file_arrays(a)
+    per_node = {k: per_file[k] for k in ("start_line", "end_line", "parent", "id")}
+    owner, line_len, call_node = per_file["line_owner"], per_file["line_len"], per_file["call_node"]
+    windows, syntax, calls = per_file["windows"], per_file["syntax"], per_file["calls"]
     def_names = _split(_uncode(meta["def_names"], a["def_name"]), a["def_count"])
     def_node, def_class = _split(a["def_node"], a["def_count"]), _split(a["def_class"], a["def_count"])
     call_parts = _split(_uncode([tuple(p) for p in meta["call_parts"]], a["call_parts"]), a["call_count"])
-    call_node = _split(a["call_node"].astype(np.int32, copy=False), a["call_count"])
-    windows = _split(a["window_frag"], a["window_count"])
-    syntax = _split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"])
-    calls = _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])
 
     graph = CodeGraph(meta["graph"]["weights"])
     graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"])
@@ -356,12 +353,31 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     index.summary = IndexSummary(**{k: v for k, v in meta["summary"].items() if k in known})
 
 
+def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+    """Each file's slices of the per-node, per-line, per-call and per-window tables (views)."""
+    nodes, lines = a["node_count"], a["line_count"]
+    return {**{k: _split(a[f"node_{k}"], nodes) for k in ("start_line", "end_line", "parent", "id")},
+            "line_owner": _split(a["line_owner"], lines), "line_len": _split(a["line_len"], lines),
+            "call_node": _split(a["call_node"].astype(np.int32, copy=False), a["call_count"]),
+            "windows": _split(a["window_frag"], a["window_count"]),
+            "syntax": _split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"]),
+            "calls": _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
+
+
 def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
     """Take the large tables of `index` from `a`, the file `encode(index)` was just written to (`store.write_mapped`):
-    the same values, read in place instead of the copies that building and updating made in memory."""
+    the same values, read in place instead of the copies that building and updating made in memory (files' texts,
+    syntax tables and windows, their graph nodes and edges included: a build's batches otherwise kept them all)."""
     entries = list(index.files.values())
-    for entry, source in zip(entries, _split(a["text"], a["text_len"])):
-        entry.source = source
+    per_file = _file_arrays(a)
+    for i, (entry, source) in enumerate(zip(entries, _split(a["text"], a["text_len"]))):
+        parsed, nodes = entry.parsed, index.graph.files[entry.path]
+        entry.source, entry.windows = source, per_file["windows"][i]
+        parsed.start_line, parsed.end_line, parsed.parent = (per_file[k][i] for k in ("start_line", "end_line", "parent"))
+        parsed.line_owner, parsed.line_len, parsed.call_nodes = (per_file[k][i] for k in ("line_owner", "line_len",
+                                                                                           "call_node"))
+        entry.node_ids = nodes.node_ids = per_file["id"][i]
+        nodes.syntax_edges, nodes.call_edges = per_file["syntax"][i], per_file["calls"][i]
     heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from
     bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
     page_out(file_map(a["text"]))
