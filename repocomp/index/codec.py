@@ -288,10 +288,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     page_out(mapped)
     sources = _split(blob, a["text_len"])
     kinds = _split(_uncode(meta["kinds"], a["node_kind"]), node_counts)
-    per_file = _file_arrays(a)
-    per_node = {k: per_file[k] for k in ("start_line", "end_line", "parent", "id")}
-    owner, line_len, call_node = per_file["line_owner"], per_file["line_len"], per_file["call_node"]
-    windows, syntax, calls = per_file["windows"], per_file["syntax"], per_file["calls"]
+    t = _file_arrays(a)  # per table, each file's slice of it
     def_names = _split(_uncode(meta["def_names"], a["def_name"]), a["def_count"])
     def_node, def_class = _split(a["def_node"], a["def_count"]), _split(a["def_class"], a["def_count"])
     call_parts = _split(_uncode([tuple(p) for p in meta["call_parts"]], a["call_parts"]), a["call_count"])
@@ -309,14 +306,14 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     resolver = Resolver()
     for i, rec in enumerate(files):
         n_nodes, n_lines = int(node_counts[i]), int(line_counts[i])
-        if n_nodes and (per_node["parent"][i].max() >= n_nodes or owner[i].max(initial=0) >= n_nodes
-                        or not 0 <= call_node[i].min(initial=0) <= call_node[i].max(initial=0) < n_nodes):
+        if n_nodes and (t["parent"][i].max() >= n_nodes or t["line_owner"][i].max(initial=0) >= n_nodes
+                        or not 0 <= t["call_node"][i].min(initial=0) <= t["call_node"][i].max(initial=0) < n_nodes):
             raise ValueError(f"file {i}: node or line tables inconsistent")
         parsed = ParsedFile(
-            str(rec["language"]), n_lines, kinds[i], per_node["start_line"][i], per_node["end_line"][i],
-            per_node["parent"][i], owner[i], line_len[i],
+            str(rec["language"]), n_lines, kinds[i], t["start_line"][i], t["end_line"][i], t["parent"][i],
+            t["line_owner"][i], t["line_len"][i],
             defs=[(int(n), str(name), int(c)) for n, name, c in zip(def_node[i], def_names[i], def_class[i])],
-            call_nodes=call_node[i], call_parts=call_parts[i],
+            call_nodes=t["call_node"][i], call_parts=call_parts[i],
             imports=[Import(intern(str(loc)), intern(str(mod)), None if name is None else intern(str(name)))
                      for loc, mod, name in rec["imports"]],
             facts=[(str(k), int(n), str(a), str(b)) for k, n, a, b in rec["facts"]],
@@ -324,10 +321,10 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         if any(not 0 <= n < n_nodes for _, n, _, _ in parsed.facts):
             raise ValueError(f"file {i}: a fact names no node of the file")
         path = str(rec["path"])
-        node_ids = _nodes(per_node["id"][i], n_ids)
-        index.files[path] = FileEntry(path, parsed.language, sources[i], parsed, windows[i], node_ids)
-        graph.files[path] = FileNodes(path, _node(a["file_node"][i], n_ids), node_ids, _nodes(syntax[i], n_ids),
-                                      _nodes(calls[i], n_ids))
+        node_ids = _nodes(t["id"][i], n_ids)
+        index.files[path] = FileEntry(path, parsed.language, sources[i], parsed, t["windows"][i], node_ids)
+        graph.files[path] = FileNodes(path, _node(a["file_node"][i], n_ids), node_ids, _nodes(t["syntax"][i], n_ids),
+                                      _nodes(t["calls"][i], n_ids))
         resolver.set_file(make_symbols(path, parsed))
     for path, keys in meta["consulted"].items():
         keys = [intern(str(key)) for key in keys]
@@ -369,15 +366,14 @@ def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
     the same values, read in place instead of the copies that building and updating made in memory (files' texts,
     syntax tables and windows, their graph nodes and edges included: a build's batches otherwise kept them all)."""
     entries = list(index.files.values())
-    per_file = _file_arrays(a)
+    t = _file_arrays(a)  # per table, each file's slice of it
     for i, (entry, source) in enumerate(zip(entries, _split(a["text"], a["text_len"]))):
         parsed, nodes = entry.parsed, index.graph.files[entry.path]
-        entry.source, entry.windows = source, per_file["windows"][i]
-        parsed.start_line, parsed.end_line, parsed.parent = (per_file[k][i] for k in ("start_line", "end_line", "parent"))
-        parsed.line_owner, parsed.line_len, parsed.call_nodes = (per_file[k][i] for k in ("line_owner", "line_len",
-                                                                                           "call_node"))
-        entry.node_ids = nodes.node_ids = per_file["id"][i]
-        nodes.syntax_edges, nodes.call_edges = per_file["syntax"][i], per_file["calls"][i]
+        entry.source, entry.windows = source, t["windows"][i]
+        parsed.start_line, parsed.end_line, parsed.parent = t["start_line"][i], t["end_line"][i], t["parent"][i]
+        parsed.line_owner, parsed.line_len, parsed.call_nodes = t["line_owner"][i], t["line_len"][i], t["call_node"][i]
+        entry.node_ids = nodes.node_ids = t["id"][i]
+        nodes.syntax_edges, nodes.call_edges = t["syntax"][i], t["calls"][i]
     heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from
     bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
     page_out(file_map(a["text"]))
