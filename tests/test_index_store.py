@@ -427,3 +427,14 @@ def test_region_strength_is_the_strongest_path_to_any_node_of_a_fragment(repo):
         loc.path == "pkg/core.py" and loc.start_line <= 7 < loc.end_line for loc in f.locations))
     assert got[engine_def] >= cfg.graph.call - 1e-6
     assert not index.region_strength("app.py", 8, 8).any()  # an empty region relates to nothing
+
+
+def test_a_stored_transpose_of_f_that_is_not_fs_is_corrupt(repo):
+    meta, arrays = index_codec.encode(Index.build(repo, EXACT))
+    tables = {name: whole(value) for name, value in arrays.items()}
+    nnz = len(tables["node_frags_data"]) - 1  # one entry of F's transpose dropped: a well-formed matrix, not F's
+    tables["node_frags_data"], tables["node_frags_indices"] = (tables[f"node_frags_{p}"][:nnz] for p in ("data", "indices"))
+    tables["node_frags_indptr"] = np.minimum(tables["node_frags_indptr"], nnz)
+    write_state(repo / ".repocomp", meta, tables)
+    with pytest.raises(IndexCorruptError, match="transpose"):
+        Index.load(repo, EXACT)
