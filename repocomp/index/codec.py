@@ -93,7 +93,7 @@ def _text_lengths(sources: list[str | np.ndarray]) -> np.ndarray:
                        np.int64, len(sources))
 
 
-def _paged(chunks: Chunks, index: Index, every: int = 1 << 28) -> Chunks:
+def _paged(chunks: Chunks, index: Index, every: int = 1 << 26) -> Chunks:
     """`chunks` whose pieces give back the pages of the index file they read, every `every` bytes and at the end."""
     def pieces() -> Iterator[bytes | np.ndarray]:
         since = 0
