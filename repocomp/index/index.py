@@ -225,7 +225,8 @@ class Index:
         """While a save follows each change at once (a build's batches saved at each checkpoint, and at its end),
         leave what the changes add to W, the term index, F, its transpose and the graph's cost matrix beside them: the
         save writes them folded in, into copies it lets go (or a block at a time), where folding them in here copied
-        them whole first (1.4 GB for a 64 MB batch of a 7.6-million-line monorepo)."""
+        them whole first (for a 64 MB batch of a 7.6-million-line monorepo: 1 GB for W and the term index, 150 MB
+        more for the others)."""
         if not deferred:
             yield
             return
