@@ -122,6 +122,10 @@ class PatchedRows:
             return PatchedRows(replace_rows(self.base, ids, patch, shape))
         return PatchedRows(self.base, ids, patch, shape)
 
+    @property
+    def dtype(self) -> np.dtype:
+        return np.result_type(self.base.dtype, self.patch.dtype)
+
     def rows(self, ids: np.ndarray) -> sp.csr_matrix:
         """These rows, in this order, as a CSR of this matrix's width."""
         ids = np.asarray(ids, np.int64)

@@ -272,7 +272,7 @@ def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_
     meta, arrays = index_codec.encode(index)
     assert index.upkeep._changed_since_made()  # W is made when the write reaches it, not before
     assert isinstance(arrays["text"], Chunks) and isinstance(arrays["term_post_rows"], Chunks)
-    assert callable(arrays["rel_data"])
+    assert isinstance(arrays["rel_data"], Chunks)
     assert b"x = compute(1)" in arrays["text"].whole().tobytes()
     state = {k: whole(arrays[f"term_{k}"]) for k in ("terms", "post_rows")}
     assert len(index.term_index._changed) == held > 0  # folded into the copies only
@@ -281,10 +281,11 @@ def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_
     # F (rows patched by the edit) and the symmetric W (stale since the edit) a block of rows at a time: the
     # matrices made whole, part for part and dtype for dtype, and the symmetric W not kept
     assert len(index.upkeep.fragment_nodes.ids) and isinstance(arrays["sym_data"], Chunks)
-    written = {(name, part): whole(arrays[f"{name}_{part}"]) for name in ("frag_nodes", "sym")
+    written = {(name, part): whole(arrays[f"{name}_{part}"]) for name in ("frag_nodes", "rel", "sym")
                for part in ("data", "indices", "indptr")}
     assert index.upkeep._made_symmetric(index.relations) is None
-    for name, matrix in (("frag_nodes", index.upkeep.fragment_nodes.merged()), ("sym", index.symmetric_relations)):
+    for name, matrix in (("frag_nodes", index.upkeep.fragment_nodes.merged()), ("rel", index.relations),
+                         ("sym", index.symmetric_relations)):
         for part in ("data", "indices", "indptr"):
             got, want = written[name, part], getattr(matrix, part)
             assert got.dtype == want.dtype and np.array_equal(got, want), (name, part)

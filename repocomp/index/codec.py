@@ -107,26 +107,6 @@ def _paged(chunks: Chunks, index: Index, every: int = 1 << 26) -> Chunks:
     return Chunks(chunks.dtype, lambda: chunks.length, pieces)  # (a length still to count is counted when written)
 
 
-class _Made:
-    """Tables made together when a write first asks for one, each let go once taken (written), the pages of the
-    index file their making read given back."""
-
-    def __init__(self, index: Index, make: Callable[[], dict[str, np.ndarray]]) -> None:
-        self._index, self._make = index, make
-        self._made: dict[str, np.ndarray] | None = None
-
-    def take(self, name: str) -> np.ndarray:
-        if self._made is None or name not in self._made:  # (again for a write tried anew elsewhere)
-            self._made = dict(self._make())
-            page_out(self._index._mapped)
-        return self._made.pop(name)
-
-
-def _csr_parts(make: Callable[[], sp.csr_matrix]) -> dict[str, np.ndarray]:
-    m = make()
-    return {"data": m.data, "indices": m.indices, "indptr": m.indptr}
-
-
 def _csr_blocks(shape: tuple[int, int], dtype: Any, blocks: Callable[[], Iterator[sp.csr_matrix]]
                 ) -> dict[str, Stored]:
     """The parts of a CSR matrix written from its blocks of rows (`blocks()` gives them in order, made afresh on
@@ -228,16 +208,13 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     # F, its transpose, W, Eq. 9's symmetric W and the graph's cost matrix as scipy holds them (its index dtypes):
     # read back in place, not converted (F's transpose and the cost matrix are stored so that a loaded index holds
     # no copy of them: 190 MB in a 7.6-million-line monorepo). All but W a block of rows at a time (W is made
-    # whole for the symmetric W's transpose anyway)
+    # whole, once, for the symmetric W's transpose anyway)
     f, n, costs = index.upkeep.fragment_nodes, len(index.fragments), graph.cost_matrix()
-    f_dtype = np.result_type(f.base.dtype, f.patch.dtype)
-    w = _Made(index, partial(_csr_parts, lambda: index.relations.tocsr()))
-    for name, parts in (("frag_nodes", _csr_blocks(f.shape, f_dtype, f.row_blocks)),
-                        ("node_frags", _csr_blocks(f.shape[::-1], f_dtype,
+    for name, parts in (("frag_nodes", _csr_blocks(f.shape, f.dtype, f.row_blocks)),
+                        ("node_frags", _csr_blocks(f.shape[::-1], f.dtype,
                                                    lambda: index.upkeep.node_fragments.row_blocks())),
-                        ("costs", _csr_blocks(costs.shape, np.result_type(costs.base.dtype, costs.patch.dtype),
-                                              costs.row_blocks)),
-                        ("rel", {part: partial(w.take, part) for part in ("data", "indices", "indptr")}),
+                        ("costs", _csr_blocks(costs.shape, costs.dtype, costs.row_blocks)),
+                        ("rel", _csr_blocks((n, n), np.float32, lambda: iter([index.relations]))),
                         ("sym", _csr_blocks((n, n), np.float32, index.upkeep.symmetric_blocks))):
         arrays |= {f"{name}_{part}": _paged(v, index) if isinstance(v, Chunks) else v for part, v in parts.items()}
 
