@@ -12,6 +12,7 @@ renumbers the live nodes when the owner (the index) decides dead ids dominate, a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,7 +73,7 @@ class CodeGraph:
     def length(self, length: np.ndarray) -> None:
         self._length = length
 
-    def _new_nodes(self, kinds: list[str], owner: str, lengths: np.ndarray | None = None) -> np.ndarray:
+    def _new_nodes(self, kinds: Sequence[str], owner: str, lengths: np.ndarray | None = None) -> np.ndarray:
         """Ids for new nodes. The per-node arrays grow by doubling: appending a file's nodes to arrays of the
         whole graph copied them all (a 64 MB batch into a 3-million-node graph spent 26 s copying)."""
         start, end = self.n_ids, self.n_ids + len(kinds)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,19 +54,20 @@ class Import:
 class ParsedFile:
     language: str
     n_lines: int
-    kinds: list[str]  # per local node; 0 is the root
+    # a loaded index's files read the lists below from its columns: `graph.stored_rows`
+    kinds: Sequence[str]  # per local node; 0 is the root
     start_line: np.ndarray  # int32, per node, first line
     end_line: np.ndarray  # int32, per node, one past the last line
     parent: np.ndarray  # int32, per node, -1 for the root
     line_owner: np.ndarray  # int32, per line: innermost node covering it
     line_len: np.ndarray  # int32, per line: length of the stripped text (what a node "owns")
-    defs: list[tuple[int, str, int]] = field(default_factory=list)  # (node, name, enclosing class node or -1)
+    defs: Sequence[tuple[int, str, int]] = field(default_factory=list)  # (node, name, enclosing class node or -1)
     # call sites: the calling node of each (int32) and its callee's parts, a tuple shared by equal callees (a pair
     # object per call: 138 MB for the 1.8 million calls of a loaded 7.6-million-line monorepo index)
     call_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    call_parts: list[tuple[str, ...]] = field(default_factory=list)
+    call_parts: Sequence[tuple[str, ...]] = field(default_factory=list)
     imports: list[Import] = field(default_factory=list)
-    facts: list[tuple[str, int, str, str]] = field(default_factory=list)  # see graph.facts (not Python)
+    facts: Sequence[tuple[str, int, str, str]] = field(default_factory=list)  # see graph.facts (not Python)
     has_errors: bool = False
     too_deep: bool = False  # the tree nests deeper than MAX_DEPTH: the graph keeps its first MAX_DEPTH levels
 
@@ -246,6 +248,7 @@ def parse_source(text: str, language: str) -> ParsedFile:
                         owner, line_len, has_errors=tree.root_node.has_error,
                         too_deep=_deeper_than(tree.root_node, MAX_DEPTH))
 
+    defs: list[tuple[int, str, int]] = []
     for idx in range(1, len(kinds)):
         kind = kinds[idx]
         obj = node_objs[idx]
@@ -256,17 +259,18 @@ def parse_source(text: str, language: str) -> ParsedFile:
             if kind == "type_declaration" and language == "go":  # `type (A struct{}; B = int)`: names in specs
                 for spec_ in obj.named_children:
                     if spec_.type in ("type_spec", "type_alias") and (name_node := spec_.child_by_field_name("name")):
-                        parsed.defs.append((idx, _text(source, name_node), -1))
+                        defs.append((idx, _text(source, name_node), -1))
                 continue
             name = _def_name(source, obj)
             if name:
-                parsed.defs.append((idx, name, cls))
+                defs.append((idx, name, cls))
         elif kind in _JS_VARIABLES and language in _JS_LANGUAGES:
             if name := _function_variable(source, obj):
-                parsed.defs.append((idx, name, -1))
+                defs.append((idx, name, -1))
         elif language == "python" and kind in ("import_statement", "import_from_statement"):
             parsed.imports.extend(_python_imports(source, obj))
 
+    parsed.defs = defs
     if _facts.family(language) is not None:
         index_of = {obj.id: i for i, obj in enumerate(node_objs) if obj is not None}
         index_of[tree.root_node.id] = 0
@@ -276,6 +280,7 @@ def parse_source(text: str, language: str) -> ParsedFile:
     # in source order: the query cursor's order of captures varies from run to run, and the index should not
     callees = sorted(_captures(lang.call_query, tree.root_node, "callee"), key=lambda n: (n.start_byte, n.end_byte))
     call_nodes: list[int] = []
+    call_parts: list[tuple[str, ...]] = []
     shared: dict[tuple[str, ...], tuple[str, ...]] = {}
     for callee in callees:
         end = callee.end_byte
@@ -295,6 +300,6 @@ def parse_source(text: str, language: str) -> ParsedFile:
         if line < n_lines:
             parts = tuple(map(sys.intern, _SEP.split(text_)))
             call_nodes.append(int(owner[line]))
-            parsed.call_parts.append(shared.setdefault(parts, parts))
-    parsed.call_nodes = np.asarray(call_nodes, np.int32)
+            call_parts.append(shared.setdefault(parts, parts))
+    parsed.call_nodes, parsed.call_parts = np.asarray(call_nodes, np.int32), call_parts
     return parsed

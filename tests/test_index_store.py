@@ -10,6 +10,7 @@ import numpy as np
 import numpy.lib.format
 import pytest
 
+from graph.parsing import parse_source
 from repocomp.cli import main
 from repocomp.config import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
@@ -64,6 +65,27 @@ def test_round_trip(repo):
     assert loaded.file_lines("app.py") == (repo / "app.py").read_text().split("\n")
     assert isinstance(loaded.term_index.vocab, StoredVocabulary) and len(loaded.term_index.vocab) == len(
         built.term_index.vocab)
+
+
+def test_loaded_and_saved_files_read_their_parsed_tables_from_the_file_as_parsed(repo):
+    # node kinds, definitions, callees and syntax facts: stored columns read as the lists a parse gives
+    built = Index.build(repo, EXACT)
+    parsed_now = {p: parse_source(e.text, e.language) for p, e in built.files.items()}
+    built.save()  # read back in place, as a load reads
+    loaded = Index.load(repo, EXACT)
+    names = ("kinds", "defs", "call_parts", "facts")
+    for index in (built, loaded):
+        for path, fresh in parsed_now.items():
+            parsed = index.files[path].parsed
+            for name in names:
+                assert list(getattr(parsed, name)) == getattr(fresh, name), (path, name)
+                assert getattr(parsed, name) == getattr(fresh, name)
+            assert [parsed.kinds[n] for n in range(parsed.n_nodes)] == fresh.kinds
+            assert [parsed.defs[i] for i in range(len(parsed.defs))] == fresh.defs
+            assert parsed.defs[1:3] == fresh.defs[1:3] and parsed.kinds[-2:] == fresh.kinds[-2:]
+    languages = {e.language for p, e in loaded.files.items() if e.parsed.facts and e.parsed.defs}
+    assert len(languages) >= 2, languages  # the fixture has facts and definitions in more than one language
+    assert all(type(e.parsed.kinds) is not list for e in loaded.files.values())
 
 
 def test_a_loaded_vocabulary_takes_new_tokens_and_stores_them(repo):

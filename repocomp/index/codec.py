@@ -29,6 +29,7 @@ from graph.code_graph import CodeGraph, FileNodes
 from graph.coded_strings import CodedStrings
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
+from graph.stored_rows import NO_ROWS, Rows, coded_views
 from repocomp import heap
 from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 _H = TypeVar("_H", bound=Hashable)
 
 _SCAN = 1 << 24  # the texts are searched for newlines this many bytes at a time (a mask of all would be their size)
-SCHEMA = 5  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
+SCHEMA = 6  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
@@ -61,12 +62,6 @@ def _codes(values: Sequence[_H]) -> tuple[list[_H], np.ndarray]:
     table = list(dict.fromkeys(values))  # in order of first appearance; C loops, not a Python one per value
     code_of = {v: i for i, v in enumerate(table)}
     return table, np.fromiter(map(code_of.__getitem__, values), np.int32, len(values))
-
-
-def _uncode(table: list[Any], codes: np.ndarray) -> list[Any]:
-    if len(codes) and (codes.min() < 0 or codes.max() >= len(table)):
-        raise ValueError("code out of range")
-    return [table[c] for c in codes.tolist()]
 
 
 def _cat(parts: list[np.ndarray], dtype: Any, width: int = 0) -> np.ndarray:
@@ -185,6 +180,12 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     call_parts, arrays["call_parts"] = _codes([parts for p in parsed for parts in p.call_parts])
     arrays["call_node"] = lambda: _cat([p.call_nodes for p in parsed], np.int32)
     arrays["call_count"] = np.array([len(p.call_parts) for p in parsed], np.int64)
+    facts = [f for p in parsed for f in p.facts]
+    fact_strings, fact_codes = _codes([v for k, _, a, b in facts for v in (k, a, b)])
+    arrays["fact_codes"] = fact_codes.reshape(-1, 3)  # kind, a, b of each fact
+    arrays["fact_node"] = np.array([n for _, n, _, _ in facts], np.int32)
+    arrays["fact_count"] = np.array([len(p.facts) for p in parsed], np.int64)
+    del facts
     arrays["window_frag"] = lambda: _cat([e.windows for e in entries], np.int64)
     arrays["window_count"] = np.array([len(e.windows) for e in entries], np.int64)
 
@@ -223,9 +224,9 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
         "root": str(index.root),
         "config": plain(index.config.to_dict()),
         "files": [{"path": e.path, "language": e.language, "has_errors": e.parsed.has_errors,
-                   "imports": [[i.local, i.module, i.name] for i in e.parsed.imports],
-                   "facts": [list(f) for f in e.parsed.facts]} for e in entries],
+                   "imports": [[i.local, i.module, i.name] for i in e.parsed.imports]} for e in entries],
         "kinds": kinds_table, "def_names": def_names, "call_parts": [list(p) for p in call_parts],
+        "fact_strings": fact_strings,
         "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
                   "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
         "consulted": {p: sorted(keys) for p, keys in index.resolver.consulted.items()},
@@ -250,8 +251,8 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     a = arrays
     files = meta["files"]
     n_files = len(files)
-    for name in ("text_len", "node_count", "line_count", "def_count", "call_count", "window_count", "file_node",
-                 "syntax_count", "call_edge_count"):
+    for name in ("text_len", "node_count", "line_count", "def_count", "call_count", "fact_count", "window_count",
+                 "file_node", "syntax_count", "call_edge_count"):
         if len(a[name]) != n_files:
             raise ValueError(f"{name}: one per file expected")
     node_counts, line_counts = a["node_count"], a["line_count"]
@@ -264,11 +265,8 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     mapped = file_map(blob)
     page_out(mapped)
     sources = _split(blob, a["text_len"])
-    kinds = _split(_uncode(meta["kinds"], a["node_kind"]), node_counts)
     t = _file_arrays(a)  # per table, each file's slice of it
-    def_names = _split(_uncode(meta["def_names"], a["def_name"]), a["def_count"])
-    def_node, def_class = _split(a["def_node"], a["def_count"]), _split(a["def_class"], a["def_count"])
-    call_parts = _split(_uncode([tuple(p) for p in meta["call_parts"]], a["call_parts"]), a["call_count"])
+    tables = _parsed_tables(meta, a, lambda name: [str(v) for v in meta[name]])
 
     graph = CodeGraph(meta["graph"]["weights"])
     graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"])
@@ -286,17 +284,17 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         if n_nodes and (t["parent"][i].max() >= n_nodes or t["line_owner"][i].max(initial=0) >= n_nodes
                         or not 0 <= t["call_node"][i].min(initial=0) <= t["call_node"][i].max(initial=0) < n_nodes):
             raise ValueError(f"file {i}: node or line tables inconsistent")
+        if len(tables["kinds"][i]) != n_nodes or any(
+                len(nodes) and not 0 <= nodes.min() <= nodes.max() < n_nodes
+                for nodes in (t["def_node"][i], t["fact_node"][i])):
+            raise ValueError(f"file {i}: a definition or fact names no node of the file")
         parsed = ParsedFile(
-            str(rec["language"]), n_lines, kinds[i], t["start_line"][i], t["end_line"][i], t["parent"][i],
-            t["line_owner"][i], t["line_len"][i],
-            defs=[(int(n), str(name), int(c)) for n, name, c in zip(def_node[i], def_names[i], def_class[i])],
-            call_nodes=t["call_node"][i], call_parts=call_parts[i],
+            str(rec["language"]), n_lines, tables["kinds"][i], t["start_line"][i], t["end_line"][i], t["parent"][i],
+            t["line_owner"][i], t["line_len"][i], defs=tables["defs"][i],
+            call_nodes=t["call_node"][i], call_parts=tables["call_parts"][i],
             imports=[Import(intern(str(loc)), intern(str(mod)), None if name is None else intern(str(name)))
                      for loc, mod, name in rec["imports"]],
-            facts=[(str(k), int(n), str(a), str(b)) for k, n, a, b in rec["facts"]],
-            has_errors=bool(rec["has_errors"]))
-        if any(not 0 <= n < n_nodes for _, n, _, _ in parsed.facts):
-            raise ValueError(f"file {i}: a fact names no node of the file")
+            facts=tables["facts"][i], has_errors=bool(rec["has_errors"]))
         path = str(rec["path"])
         node_ids = _nodes(t["id"][i], n_ids)
         index.files[path] = FileEntry(path, parsed.language, sources[i], parsed, t["windows"][i], node_ids)
@@ -334,21 +332,45 @@ def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
             "line_owner": _split(a["line_owner"], lines), "line_len": _split(a["line_len"], lines),
             "call_node": _split(a["call_node"].astype(np.int32, copy=False), a["call_count"]),
             "windows": _split(a["window_frag"], a["window_count"]),
+            "def_node": _split(a["def_node"], a["def_count"]), "fact_node": _split(a["fact_node"], a["fact_count"]),
             "syntax": _split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"]),
             "calls": _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
 
 
-def read_back(index: Index, a: dict[str, np.ndarray]) -> None:
-    """Take the large tables of `index` from `a`, the file `encode(index)` was just written to (`store.write_mapped`):
-    the same values, read in place instead of the copies that building and updating made in memory (files' texts,
-    syntax tables and windows, their graph nodes and edges included: a build's batches otherwise kept them all)."""
+def _parsed_tables(meta: dict[str, Any], a: dict[str, np.ndarray], table: Callable[[str], list[Any]]
+                   ) -> dict[str, list[Any]]:
+    """Each file's node kinds, definitions, callees and facts as views of the stored columns (`graph.stored_rows`);
+    `table(name)` gives the table of distinct values `meta[name]` holds."""
+    def rows(columns: list[list[Any]]) -> list[Rows]:  # files without any share one empty table
+        return [Rows(*row) if len(row[0]) else NO_ROWS for row in zip(*columns)]
+
+    names, coded = table("fact_strings"), a["fact_codes"].reshape(-1, 3).T
+    return {
+        "kinds": coded_views(table("kinds"), a["node_kind"], a["node_count"]),
+        "defs": rows([_split(a["def_node"], a["def_count"]),
+                      coded_views(table("def_names"), a["def_name"], a["def_count"]),
+                      _split(a["def_class"], a["def_count"])]),
+        "call_parts": coded_views([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"], a["call_count"]),
+        "facts": rows([coded_views(names, coded[0], a["fact_count"]), _split(a["fact_node"], a["fact_count"]),
+                       coded_views(names, coded[1], a["fact_count"]), coded_views(names, coded[2], a["fact_count"])]),
+    }
+
+
+def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
+    """Take the large tables of `index` from `meta` and `a`, what `encode(index)` gave and was just written
+    (`store.write_mapped`): the same values, read in place instead of the copies that building and updating made in
+    memory (files' texts, syntax tables, definitions and windows, their graph nodes and edges included: a build's
+    batches otherwise kept them all)."""
     entries = list(index.files.values())
     t = _file_arrays(a)  # per table, each file's slice of it
+    tables = _parsed_tables(meta, a, meta.__getitem__)
     for i, (entry, source) in enumerate(zip(entries, _split(a["text"], a["text_len"]))):
         parsed, nodes = entry.parsed, index.graph.files[entry.path]
         entry.source, entry.windows = source, t["windows"][i]
         parsed.start_line, parsed.end_line, parsed.parent = t["start_line"][i], t["end_line"][i], t["parent"][i]
         parsed.line_owner, parsed.line_len, parsed.call_nodes = t["line_owner"][i], t["line_len"][i], t["call_node"][i]
+        parsed.kinds, parsed.defs = tables["kinds"][i], tables["defs"][i]
+        parsed.call_parts, parsed.facts = tables["call_parts"][i], tables["facts"][i]
         entry.node_ids = nodes.node_ids = t["id"][i]
         nodes.syntax_edges, nodes.call_edges = t["syntax"][i], t["calls"][i]
     heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from

@@ -500,7 +500,7 @@ class Index:
                 target, written = self._write_fallback(meta, arrays, exc.strerror or str(exc))
         del arrays  # what the write still held (the large tables went as written; read_back trims) before reading
         # from now on read in place from what was written: what building and updating held in memory goes
-        index_codec.read_back(self, written)
+        index_codec.read_back(self, meta, written)
         page_out(self._mapped)  # the file read before: what the parsed files still read from it stays readable
         self._mapped = file_map(written["text"])
         heap.trim(every_s=0)

@@ -116,23 +116,28 @@ def test_no_index_yet_is_missing_not_corrupt(repo: Path) -> None:
         Index.open(repo, build=False)
 
 
-def _call_site_past_its_file(repo: Path) -> None:
-    """A call site whose calling node is not one of its file's nodes (well-formed arrays, wrong values)."""
+def _past_its_table(repo: Path, what: str) -> None:
+    """Well-formed arrays, a wrong value: a call site or definition whose node is not one of its file's nodes, a
+    node kind's code past the table of kinds."""
     meta, arrays = index_codec.encode(Index.build(repo))
-    counts = arrays["node_count"][:len(arrays["call_count"])]
-    first = int(np.flatnonzero(arrays["call_count"])[0])  # the first file with a call site
-    at = int(arrays["call_count"][:first].sum())
-    arrays["call_node"] = whole(arrays["call_node"]).copy()
-    arrays["call_node"][at] = counts[first]
+    if what == "kind_code":
+        name, at, value = "node_kind", 0, len(meta["kinds"])
+    else:
+        name, count = {"call_site": ("call_node", "call_count"), "definition": ("def_node", "def_count")}[what]
+        first = int(np.flatnonzero(arrays[count])[0])  # the first file with one
+        at, value = int(arrays[count][:first].sum()), arrays["node_count"][first]
+    arrays[name] = whole(arrays[name]).copy()
+    arrays[name][at] = value
     write_state(repo / ".repocomp", meta, arrays)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count", "call_site"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count", "call_site",
+                                    "definition", "kind_code"])
 def test_a_damaged_file_is_corrupt_and_named(repo: Path, damage: str) -> None:
     path = _saved(repo)
     data = path.read_bytes()
-    if damage == "call_site":
-        _call_site_past_its_file(repo)
+    if damage in ("call_site", "definition", "kind_code"):
+        _past_its_table(repo, damage)
     elif damage == "truncate":
         path.write_bytes(data[: len(data) * 2 // 3])
     elif damage == "garbage":
