@@ -43,7 +43,7 @@ class CodeGraph:
         self._dir_files: dict[str, int] = {}  # folder -> number of files and folders directly under it
         self.kind = CodedStrings()  # per node: syntax kind, "file" or "directory"
         self.owner = CodedStrings()  # per node: file or folder path
-        # per node: alive, and the text length it owns; kept in arrays grown by doubling (see `_new_nodes`)
+        # per node: alive, and the text length it owns; kept in arrays grown geometrically (see `_new_nodes`)
         self._alive = np.zeros(0, dtype=bool)
         self._length = np.zeros(0, dtype=np.float64)
         self._csr: PatchedRows | None = None
@@ -74,7 +74,7 @@ class CodeGraph:
         self._length = length
 
     def _new_nodes(self, kinds: Sequence[str], owner: str, lengths: np.ndarray | None = None) -> np.ndarray:
-        """Ids for new nodes. The per-node arrays grow by doubling: appending a file's nodes to arrays of the
+        """Ids for new nodes. The per-node arrays grow geometrically (`_room`): appending a file's nodes to arrays of the
         whole graph copied them all (a 64 MB batch into a 3-million-node graph spent 26 s copying)."""
         start, end = self.n_ids, self.n_ids + len(kinds)
         self.kind.extend(kinds)
@@ -320,9 +320,10 @@ class CodeGraph:
 
 
 def _room(a: np.ndarray, size: int) -> np.ndarray:
-    """`a`, or a copy with room for at least `size` entries (twice as many) when it has less."""
+    """`a`, or a copy with room for at least `size` entries when it has less: an eighth more than `a` at least, so
+    that appends stay amortized O(1) and a loaded index's first edit does not double arrays of the graph's size."""
     if len(a) >= size:
         return a
-    grown = np.zeros(max(size, 2 * len(a)), a.dtype)
+    grown = np.zeros(max(size, len(a) + len(a) // 8, 1024), a.dtype)
     grown[:len(a)] = a
     return grown

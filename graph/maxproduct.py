@@ -176,7 +176,8 @@ def _work_arrays(n: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         arrays = _spare.pop() if _spare and len(_spare[0][0]) >= n else None
     if arrays is None:
         size = max(n, 1024)
-        arrays = (np.full(size, np.inf), np.full(size, -1, np.int64), np.empty(size, np.int64))
+        # node ids as int32 (a graph of 2**31 nodes is far past what an index holds): 24 MB less per 3 million nodes
+        arrays = (np.full(size, np.inf), np.full(size, -1, np.int32), np.empty(size, np.int32))
     try:
         yield arrays
     finally:

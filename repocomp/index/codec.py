@@ -271,7 +271,8 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     graph = CodeGraph(meta["graph"]["weights"])
     graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"])
     graph.owner = CodedStrings(map(str, meta["graph"]["owners"]), a["graph_owner"])
-    graph.alive, graph.length = a["graph_alive"].astype(bool), a["graph_length"].astype(np.float64)
+    graph.alive = a["graph_alive"].astype(bool, copy=False)  # read in place until an edit grows them
+    graph.length = a["graph_length"].astype(np.float64, copy=False)
     n_ids = graph.n_ids
     if not len(graph.owner) == len(a["graph_alive"]) == len(a["graph_length"]) == n_ids:
         raise ValueError("graph node tables differ in length")

@@ -137,8 +137,8 @@ class FragmentStore(Sequence[Fragment | None]):
         if frag_id is None:
             frag_id = len(self._items)
             self._items.append(Fragment(frag_id, source, [], start, end))
-            if frag_id == len(self._alive):  # grown by doubling: appends stay O(1)
-                grow = max(16, frag_id)
+            if frag_id == len(self._alive):  # grown by an eighth: appends stay amortized O(1)
+                grow = max(16, frag_id // 8)
                 self._alive = np.concatenate([self._alive, np.zeros(grow, bool)])
                 self._row = np.concatenate([self._row, np.full(grow, -1, np.int64)])
             self._alive[frag_id] = True
