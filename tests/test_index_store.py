@@ -68,12 +68,12 @@ def test_round_trip(repo):
 
 
 def test_loaded_and_saved_files_read_their_parsed_tables_from_the_file_as_parsed(repo):
-    # node kinds, definitions, callees and syntax facts: stored columns read as the lists a parse gives
+    # node kinds, definitions, callees, syntax facts and imports: stored columns read as the lists a parse gives
     built = Index.build(repo, EXACT)
     parsed_now = {p: parse_source(e.text, e.language) for p, e in built.files.items()}
     built.save()  # read back in place, as a load reads
     loaded = Index.load(repo, EXACT)
-    names = ("kinds", "defs", "call_parts", "facts")
+    names = ("kinds", "defs", "call_parts", "facts", "imports")
     for index in (built, loaded):
         for path, fresh in parsed_now.items():
             parsed = index.files[path].parsed
@@ -83,6 +83,7 @@ def test_loaded_and_saved_files_read_their_parsed_tables_from_the_file_as_parsed
             assert [parsed.kinds[n] for n in range(parsed.n_nodes)] == fresh.kinds
             assert [parsed.defs[i] for i in range(len(parsed.defs))] == fresh.defs
             assert parsed.defs[1:3] == fresh.defs[1:3] and parsed.kinds[-2:] == fresh.kinds[-2:]
+    assert any(i.name is None for e in loaded.files.values() for i in e.parsed.imports)  # `import module`
     languages = {e.language for p, e in loaded.files.items() if e.parsed.facts and e.parsed.defs}
     assert len(languages) >= 2, languages  # the fixture has facts and definitions in more than one language
     assert all(type(e.parsed.kinds) is not list for e in loaded.files.values())

@@ -19,7 +19,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from functools import partial
-from sys import intern  # JSON gives each occurrence of a name its own string: the imports repeat names a lot
+from sys import intern  # JSON gives each occurrence of a name its own string: resolutions repeat names a lot
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _H = TypeVar("_H", bound=Hashable)
 
 _SCAN = 1 << 24  # the texts are searched for newlines this many bytes at a time (a mask of all would be their size)
-SCHEMA = 6  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
+SCHEMA = 7  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
@@ -186,6 +186,10 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     arrays["fact_node"] = np.array([n for _, n, _, _ in facts], np.int32)
     arrays["fact_count"] = np.array([len(p.facts) for p in parsed], np.int64)
     del facts
+    imports = [(i.local, i.module, i.name) for p in parsed for i in p.imports]
+    import_strings, arrays["import_codes"] = _codes([v for row in imports for v in row])  # name None: JSON's null
+    arrays["import_count"] = np.array([len(p.imports) for p in parsed], np.int64)
+    del imports
     arrays["window_frag"] = lambda: _cat([e.windows for e in entries], np.int64)
     arrays["window_count"] = np.array([len(e.windows) for e in entries], np.int64)
 
@@ -223,10 +227,9 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
         "schema": SCHEMA,
         "root": str(index.root),
         "config": plain(index.config.to_dict()),
-        "files": [{"path": e.path, "language": e.language, "has_errors": e.parsed.has_errors,
-                   "imports": [[i.local, i.module, i.name] for i in e.parsed.imports]} for e in entries],
+        "files": [{"path": e.path, "language": e.language, "has_errors": e.parsed.has_errors} for e in entries],
         "kinds": kinds_table, "def_names": def_names, "call_parts": [list(p) for p in call_parts],
-        "fact_strings": fact_strings,
+        "fact_strings": fact_strings, "import_strings": import_strings,
         "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
                   "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
         "consulted": {p: sorted(keys) for p, keys in index.resolver.consulted.items()},
@@ -251,8 +254,8 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     a = arrays
     files = meta["files"]
     n_files = len(files)
-    for name in ("text_len", "node_count", "line_count", "def_count", "call_count", "fact_count", "window_count",
-                 "file_node", "syntax_count", "call_edge_count"):
+    for name in ("text_len", "node_count", "line_count", "def_count", "call_count", "fact_count", "import_count",
+                 "window_count", "file_node", "syntax_count", "call_edge_count"):
         if len(a[name]) != n_files:
             raise ValueError(f"{name}: one per file expected")
     node_counts, line_counts = a["node_count"], a["line_count"]
@@ -267,6 +270,12 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     sources = _split(blob, a["text_len"])
     t = _file_arrays(a)  # per table, each file's slice of it
     tables = _parsed_tables(meta, a, lambda name: [str(v) for v in meta[name]])
+    # a file's imports as objects (the resolver's bindings hold them), read from stored columns: as JSON lists
+    # of strings they made 130 MB of short-lived objects here, most of a load's peak
+    import_strings = [None if v is None else intern(str(v)) for v in meta["import_strings"]]
+    imports = coded_views(import_strings, a["import_codes"], 3 * a["import_count"])
+    if None in import_strings and (a["import_codes"].reshape(-1, 3)[:, :2] == import_strings.index(None)).any():
+        raise ValueError("an import without a local name or module")
 
     graph = CodeGraph(meta["graph"]["weights"])
     graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"])
@@ -293,8 +302,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
             str(rec["language"]), n_lines, tables["kinds"][i], t["start_line"][i], t["end_line"][i], t["parent"][i],
             t["line_owner"][i], t["line_len"][i], defs=tables["defs"][i],
             call_nodes=t["call_node"][i], call_parts=tables["call_parts"][i],
-            imports=[Import(intern(str(loc)), intern(str(mod)), None if name is None else intern(str(name)))
-                     for loc, mod, name in rec["imports"]],
+            imports=[Import(*row) for row in zip(*[iter(imports[i])] * 3)],
             facts=tables["facts"][i], has_errors=bool(rec["has_errors"]))
         path = str(rec["path"])
         node_ids = _nodes(t["id"][i], n_ids)

@@ -118,10 +118,15 @@ def test_no_index_yet_is_missing_not_corrupt(repo: Path) -> None:
 
 def _past_its_table(repo: Path, what: str) -> None:
     """Well-formed arrays, a wrong value: a call site or definition whose node is not one of its file's nodes, a
-    node kind's code past the table of kinds."""
+    node kind's or an import's code past its table, an import whose local name is None."""
+    if what.startswith("import"):
+        (repo / "use.py").write_text("import shapes\n")  # its name is None: JSON's null in the table
     meta, arrays = index_codec.encode(Index.build(repo))
     if what == "kind_code":
         name, at, value = "node_kind", 0, len(meta["kinds"])
+    elif what.startswith("import"):  # past the table, or a local name that is the table's None
+        table = meta["import_strings"]
+        name, at, value = "import_codes", 0, len(table) if what == "import_code" else table.index(None)
     else:
         name, count = {"call_site": ("call_node", "call_count"), "definition": ("def_node", "def_count")}[what]
         first = int(np.flatnonzero(arrays[count])[0])  # the first file with one
@@ -132,20 +137,20 @@ def _past_its_table(repo: Path, what: str) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count", "call_site",
-                                    "definition", "kind_code"])
+                                    "definition", "kind_code", "import_code", "import_without_name"])
 def test_a_damaged_file_is_corrupt_and_named(repo: Path, damage: str) -> None:
     path = _saved(repo)
     data = path.read_bytes()
-    if damage in ("call_site", "definition", "kind_code"):
-        _past_its_table(repo, damage)
-    elif damage == "truncate":
+    if damage == "truncate":
         path.write_bytes(data[: len(data) * 2 // 3])
     elif damage == "garbage":
         path.write_bytes(b"\x00garbage" * 10)
     elif damage == "bad_version_line":
         path.write_bytes(MAGIC + b"two\n" + data[len(MAGIC) + 2:])
-    else:
+    elif damage == "infinite_count":
         _edit_header(path, _infinite_count)
+    else:
+        _past_its_table(repo, damage)
     with pytest.raises(IndexCorruptError, match=str(path)) as caught:
         Index.load(repo)
     assert isinstance(caught.value, IndexUnusableError) and "\n" not in str(caught.value)
