@@ -269,7 +269,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     page_out(mapped)
     sources = _split(blob, a["text_len"])
     t = _file_arrays(a)  # per table, each file's slice of it
-    tables = _parsed_tables(meta, a, lambda name: [str(v) for v in meta[name]])
+    tables = _parsed_tables(meta, a, t, lambda name: [str(v) for v in meta[name]])
     # a file's imports as objects (the resolver's bindings hold them), read from stored columns: as JSON lists
     # of strings they made 130 MB of short-lived objects here, most of a load's peak
     import_strings = [None if v is None else intern(str(v)) for v in meta["import_strings"]]
@@ -346,21 +346,21 @@ def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
             "calls": _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
 
 
-def _parsed_tables(meta: dict[str, Any], a: dict[str, np.ndarray], table: Callable[[str], list[Any]]
-                   ) -> dict[str, list[Any]]:
+def _parsed_tables(meta: dict[str, Any], a: dict[str, np.ndarray], t: dict[str, list[np.ndarray]],
+                   table: Callable[[str], list[Any]]) -> dict[str, list[Any]]:
     """Each file's node kinds, definitions, callees and facts as views of the stored columns (`graph.stored_rows`);
-    `table(name)` gives the table of distinct values `meta[name]` holds."""
+    `t` is `_file_arrays(a)`, `table(name)` the table of distinct values `meta[name]` holds."""
     def rows(columns: list[list[Any]]) -> list[Rows]:  # files without any share one empty table
         return [Rows(*row) if len(row[0]) else NO_ROWS for row in zip(*columns)]
 
     names, coded = table("fact_strings"), a["fact_codes"].reshape(-1, 3).T
     return {
         "kinds": coded_views(table("kinds"), a["node_kind"], a["node_count"]),
-        "defs": rows([_split(a["def_node"], a["def_count"]),
+        "defs": rows([t["def_node"],
                       coded_views(table("def_names"), a["def_name"], a["def_count"]),
                       _split(a["def_class"], a["def_count"])]),
         "call_parts": coded_views([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"], a["call_count"]),
-        "facts": rows([coded_views(names, coded[0], a["fact_count"]), _split(a["fact_node"], a["fact_count"]),
+        "facts": rows([coded_views(names, coded[0], a["fact_count"]), t["fact_node"],
                        coded_views(names, coded[1], a["fact_count"]), coded_views(names, coded[2], a["fact_count"])]),
     }
 
@@ -372,7 +372,7 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> N
     batches otherwise kept them all)."""
     entries = list(index.files.values())
     t = _file_arrays(a)  # per table, each file's slice of it
-    tables = _parsed_tables(meta, a, meta.__getitem__)
+    tables = _parsed_tables(meta, a, t, meta.__getitem__)
     for i, (entry, source) in enumerate(zip(entries, _split(a["text"], a["text_len"]))):
         parsed, nodes = entry.parsed, index.graph.files[entry.path]
         entry.source, entry.windows = source, t["windows"][i]
