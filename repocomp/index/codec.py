@@ -312,7 +312,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         resolver.set_file(make_symbols(path, parsed))
     for path, keys in meta["consulted"].items():
         keys = [intern(str(key)) for key in keys]
-        resolver.consulted[path] = set(keys)
+        resolver.consulted[path] = tuple(keys)
         for key in keys:
             resolver._readers[key].add(path)
     index.graph, index.resolver = graph, resolver
