@@ -1,8 +1,7 @@
 """A long sequence of strings with few distinct values (each graph node's kind, its owner's path): a table of the
-distinct ones and an int32 code per item, in an array grown geometrically (an eighth at a time, as `_room` in
-`graph.code_graph`). A Python list holds a pointer per item:
-30 MB per list for the 3.7 million nodes of a 7.6-million-line monorepo; the codes also read in place from the
-index file."""
+distinct ones and an int32 code per item, in an array grown by an eighth at a time (as `_room` in
+`graph.code_graph`). A Python list holds a pointer per item: 30 MB per list for the 3.7 million nodes of a
+7.6-million-line monorepo; the codes also read in place from the index file."""
 
 from __future__ import annotations
 

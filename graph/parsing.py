@@ -35,7 +35,7 @@ _DOTTED = re.compile(r"^[A-Za-z_$][\w$]*(?:\s*(?:\.|::|->)\s*[A-Za-z_$][\w$]*)*$
 _SEP = re.compile(r"\s*(?:\.|::|->)\s*")
 
 
-@dataclass(frozen=True, slots=True)  # half the memory: a loaded 7.6-million-line monorepo holds 500,000
+@dataclass(frozen=True, slots=True)  # slots: 56 bytes, not 96 (a 7.6-million-line monorepo has 500,000 imports)
 class Import:
     """A binding made by an import: `local` name -> `module` as written and the optional `name` imported from it.
 
