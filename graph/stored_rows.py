@@ -77,11 +77,18 @@ class Rows(Sequence[tuple[Any, ...]]):
 NO_ROWS = Rows()  # shared by the many files without definitions or facts
 
 
-def coded_views(table: list[T], codes: np.ndarray, lengths: np.ndarray) -> list[CodedView[T]]:
-    """Consecutive views of `codes` of the given lengths, into `table`; `ValueError` if a code is out of range."""
-    if (lengths < 0).any() or int(lengths.sum()) != len(codes):
+def split(flat: Any, lengths: np.ndarray) -> list[Any]:
+    """Consecutive slices of `flat` (an array or a list) of the given lengths (views for arrays): each file's part of
+    a stored table; `ValueError` if the lengths do not add up to it."""
+    if (lengths < 0).any() or int(lengths.sum()) != len(flat):
         raise ValueError("lengths do not add up")
+    ends = np.cumsum(lengths).tolist()
+    return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
+
+
+def coded_views(table: list[T], codes: np.ndarray, lengths: np.ndarray) -> list[CodedView[T]]:
+    """Consecutive views of `codes` of the given lengths (`split`), into `table`; `ValueError` if a code is out of
+    range."""
     if len(codes) and (codes.min() < 0 or codes.max() >= len(table)):
         raise ValueError("code out of range")
-    ends = np.cumsum(lengths).tolist()
-    return [CodedView(table, codes[end - n:end]) for end, n in zip(ends, lengths.tolist())]
+    return [CodedView(table, part) for part in split(codes, lengths)]

@@ -29,7 +29,7 @@ from graph.code_graph import CodeGraph, FileNodes
 from graph.coded_strings import CodedStrings
 from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
-from graph.stored_rows import NO_ROWS, Rows, coded_views
+from graph.stored_rows import NO_ROWS, Rows, coded_views, split
 from repocomp import heap
 from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
@@ -68,14 +68,6 @@ def _cat(parts: list[np.ndarray], dtype: Any, width: int = 0) -> np.ndarray:
     if not parts:
         return np.zeros((0, width) if width else 0, dtype)
     return np.concatenate(parts).astype(dtype, copy=False)
-
-
-def _split(flat: Any, lengths: np.ndarray) -> list[Any]:
-    """Consecutive slices of `flat` (an array or a list) of the given lengths (views for arrays)."""
-    if (lengths < 0).any() or int(lengths.sum()) != len(flat):
-        raise ValueError("lengths do not add up")
-    ends = np.cumsum(lengths).tolist()
-    return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
 
 
 def _encoded(t: str | np.ndarray) -> bytes | np.ndarray:
@@ -267,7 +259,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     # never holds the whole file resident at once
     mapped = file_map(blob)
     page_out(mapped)
-    sources = _split(blob, a["text_len"])
+    sources = split(blob, a["text_len"])
     t = _file_arrays(a)  # per table, each file's slice of it
     tables = _parsed_tables(meta, a, t, lambda name: [str(v) for v in meta[name]])
     # a file's imports as objects (the resolver's bindings hold them), read from stored columns: as JSON lists
@@ -294,9 +286,8 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         if n_nodes and (t["parent"][i].max() >= n_nodes or t["line_owner"][i].max(initial=0) >= n_nodes
                         or not 0 <= t["call_node"][i].min(initial=0) <= t["call_node"][i].max(initial=0) < n_nodes):
             raise ValueError(f"file {i}: node or line tables inconsistent")
-        if len(tables["kinds"][i]) != n_nodes or any(
-                len(nodes) and not 0 <= nodes.min() <= nodes.max() < n_nodes
-                for nodes in (t["def_node"][i], t["fact_node"][i])):
+        if any(len(nodes) and not 0 <= nodes.min() <= nodes.max() < n_nodes
+               for nodes in (t["def_node"][i], t["fact_node"][i])):
             raise ValueError(f"file {i}: a definition or fact names no node of the file")
         parsed = ParsedFile(
             str(rec["language"]), n_lines, tables["kinds"][i], t["start_line"][i], t["end_line"][i], t["parent"][i],
@@ -337,13 +328,13 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
 def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
     """Each file's slices of the per-node, per-line, per-call and per-window tables (views)."""
     nodes, lines = a["node_count"], a["line_count"]
-    return {**{k: _split(a[f"node_{k}"], nodes) for k in ("start_line", "end_line", "parent", "id")},
-            "line_owner": _split(a["line_owner"], lines), "line_len": _split(a["line_len"], lines),
-            "call_node": _split(a["call_node"].astype(np.int32, copy=False), a["call_count"]),
-            "windows": _split(a["window_frag"], a["window_count"]),
-            "def_node": _split(a["def_node"], a["def_count"]), "fact_node": _split(a["fact_node"], a["fact_count"]),
-            "syntax": _split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"]),
-            "calls": _split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
+    return {**{k: split(a[f"node_{k}"], nodes) for k in ("start_line", "end_line", "parent", "id")},
+            "line_owner": split(a["line_owner"], lines), "line_len": split(a["line_len"], lines),
+            "call_node": split(a["call_node"].astype(np.int32, copy=False), a["call_count"]),
+            "windows": split(a["window_frag"], a["window_count"]),
+            "def_node": split(a["def_node"], a["def_count"]), "fact_node": split(a["fact_node"], a["fact_count"]),
+            "syntax": split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"]),
+            "calls": split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
 
 
 def _parsed_tables(meta: dict[str, Any], a: dict[str, np.ndarray], t: dict[str, list[np.ndarray]],
@@ -358,7 +349,7 @@ def _parsed_tables(meta: dict[str, Any], a: dict[str, np.ndarray], t: dict[str, 
         "kinds": coded_views(table("kinds"), a["node_kind"], a["node_count"]),
         "defs": rows([t["def_node"],
                       coded_views(table("def_names"), a["def_name"], a["def_count"]),
-                      _split(a["def_class"], a["def_count"])]),
+                      split(a["def_class"], a["def_count"])]),
         "call_parts": coded_views([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"], a["call_count"]),
         "facts": rows([coded_views(names, coded[0], a["fact_count"]), t["fact_node"],
                        coded_views(names, coded[1], a["fact_count"]), coded_views(names, coded[2], a["fact_count"])]),
@@ -373,7 +364,7 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> N
     entries = list(index.files.values())
     t = _file_arrays(a)  # per table, each file's slice of it
     tables = _parsed_tables(meta, a, t, meta.__getitem__)
-    for i, (entry, source) in enumerate(zip(entries, _split(a["text"], a["text_len"]))):
+    for i, (entry, source) in enumerate(zip(entries, split(a["text"], a["text_len"]))):
         parsed, nodes = entry.parsed, index.graph.files[entry.path]
         entry.source, entry.windows = source, t["windows"][i]
         parsed.start_line, parsed.end_line, parsed.parent = t["start_line"][i], t["end_line"][i], t["parent"][i]
