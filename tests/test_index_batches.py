@@ -79,6 +79,8 @@ def test_a_build_saved_between_batches_leaves_each_batch_beside_its_tables_for_t
 
     batched = Index.build(repo, BATCHED, checkpoint=saved)
     assert len(beside) >= 3 and all(all(held) for held in beside[1:])
+    assert len(batched.upkeep._patched_rows)  # the summary counted W's entries without making W
+    assert batched.summary.relation_nonzeros == batched.relations.nnz
     assert batched.term_index._changed and not batched.term_index.folds_deferred  # the last batch's, for the save
     batched.save()
     _assert_same(batched, Index.build(repo, EXACT))

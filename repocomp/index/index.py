@@ -465,7 +465,7 @@ class Index:
         s.fragments = int(self.alive_mask().sum())
         s.nodes = int(self.graph.alive.sum())
         s.edges = self.graph.edge_counts()
-        s.relation_nonzeros = int(self.relations.nnz)
+        s.relation_nonzeros = self.upkeep.relation_count()
         s.phases_s = {k: round(v, 4) for k, v in phases.items()}
         s.skipped = dict(walked.skipped)
         # still indexed (its fragments are retrieved), but its graph stops at MAX_DEPTH levels

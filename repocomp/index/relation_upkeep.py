@@ -175,6 +175,22 @@ class RelationUpkeep:
         self._patched_rows, self._dead = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self._patched = sp.csr_matrix((0, self._n), dtype=np.float32)
 
+    def relation_count(self) -> int:
+        """W's entries, counted without making it (at the end of a build, W made whole beside a batch's patched
+        rows was the build's peak: 400 MB more in a 7.6-million-line monorepo)."""
+        if not self._changed_since_made():
+            return int(self._made.nnz)
+        made, live = self._made, np.ones(self._n, bool)
+        live[self._dead] = False
+        replaced = np.zeros(made.shape[0], bool)
+        replaced[self._patched_rows[self._patched_rows < made.shape[0]]] = True
+        count = int(np.count_nonzero(live[self._patched.indices]))
+        for lo in range(0, made.shape[0], 1 << 16):  # a block of rows at a time: W's entries are read in place
+            ptr = made.indptr[lo:lo + (1 << 16) + 1]
+            kept = np.repeat(~replaced[lo:lo + len(ptr) - 1], np.diff(ptr))
+            count += int(np.count_nonzero(kept & live[made.indices[ptr[0]:ptr[-1]]]))
+        return count
+
     def _changed_since_made(self) -> bool:
         return len(self._patched_rows) > 0 or len(self._dead) > 0 or self._made.shape != (self._n, self._n)
 
