@@ -18,6 +18,7 @@ from repocomp.cli import main
 from repocomp.index import Index, relation_upkeep, term_index
 from repocomp.index.store import file_map
 from repocomp.index.vocabulary import StoredVocabulary
+from repocomp.index.walk import walk_repository
 
 BATCHED = EXACT.replace("index", batch_bytes=200)  # the fixture's files are 50 to 400 bytes: several batches
 
@@ -44,6 +45,17 @@ def test_a_build_in_batches_is_the_build_at_once(repo):
     assert [f for f, _ in seen] == sorted({f for f, _ in seen})  # each checkpoint sees more files
     assert batched.summary.pending_files == 0 and "batches" in batched.summary.phases_s
     assert "batches" not in at_once.summary.phases_s  # a folder within one batch is built at once
+
+
+def test_the_walk_of_a_build_in_batches_holds_the_first_batch_of_text_and_counts_the_rest(repo):
+    whole = walk_repository(repo, BATCHED)
+    walked = walk_repository(repo, BATCHED, keep_chars=BATCHED.index.batch_bytes)
+    assert [f.path for f in walked.files] + [p for p, _ in walked.later] == [f.path for f in whole.files]
+    first = [f.text for f in walked.files]
+    assert first == [f.text for f in whole.files[:len(first)]] and walked.later
+    assert sum(map(len, first)) <= BATCHED.index.batch_bytes or len(first) == 1
+    assert sum(map(len, first)) + len(whole.files[len(first)].text) > BATCHED.index.batch_bytes
+    assert [chars for _, chars in walked.later] == [len(f.text) for f in whole.files[len(first):]]
 
 
 def test_a_build_saved_between_batches_tokenizes_into_a_dict_until_its_last_save(repo):

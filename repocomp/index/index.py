@@ -70,16 +70,20 @@ def _what_counts(section: Any) -> Any:
     return {k: v for k, v in section.items() if k not in _HOW_BUILT} if isinstance(section, dict) else section
 
 
-def _batches(files: list[SourceFile], batch_bytes: int) -> list[list[SourceFile]]:
-    """Consecutive runs of `files` of about `batch_bytes` of text each (a larger file is a batch alone)."""
-    out: list[list[SourceFile]] = []
+Batch = list[tuple[str, str | None]]  # (path, its text, or None to read it from disk)
+
+
+def _batches(files: list[tuple[str, str | None, int]], batch_bytes: int) -> list[Batch]:
+    """Consecutive runs of `files` (path, text or None, characters) of about `batch_bytes` of text each (a larger
+    file is a batch alone)."""
+    out: list[Batch] = []
     size = 0
-    for f in files:
-        if not out or (out[-1] and size + len(f.text) > batch_bytes):
+    for path, text, chars in files:
+        if not out or (out[-1] and size + chars > batch_bytes):
             out.append([])
             size = 0
-        out[-1].append(f)
-        size += len(f.text)
+        out[-1].append((path, text))
+        size += chars
     return out
 
 
@@ -162,13 +166,14 @@ class Index:
         index = cls(root, config)
         phases: dict[str, float] = {}
         t = time.perf_counter()
-        walked = walk_repository(index.root, config, index.index_dir)
+        walked = walk_repository(index.root, config, index.index_dir, keep_chars=config.index.batch_bytes)
         phases["walk"] = time.perf_counter() - t
-        first, *rest = _batches(walked.files, config.index.batch_bytes) or [[]]
-        total, walked.files = len(walked.files), []  # each batch's texts go once it is indexed
+        first, later = walked.files, walked.later  # the first batch's texts; the others are read batch by batch
+        total, walked.files, walked.later = len(first) + len(later), [], []
         index._build_files(first, phases, progress, total)
         del first
-        index._add_batches(rest, phases, progress, checkpoint, writing)
+        index._add_batches(_batches([(path, None, chars) for path, chars in later], config.index.batch_bytes),
+                           phases, progress, checkpoint, writing)
         index._summarize(walked, phases)
         return index
 
@@ -197,7 +202,7 @@ class Index:
         self.term_index = TermIndex.build(f.text if f else None for f in self.fragments)
         phases["term_index"] = time.perf_counter() - t
 
-    def _add_batches(self, batches: list[list[SourceFile]], phases: dict[str, float], progress: Progress | None,
+    def _add_batches(self, batches: list[Batch], phases: dict[str, float], progress: Progress | None,
                      checkpoint: Checkpoint | None, writing: Writing) -> None:
         """Add each batch of files as one update, relations refreshed (see `build`)."""
         t = time.perf_counter()
@@ -205,12 +210,12 @@ class Index:
         done = first_done = len(self.files)
         batches.reverse()
         while batches:
-            batch = batches.pop()  # its texts held no longer than it takes to add it
+            batch = batches.pop()  # its texts (read now where the walk left them on disk) held while it is added
             self.summary.pending_files = pending
             if checkpoint is not None:
                 checkpoint(self)
             with writing(), self._folds_deferred(checkpoint is not None):
-                self.update_files({s.path: s.text for s in batch})
+                self.update_files(dict(batch))
                 self.refresh_relations()
             pending -= len(batch)
             done += len(batch)
@@ -586,7 +591,8 @@ class Index:
                 self.notice(warning)
         on_disk = {f.path for f in walked.files}
         gone = sorted(p for p in self.files if p not in on_disk)
-        batches = _batches([f for f in walked.files if f.path not in self.files or self.files[f.path].text != f.text],
+        batches = _batches([(f.path, f.text, len(f.text)) for f in walked.files
+                            if f.path not in self.files or self.files[f.path].text != f.text],
                            self.config.index.batch_bytes)
         changed = sum(len(b) for b in batches)
         del walked  # every file's text: the unchanged ones' go now (given back with the pages compared), the

@@ -48,6 +48,9 @@ class SourceFile:
 @dataclass
 class WalkResult:
     files: list[SourceFile] = field(default_factory=list)
+    # the files after the first `keep_chars` of text (`walk_repository`): (path, characters), their texts left on
+    # disk to be read again when indexed
+    later: list[tuple[str, int]] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)  # reason -> count
     notes: list[str] = field(default_factory=list)  # "path: reason" for the reported ones (non-UTF-8, ...)
     warnings: list[str] = field(default_factory=list)  # what the whole walk left out: limits reached
@@ -253,14 +256,19 @@ def refuse_broad_root(root: Path, config: Config) -> None:
                             "within [index] max_files and max_total_bytes")
 
 
-def walk_repository(root: Path, config: Config, index_dir: Path | None = None) -> WalkResult:
+def walk_repository(root: Path, config: Config, index_dir: Path | None = None,
+                    keep_chars: int | None = None) -> WalkResult:
     """The files the index holds (`FileRule`), with counts and notes of the ones left out, within the folder's
-    limits ([index] max_files, max_total_bytes; `_ENTRIES_PER_FILE`)."""
+    limits ([index] max_files, max_total_bytes; `_ENTRIES_PER_FILE`).
+
+    With `keep_chars`, the texts of the files in walk order up to that many characters (the first file's always)
+    are kept (`files`), the rest are counted and left on disk (`later`): a build in batches reads each later batch
+    when it adds it, so that the walk holds one batch of text, not the repository's."""
     root = root.resolve()
     refuse_broad_root(root, config)
     result = WalkResult()
     rules = FileRule(root, config, index_dir)
-    walk = _Walk(root, config, result)
+    walk = _Walk(root, config, result, keep_chars)
     try:
         root_dev = root.stat().st_dev
     except OSError:
@@ -329,8 +337,10 @@ def _shown(rel: str) -> str:
 class _Walk:
     """The folder's limits as the walk goes: entries looked at, files and bytes kept."""
 
-    def __init__(self, root: Path, config: Config, result: WalkResult) -> None:
+    def __init__(self, root: Path, config: Config, result: WalkResult, keep_chars: int | None) -> None:
         self.root = root
+        self.keep_chars = keep_chars
+        self.kept = 0  # characters of the texts kept
         self.max_files = config.index.max_files
         self.max_bytes, self.bytes_setting = config.index.text_budget()
         self.entries_left = _ENTRIES_PER_FILE * self.max_files
@@ -362,18 +372,23 @@ class _Walk:
 
     def add(self, source: SourceFile) -> bool:
         """Keep `source` if the limits allow; False once they are reached (the walk stops)."""
-        if len(self.result.files) >= self.max_files:
+        files = len(self.result.files) + len(self.result.later)
+        if files >= self.max_files:
             self._stop(f"{self.root}: indexed partially: the first {self.max_files:,} files ([index] max_files); "
                        "the rest of the folder is left out")
             return False
         size = len(source.text)  # decoded characters: what the index holds (and what an update counts)
         if self.bytes + size > self.max_bytes:
             self._stop(f"{self.root}: indexed partially: {self.bytes:,} bytes of source in "
-                       f"{len(self.result.files):,} files ([index] {self.bytes_setting}); the rest "
-                       "of the folder is left out")
+                       f"{files:,} files ([index] {self.bytes_setting}); the rest of the folder is left out")
             return False
         self.bytes += size
-        self.result.files.append(source)
+        if self.keep_chars is not None and self.result.files and (
+                self.result.later or self.kept + size > self.keep_chars):
+            self.result.later.append((source.path, size))
+        else:
+            self.kept += size
+            self.result.files.append(source)
         return True
 
     def _stop(self, warning: str) -> None:
