@@ -1,9 +1,11 @@
 """Handing freed heap memory back to the system after the index's churn and a walk's texts (glibc; elsewhere a
 no-op).
 
-Each keystroke's index update allocates and frees numpy temporaries from the worker thread; glibc keeps freed
-memory in its arenas (after the first large free it raises its mmap threshold, so later large blocks come from the
-arenas too), and an editing session's RSS grows although its live data does not. `malloc_trim` returns the free
+Each keystroke's index update and each batch of a build allocate and free numpy temporaries; glibc keeps freed
+memory in its arenas, and after the first large free it raises its mmap threshold (up to 32 MiB), so later large
+blocks come from the arenas too and stay resident once freed: an editing session's RSS grows although its live data
+does not, and a monorepo's build peaked 240 MB higher. On import this module fixes the threshold at
+`MMAP_THRESHOLD` (a block that large is mapped on its own and unmapped when freed); `malloc_trim` returns the free
 pages of every arena.
 """
 
@@ -16,16 +18,23 @@ import time
 logger = logging.getLogger(__name__)
 
 TRIM_EVERY_S = 10.0  # a trim walks every arena (~1 ms, a few at most): callers that run per batch wait this long
+MMAP_THRESHOLD = 1 << 20  # blocks at least this large are mapped apart, never kept in an arena once freed
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
 
 
-def _malloc_trim() -> ctypes._NamedFuncPointer | None:
+def _libc() -> ctypes.CDLL | None:
     try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim, libc.mallopt  # noqa: B018 - glibc's
     except (OSError, AttributeError):  # not glibc (macOS, musl)
         return None
+    return libc
 
 
-_TRIM = _malloc_trim()
+_LIBC = _libc()
+_TRIM = _LIBC.malloc_trim if _LIBC is not None else None
+if _LIBC is not None:
+    _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)  # also stops glibc raising it (see the module's docstring)
 _last_trim = 0.0
 
 
