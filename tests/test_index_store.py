@@ -161,8 +161,7 @@ def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):
     _assert_same(Index.load(repo, EXACT), Index.build(repo, EXACT))
     # saving reads the index back in place from the file written: none of the updates' copies stay in memory,
     # and it goes on updating from there
-    assert all(file_map(m.data) is not None for m in (loaded.relations, loaded.symmetric_relations,
-                                                      loaded.upkeep.fragment_nodes.base)) \
+    assert all(file_map(m.data) is not None for m in (loaded.relations, loaded.upkeep.fragment_nodes.base)) \
         and file_map(loaded.term_index.state()["post_rows"]) is not None
     assert not any(isinstance(e.source, str) for e in loaded.files.values())
     (repo / "pkg/extra.py").write_text("from pkg.util import limit\n\n\ndef go():\n    return limit(1, 0, 2)\n")
@@ -284,16 +283,43 @@ def test_crash_mid_write_leaves_previous_index_loadable(repo, monkeypatch):
     assert "def main():" in "\n".join(Index.load(repo, EXACT).file_lines("app.py"))
 
 
+def test_eq9s_symmetric_w_is_stored_where_fragrel_reads_it_and_made_when_read_otherwise(repo):
+    """Without FragRel nothing reads the symmetric W: a save neither stores it nor makes W whole for it (its
+    transpose, beside a build's last batch, was the build's peak); a loaded index makes it if ever read. With
+    FragRel it is stored and read in place."""
+    fragrel = EXACT.replace("retrieval", alpha=0.5)
+    built = Index.build(repo, EXACT)
+    built.update_file("app.py", text="x = compute(1)\n")
+    meta, arrays = index_codec.encode(built)
+    assert meta["symmetric"] is False and not any(name.startswith("sym_") for name in arrays)
+    built.save()
+    assert built.upkeep._symmetric is None  # neither made nor read back
+    loaded = Index.load(repo, EXACT)
+    assert loaded.upkeep._symmetric is None
+    want = built.relations.maximum(built.relations.T).tocsr()
+    assert (loaded.symmetric_relations != want).nnz == 0  # made when first read
+    built = Index.build(repo, fragrel)
+    built.save()
+    meta, arrays = read_state(repo / ".repocomp")
+    assert meta["symmetric"] is True and "sym_data" in arrays
+    loaded = Index.load(repo, fragrel)
+    want = built.relations.maximum(built.relations.T).tocsr()
+    assert file_map(loaded.symmetric_relations.data) is not None and (loaded.symmetric_relations != want).nnz == 0
+
+
 def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_it_was(repo, monkeypatch):
     """A save holds one large table at a time: the texts go piece by piece, the others are made when the write
-    reaches them (the term index's rows folded into copies, the index itself unchanged); pieces that do not add up
-    are an error that leaves the previous file."""
-    index = Index.build(repo, EXACT)
+    reaches them (the term index's rows folded into copies, W's patched rows written in block by block, the index
+    itself unchanged); pieces that do not add up are an error that leaves the previous file."""
+    index = Index.build(repo, EXACT.replace("retrieval", alpha=0.5))
     index.save()
     index.update_file("app.py", text="x = compute(1)\n")
+    index.remove_file("pkg/core.py")  # removed fragments: W's columns dropped as it is written
     held = len(index.term_index._changed)
     meta, arrays = index_codec.encode(index)
-    assert index.upkeep._changed_since_made()  # W is made when the write reaches it, not before
+    assert index.upkeep._changed_since_made() and len(index.upkeep._dead)  # W is not made for the write
+    rel = {part: whole(arrays[f"rel_{part}"]) for part in ("data", "indices", "indptr")}
+    assert index.upkeep._changed_since_made()
     assert isinstance(arrays["text"], Chunks) and isinstance(arrays["term_post_rows"], Chunks)
     assert isinstance(arrays["rel_data"], Chunks)
     assert b"x = compute(1)" in arrays["text"].whole().tobytes()
@@ -304,8 +330,8 @@ def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_
     # F (rows patched by the edit) and the symmetric W (stale since the edit) a block of rows at a time: the
     # matrices made whole, part for part and dtype for dtype, and the symmetric W not kept
     assert len(index.upkeep.fragment_nodes.ids) and isinstance(arrays["sym_data"], Chunks)
-    written = {(name, part): whole(arrays[f"{name}_{part}"]) for name in ("frag_nodes", "rel", "sym")
-               for part in ("data", "indices", "indptr")}
+    written = {(name, part): whole(arrays[f"{name}_{part}"]) for name in ("frag_nodes", "sym")
+               for part in ("data", "indices", "indptr")} | {("rel", part): got for part, got in rel.items()}
     assert index.upkeep._made_symmetric(index.relations) is None
     for name, matrix in (("frag_nodes", index.upkeep.fragment_nodes.merged()), ("rel", index.relations),
                          ("sym", index.symmetric_relations)):

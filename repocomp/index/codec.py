@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _H = TypeVar("_H", bound=Hashable)
 
 _SCAN = 1 << 24  # the texts are searched for newlines this many bytes at a time (a mask of all would be their size)
-SCHEMA = 7  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
+SCHEMA = 8  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
@@ -204,15 +204,18 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
         arrays[f"term_{key}"] = _paged(term[key], index) if isinstance(term[key], Chunks) else term[key]
     # F, its transpose, W, Eq. 9's symmetric W and the graph's cost matrix as scipy holds them (its index dtypes):
     # read back in place, not converted (F's transpose and the cost matrix are stored so that a loaded index holds
-    # no copy of them: 190 MB in a 7.6-million-line monorepo). All but W a block of rows at a time (W is made
-    # whole, once, for the symmetric W's transpose anyway)
+    # no copy of them: 190 MB in a 7.6-million-line monorepo), each a block of rows at a time. The symmetric W only
+    # where retrieval reads it (FragRel on; otherwise it is made if ever read): it needs W's transpose, which a
+    # save would hold beside W made whole (with a build's last batch, its peak)
     f, n, costs = index.upkeep.fragment_nodes, len(index.fragments), graph.cost_matrix()
-    for name, parts in (("frag_nodes", _csr_blocks(f.shape, f.dtype, f.row_blocks)),
-                        ("node_frags", _csr_blocks(f.shape[::-1], f.dtype,
-                                                   lambda: index.upkeep.node_fragments.row_blocks())),
-                        ("costs", _csr_blocks(costs.shape, costs.dtype, costs.row_blocks)),
-                        ("rel", _csr_blocks((n, n), np.float32, lambda: iter([index.relations]))),
-                        ("sym", _csr_blocks((n, n), np.float32, index.upkeep.symmetric_blocks))):
+    matrices = [("frag_nodes", _csr_blocks(f.shape, f.dtype, f.row_blocks)),
+                ("node_frags", _csr_blocks(f.shape[::-1], f.dtype, lambda: index.upkeep.node_fragments.row_blocks())),
+                ("costs", _csr_blocks(costs.shape, costs.dtype, costs.row_blocks)),
+                ("rel", _csr_blocks((n, n), np.float32, index.upkeep.relation_blocks))]
+    symmetric = index.config.retrieval.alpha != 0.0
+    if symmetric:
+        matrices.append(("sym", _csr_blocks((n, n), np.float32, index.upkeep.symmetric_blocks)))
+    for name, parts in matrices:
         arrays |= {f"{name}_{part}": _paged(v, index) if isinstance(v, Chunks) else v for part, v in parts.items()}
 
     meta = {
@@ -226,6 +229,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
                   "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
         "consulted": {p: sorted(keys) for p, keys in index.resolver.consulted.items()},
         "term_index": {"version": TermIndex.STATE_VERSION},
+        "symmetric": symmetric,
         "summary": plain(index.summary.to_dict()),
     }
     return meta, arrays
@@ -315,7 +319,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     if len(a["window_frag"]) and not 0 <= a["window_frag"].min() <= a["window_frag"].max() < n_frags:
         raise ValueError("window fragment out of range")
     index.fragments = FragmentStore(stored=_stored_fragments(a, entries, (text_start, first_newline, newlines)))
-    _read_matrices(index, a, n_frags, n_ids)
+    _read_matrices(index, meta, a, n_frags, n_ids)
     term = meta["term_index"] | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS}
     if len(term["alive"]) != n_frags:
         raise ValueError("term index rows are not the fragments")
@@ -379,7 +383,7 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> N
     stored = FragmentStore(stored=_stored_fragments(a, entries, bounds))
     stored.keep_text_index(index.fragments)
     index.fragments = stored
-    _read_matrices(index, a, len(stored), index.graph.n_ids)
+    _read_matrices(index, meta, a, len(stored), index.graph.n_ids)
     # the vocabulary as written (the tokens added since a load among them), but for a build with batches to come:
     # it keeps the dict its next batch adds to (a dict's lookups are what tokenizing a batch costs)
     vocab = index.term_index.vocab
@@ -418,13 +422,15 @@ def _stored_fragments(a: dict[str, np.ndarray], entries: list[FileEntry],
     return StoredFragments(a["text"], start, end, loc_ptr, locations, [e.path for e in entries])
 
 
-def _read_matrices(index: Index, a: dict[str, np.ndarray], n_frags: int, n_ids: int) -> None:
-    """W, its symmetric, F, its transpose and the graph's cost matrix, as stored."""
-    relations, symmetric = (_csr(a, name, (n_frags, n_frags)) for name in ("rel", "sym"))
-    if symmetric.nnz < relations.nnz:
-        raise ValueError("the symmetric relations hold less than the relations")
-    index.upkeep.relations = relations
-    index.upkeep.keep_symmetric(symmetric)
+def _read_matrices(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray], n_frags: int, n_ids: int
+                   ) -> None:
+    """W, its symmetric (where stored), F, its transpose and the graph's cost matrix, as stored."""
+    index.upkeep.relations = relations = _csr(a, "rel", (n_frags, n_frags))
+    if meta["symmetric"] is True:
+        symmetric = _csr(a, "sym", (n_frags, n_frags))
+        if symmetric.nnz < relations.nnz:
+            raise ValueError("the symmetric relations hold less than the relations")
+        index.upkeep.keep_symmetric(symmetric)
     f, f_t = _csr(a, "frag_nodes", (n_frags, n_ids)), _csr(a, "node_frags", (n_ids, n_frags))
     if f.nnz != f_t.nnz:
         raise ValueError("F's transpose differs from F")
