@@ -13,6 +13,7 @@ the files that consulted one of its keys are resolved again.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -27,7 +28,7 @@ _MAX_REEXPORT_DEPTH = 4
 @dataclass
 class FileSymbols:
     path: str
-    parsed: ParsedFile
+    parse: ParsedFile | Callable[[], ParsedFile]  # its parse, or what makes it when read (a loaded index's file)
     module: tuple[str, ...]  # dotted module path from the repository root ("a/b/__init__.py" -> ("a", "b"))
     is_package: bool
     top: dict[str, int] = field(default_factory=dict)  # top-level definition name -> local node
@@ -41,6 +42,10 @@ class FileSymbols:
     trait_impl: set[int] = field(default_factory=set)  # Rust methods of `impl Trait for Type` blocks
     package: str = ""  # Java package, Go package name
     default: str = ""  # TypeScript: the name `export default` exports
+
+    @property
+    def parsed(self) -> ParsedFile:
+        return self.parse if isinstance(self.parse, ParsedFile) else self.parse()
 
     def keys(self) -> set[str]:
         """The keys other files consult when they resolve into this one."""
@@ -60,9 +65,11 @@ def module_path(path: str) -> tuple[tuple[str, ...], bool]:
     return tuple(parts[:-1]) + (stem,), False
 
 
-def make_symbols(path: str, parsed: ParsedFile) -> FileSymbols:
+def make_symbols(path: str, parsed: ParsedFile, stored: Callable[[], ParsedFile] | None = None) -> FileSymbols:
+    """A file's symbols from its parse; `stored`: what they keep instead of it (a loaded file's, made again when
+    read)."""
     module, is_package = module_path(path)
-    sym = FileSymbols(path, parsed, module, is_package)
+    sym = FileSymbols(path, stored or parsed, module, is_package)
     for node, name, cls in parsed.defs:
         if cls >= 0:
             sym.methods.setdefault(cls, {})[name] = node

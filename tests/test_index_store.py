@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -10,11 +11,11 @@ import numpy as np
 import numpy.lib.format
 import pytest
 
-from graph.parsing import parse_source
+from graph.parsing import ParsedFile, parse_source
 from repocomp.cli import main
 from repocomp.config import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
-from repocomp.index import Index, fragment_store
+from repocomp.index import Index, fragment_store, stored_parse
 from repocomp.index import codec as index_codec
 from repocomp.index.store import INDEX_FILE, Chunks, file_map, read_state, whole, write_state
 from repocomp.index.vocabulary import StoredVocabulary
@@ -136,6 +137,34 @@ def test_a_loaded_index_reads_its_arrays_and_texts_in_place_from_the_file(repo):
             found = loaded.fragments.find(frag.text)
             assert found is not None and loaded.fragments[found].text == frag.text
     assert loaded.fragments.find("no window has this text") is None
+
+
+def test_a_loaded_or_saved_index_makes_a_files_parse_when_read_and_keeps_only_the_last_few(repo, monkeypatch):
+    """Neither a file's record nor its symbols hold its parse once it is in the file: made from the stored columns
+    when read, the same as the parser's, at most `KEPT` of them kept."""
+    monkeypatch.setattr(stored_parse, "KEPT", 2)
+    parsed = {}
+    for path in sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*.py")):
+        parsed[path] = parse_source((repo / path).read_text(), "python")
+    built = Index.build(repo, EXACT)
+    assert all(isinstance(e.parse, ParsedFile) for e in built.files.values())  # a build's own, until saved
+    built.save()
+    loaded = Index.load(repo, EXACT)
+    for index in (built, loaded):
+        assert not any(isinstance(e.parse, ParsedFile) for e in index.files.values())
+        assert not any(isinstance(s.parse, ParsedFile) for s in index.resolver.files.values())
+    gc.collect()
+    # the parser's above, and the two the load made last (of the saved index's none is read since the save)
+    assert sum(isinstance(o, ParsedFile) for o in gc.get_objects()) == len(parsed) + 2
+    for path, want in parsed.items():
+        got = loaded.files[path].parsed
+        assert got is loaded.resolver.files[path].parsed  # the kept one, while it is among the last read
+        assert (got.language, got.n_lines, list(got.kinds), got.has_errors) == (
+            want.language, want.n_lines, list(want.kinds), want.has_errors), path
+        for table in ("start_line", "end_line", "parent", "line_owner", "line_len", "call_nodes"):
+            assert np.array_equal(getattr(got, table), getattr(want, table)), (path, table)
+        assert list(got.defs) == list(want.defs) and list(got.call_parts) == list(want.call_parts), path
+        assert got.imports == want.imports and list(got.facts) == list(want.facts), path
 
 
 def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):

@@ -57,7 +57,7 @@ let_go("relations (W, its node tables)", lambda: setattr(index, "upkeep", None))
 let_go("resolver", lambda: setattr(index, "resolver", None))
 let_go("graph", lambda: setattr(index, "graph", None))
 let_go("fragments", lambda: setattr(index, "fragments", None))
-let_go("parsed files", lambda: [setattr(e, "parsed", None) for e in index.files.values()])
+let_go("parsed files", lambda: [setattr(e, "parse", None) for e in index.files.values()])
 let_go("file texts and tables", lambda: setattr(index, "files", None))
 print(json.dumps({"loaded_mb": loaded - start, "parts_mb": parts}))
 """

@@ -27,13 +27,13 @@ import scipy.sparse as sp
 
 from graph.code_graph import CodeGraph, FileNodes
 from graph.coded_strings import CodedStrings
-from graph.parsing import Import, ParsedFile
 from graph.resolve import Resolver, make_symbols
-from graph.stored_rows import NO_ROWS, Rows, coded_views, split
+from graph.stored_rows import split
 from repocomp import heap
 from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.store import Chunks, Stored, file_map, page_out
+from repocomp.index.stored_parse import StoredParses
 from repocomp.index.term_index import StateVersionError, TermIndex
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
                  "window_count", "file_node", "syntax_count", "call_edge_count"):
         if len(a[name]) != n_files:
             raise ValueError(f"{name}: one per file expected")
-    node_counts, line_counts = a["node_count"], a["line_count"]
+    line_counts = a["line_count"]
     blob = a["text"]
     if blob.dtype != np.uint8 or blob.ndim != 1 or (a["text_len"] < 0).any() or a["text_len"].sum() != len(blob):
         raise ValueError("texts")
@@ -265,13 +265,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     page_out(mapped)
     sources = split(blob, a["text_len"])
     t = _file_arrays(a)  # per table, each file's slice of it
-    tables = _parsed_tables(meta, a, t, lambda name: [str(v) for v in meta[name]])
-    # a file's imports as objects (the resolver's bindings hold them), read from stored columns: as JSON lists
-    # of strings they made 130 MB of short-lived objects here, most of a load's peak
-    import_strings = [None if v is None else intern(str(v)) for v in meta["import_strings"]]
-    imports = coded_views(import_strings, a["import_codes"], 3 * a["import_count"])
-    if None in import_strings and (a["import_codes"].reshape(-1, 3)[:, :2] == import_strings.index(None)).any():
-        raise ValueError("an import without a local name or module")
+    parses = StoredParses(meta, a)
 
     graph = CodeGraph(meta["graph"]["weights"])
     graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"])
@@ -286,25 +280,12 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
 
     resolver = Resolver()
     for i, rec in enumerate(files):
-        n_nodes, n_lines = int(node_counts[i]), int(line_counts[i])
-        if n_nodes and (t["parent"][i].max() >= n_nodes or t["line_owner"][i].max(initial=0) >= n_nodes
-                        or not 0 <= t["call_node"][i].min(initial=0) <= t["call_node"][i].max(initial=0) < n_nodes):
-            raise ValueError(f"file {i}: node or line tables inconsistent")
-        if any(len(nodes) and not 0 <= nodes.min() <= nodes.max() < n_nodes
-               for nodes in (t["def_node"][i], t["fact_node"][i])):
-            raise ValueError(f"file {i}: a definition or fact names no node of the file")
-        parsed = ParsedFile(
-            str(rec["language"]), n_lines, tables["kinds"][i], t["start_line"][i], t["end_line"][i], t["parent"][i],
-            t["line_owner"][i], t["line_len"][i], defs=tables["defs"][i],
-            call_nodes=t["call_node"][i], call_parts=tables["call_parts"][i],
-            imports=[Import(*row) for row in zip(*[iter(imports[i])] * 3)],
-            facts=tables["facts"][i], has_errors=bool(rec["has_errors"]))
-        path = str(rec["path"])
+        path, ref = str(rec["path"]), parses.ref(i)  # the file's parse, made when read: the symbols' from it now
         node_ids = _nodes(t["id"][i], n_ids)
-        index.files[path] = FileEntry(path, parsed.language, sources[i], parsed, t["windows"][i], node_ids)
+        index.files[path] = FileEntry(path, parses.languages[i], sources[i], ref, t["windows"][i], node_ids)
         graph.files[path] = FileNodes(path, _node(a["file_node"][i], n_ids), node_ids, _nodes(t["syntax"][i], n_ids),
                                       _nodes(t["calls"][i], n_ids))
-        resolver.set_file(make_symbols(path, parsed))
+        resolver.set_file(make_symbols(path, ref(), ref))
     for path, keys in meta["consulted"].items():
         keys = [intern(str(key)) for key in keys]
         resolver.consulted[path] = tuple(keys)
@@ -330,34 +311,10 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
 
 
 def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
-    """Each file's slices of the per-node, per-line, per-call and per-window tables (views)."""
-    nodes, lines = a["node_count"], a["line_count"]
-    return {**{k: split(a[f"node_{k}"], nodes) for k in ("start_line", "end_line", "parent", "id")},
-            "line_owner": split(a["line_owner"], lines), "line_len": split(a["line_len"], lines),
-            "call_node": split(a["call_node"].astype(np.int32, copy=False), a["call_count"]),
-            "windows": split(a["window_frag"], a["window_count"]),
-            "def_node": split(a["def_node"], a["def_count"]), "fact_node": split(a["fact_node"], a["fact_count"]),
+    """Each file's slices of its windows, node ids and graph edges (views; its parse tables: `StoredParses`)."""
+    return {"id": split(a["node_id"], a["node_count"]), "windows": split(a["window_frag"], a["window_count"]),
             "syntax": split(a["syntax_edges"].reshape(-1, 2), a["syntax_count"]),
             "calls": split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
-
-
-def _parsed_tables(meta: dict[str, Any], a: dict[str, np.ndarray], t: dict[str, list[np.ndarray]],
-                   table: Callable[[str], list[Any]]) -> dict[str, list[Any]]:
-    """Each file's node kinds, definitions, callees and facts as views of the stored columns (`graph.stored_rows`);
-    `t` is `_file_arrays(a)`, `table(name)` the table of distinct values `meta[name]` holds."""
-    def rows(columns: list[list[Any]]) -> list[Rows]:  # files without any share one empty table
-        return [Rows(*row) if len(row[0]) else NO_ROWS for row in zip(*columns)]
-
-    names, coded = table("fact_strings"), a["fact_codes"].reshape(-1, 3).T
-    return {
-        "kinds": coded_views(table("kinds"), a["node_kind"], a["node_count"]),
-        "defs": rows([t["def_node"],
-                      coded_views(table("def_names"), a["def_name"], a["def_count"]),
-                      split(a["def_class"], a["def_count"])]),
-        "call_parts": coded_views([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"], a["call_count"]),
-        "facts": rows([coded_views(names, coded[0], a["fact_count"]), t["fact_node"],
-                       coded_views(names, coded[1], a["fact_count"]), coded_views(names, coded[2], a["fact_count"])]),
-    }
 
 
 def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
@@ -367,14 +324,11 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> N
     batches otherwise kept them all)."""
     entries = list(index.files.values())
     t = _file_arrays(a)  # per table, each file's slice of it
-    tables = _parsed_tables(meta, a, t, meta.__getitem__)
+    parses = StoredParses(meta, a)
     for i, (entry, source) in enumerate(zip(entries, split(a["text"], a["text_len"]))):
-        parsed, nodes = entry.parsed, index.graph.files[entry.path]
+        nodes = index.graph.files[entry.path]
         entry.source, entry.windows = source, t["windows"][i]
-        parsed.start_line, parsed.end_line, parsed.parent = t["start_line"][i], t["end_line"][i], t["parent"][i]
-        parsed.line_owner, parsed.line_len, parsed.call_nodes = t["line_owner"][i], t["line_len"][i], t["call_node"][i]
-        parsed.kinds, parsed.defs = tables["kinds"][i], tables["defs"][i]
-        parsed.call_parts, parsed.facts = tables["call_parts"][i], tables["facts"][i]
+        entry.parse = index.resolver.files[entry.path].parse = parses.ref(i)
         entry.node_ids = nodes.node_ids = t["id"][i]
         nodes.syntax_edges, nodes.call_edges = t["syntax"][i], t["calls"][i]
     heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from

@@ -4,6 +4,7 @@ Kept apart from `Index` so that the codec reads and writes them without importin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +22,14 @@ class FileEntry:
     # the file's text, or its UTF-8 bytes (a view of the index file it was loaded from: decoded when read, so a
     # loaded index holds no copy of the repository's text)
     source: str | np.ndarray
-    parsed: ParsedFile
+    # its parse, or (a loaded file's) what makes it from the index file when read (`index.stored_parse`)
+    parse: ParsedFile | Callable[[], ParsedFile]
     windows: np.ndarray  # int64: fragment id of each window, in file order (read in place from the index file)
     node_ids: np.ndarray  # global graph id of each local syntax node
+
+    @property
+    def parsed(self) -> ParsedFile:
+        return self.parse if isinstance(self.parse, ParsedFile) else self.parse()
 
     @property
     def text(self) -> str:

@@ -1,0 +1,105 @@
+"""A loaded index's parse tables (node kinds and lines, definitions, call sites, imports, syntax facts) as its file
+holds them, in columns of all files together: a file's `ParsedFile` is made from views of them when it is read, and
+the last `KEPT` made are kept.
+
+Made once per file at load (the resolver's symbols are made from it) and let go: a `ParsedFile` of views per file
+held for good took 4 kB a file, 100 MB for a 7.6-million-line monorepo's 25,740 files (`repocomp bench index PATH
+--loaded`). Every id and code is checked here once for all files, so a file's tables are made without checks."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from sys import intern
+from typing import Any
+
+import numpy as np
+
+from graph.parsing import Import, ParsedFile
+from graph.stored_rows import NO_ROWS, CodedView, Rows
+
+KEPT = 1024  # files' parses kept once made (an update reads its files and their neighbours' a few times each)
+_COUNTS = ("node_count", "line_count", "def_count", "call_count", "fact_count", "import_count")
+
+
+class StoredParses:
+    """Every file's parse tables as stored (views of the index file), a file's made into its `ParsedFile` by
+    `parsed(i)`; `ValueError` at construction when they do not fit together."""
+
+    def __init__(self, meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
+        files = meta["files"]
+        self.languages = [intern(str(f["language"])) for f in files]
+        self.has_errors = [bool(f["has_errors"]) for f in files]
+        counts = {name: a[name] for name in _COUNTS}
+        self._ends = {name: np.cumsum(c) for name, c in counts.items()}  # arrays: a list of ints took 11 MB
+        self._starts = {name: self._ends[name] - c for name, c in counts.items()}
+        self.kinds = _table([str(v) for v in meta["kinds"]], a["node_kind"])
+        self.def_names = _table([str(v) for v in meta["def_names"]], a["def_name"])
+        self.callees = _table([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"])
+        fact_strings = [str(v) for v in meta["fact_strings"]]
+        self.fact_codes = [np.ascontiguousarray(c) for c in a["fact_codes"].reshape(-1, 3).T]
+        for codes in self.fact_codes:
+            _table(fact_strings, codes)
+        self.fact_strings = fact_strings
+        # imports become objects when a file's parse is made (the resolver's bindings hold them); names interned
+        self.import_strings = [None if v is None else intern(str(v)) for v in meta["import_strings"]]
+        self.import_codes = a["import_codes"].reshape(-1, 3)
+        _table(self.import_strings, self.import_codes.ravel())
+        if None in self.import_strings and (self.import_codes[:, :2] == self.import_strings.index(None)).any():
+            raise ValueError("an import without a local name or module")
+        self.columns = {name: a[name] for name in ("node_kind", "node_start_line", "node_end_line", "node_parent",
+                                                   "line_owner", "line_len", "def_node", "def_name", "def_class",
+                                                   "call_parts", "fact_node")}
+        self.columns["call_node"] = a["call_node"].astype(np.int32, copy=False)
+        for name, count in (("node_kind", "node_count"), ("node_start_line", "node_count"),
+                            ("node_end_line", "node_count"), ("node_parent", "node_count"),
+                            ("line_owner", "line_count"), ("line_len", "line_count"), ("def_node", "def_count"),
+                            ("def_name", "def_count"), ("def_class", "def_count"), ("call_node", "call_count"),
+                            ("call_parts", "call_count"), ("fact_node", "fact_count")):
+            if len(self.columns[name]) != int(counts[count].sum()) or (counts[count] < 0).any():
+                raise ValueError(f"{name}: lengths do not add up")
+        if len(self.import_codes) != int(counts["import_count"].sum()) or len(self.fact_codes[0]) != int(
+                counts["fact_count"].sum()):
+            raise ValueError("imports or facts: lengths do not add up")
+        nodes = counts["node_count"]
+        for name, count, low in (("node_parent", "node_count", None), ("line_owner", "line_count", None),
+                                 ("call_node", "call_count", 0), ("def_node", "def_count", 0),
+                                 ("fact_node", "fact_count", 0)):
+            of_file = np.repeat(nodes, counts[count])  # each entry's file's node count
+            values, has_nodes = self.columns[name], of_file > 0
+            if (values[has_nodes] >= of_file[has_nodes]).any() or (low is not None and (values < low).any()):
+                raise ValueError(f"{name}: a node that is not its file's")
+            if low is not None and len(values) and (~has_nodes).any():
+                raise ValueError(f"{name}: a node of a file without nodes")
+        self.parsed: Callable[[int], ParsedFile] = functools.lru_cache(maxsize=KEPT)(self._parsed)
+
+    def _span(self, count: str, i: int) -> slice:
+        return slice(int(self._starts[count][i]), int(self._ends[count][i]))
+
+    def _parsed(self, i: int) -> ParsedFile:
+        c, (kind, first, second) = self.columns, self.fact_codes
+        nodes, lines, defs, calls, facts, imports = (self._span(name, i) for name in _COUNTS)
+        codes = self.import_codes[imports].tolist()
+        return ParsedFile(
+            self.languages[i], lines.stop - lines.start, CodedView(self.kinds, c["node_kind"][nodes]),
+            c["node_start_line"][nodes], c["node_end_line"][nodes], c["node_parent"][nodes], c["line_owner"][lines],
+            c["line_len"][lines],
+            defs=Rows(c["def_node"][defs], CodedView(self.def_names, c["def_name"][defs]), c["def_class"][defs])
+            if defs.stop > defs.start else NO_ROWS,
+            call_nodes=c["call_node"][calls], call_parts=CodedView(self.callees, c["call_parts"][calls]),
+            imports=[Import(*(self.import_strings[k] for k in row)) for row in codes],
+            facts=Rows(CodedView(self.fact_strings, kind[facts]), c["fact_node"][facts],
+                       CodedView(self.fact_strings, first[facts]), CodedView(self.fact_strings, second[facts]))
+            if facts.stop > facts.start else NO_ROWS,
+            has_errors=self.has_errors[i])
+
+    def ref(self, i: int) -> Callable[[], ParsedFile]:
+        """What a file's records hold instead of its parse: makes it (or gives the one kept) when called."""
+        return functools.partial(self.parsed, i)
+
+
+def _table(values: list[Any], codes: np.ndarray) -> list[Any]:
+    """`values`, checked to be a table every code indexes."""
+    if len(codes) and (codes.min() < 0 or codes.max() >= len(values)):
+        raise ValueError("code out of range")
+    return values
