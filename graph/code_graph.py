@@ -26,7 +26,7 @@ EDGE_TYPES = ("syntax", "directory", "file", "call")
 _TYPE_CODE = {name: i for i, name in enumerate(EDGE_TYPES)}
 
 
-@dataclass
+@dataclass(slots=True)  # one per file
 class FileNodes:
     path: str
     file_node: int

@@ -15,7 +15,7 @@ from graph.parsing import ParsedFile
 __all__ = ["FileEntry", "IndexSummary", "decoded"]
 
 
-@dataclass
+@dataclass(slots=True)  # one per file
 class FileEntry:
     path: str
     language: str
