@@ -94,6 +94,9 @@ def test_a_build_saved_between_batches_leaves_each_batch_beside_its_tables_for_t
     assert len(batched.upkeep._patched_rows)  # the summary counted W's entries without making W
     assert batched.summary.relation_nonzeros == batched.relations.nnz
     assert batched.term_index._changed and not batched.term_index.folds_deferred  # the last batch's, for the save
+    assert not batched.term_index._delta_made  # their postings wait for the save too
+    _assert_same(batched, Index.build(repo, EXACT))  # unless a query comes first: it makes them
+    assert batched.term_index._delta_made
     batched.save()
     _assert_same(batched, Index.build(repo, EXACT))
     unsaved = Index.build(repo, BATCHED)

@@ -14,6 +14,7 @@ idfs floored to epsilon * mean idf, query terms counted with repetition) so test
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -144,6 +145,10 @@ class TermIndex:
         self._base_of: sp.csr_matrix | None = None  # the rows `_base` holds the postings of
         self._stale = np.zeros(0, bool)  # base rows overridden by the delta
         self._delta = _Postings.empty(0)
+        # False while the delta's postings wait for the save that follows (`folds_deferred`) or a query meanwhile:
+        # a build's batch held them (100 MB for 64 MB of source) through its relations, which never read them
+        self._delta_made = True
+        self._making_delta = threading.Lock()  # queries run concurrently (the server's read lock): one makes it
         self._idf_cache: tuple[int, np.ndarray] | None = None
         self._version = 0  # bumps on every change; keys the idf cache
         # set while a save follows the changes at once (a build's batches): it writes the rows set since folded in,
@@ -281,10 +286,21 @@ class TermIndex:
                 self._row_set[row] = len(terms)
                 self._total_len += int(self._row_len[row])
         self._version += 1
-        if not self.folds_deferred and len(self._changed) > max(_MAX_DELTA_ROWS, self.n_rows // _DELTA_SHARE):
+        if self.folds_deferred:
+            self._delta_made = False
+        elif len(self._changed) > max(_MAX_DELTA_ROWS, self.n_rows // _DELTA_SHARE):
             self._fold()
         else:
             self._rebuild_delta()
+
+    def _current_delta(self) -> tuple[_Postings, np.ndarray]:
+        """The delta's postings and the base rows they override, made now if they wait (see `_delta_made`)."""
+        if not self._delta_made:
+            with self._making_delta:
+                if not self._delta_made:
+                    self._rebuild_delta()
+                    self._delta_made = True
+        return self._delta, self._stale
 
     def _rebuild_delta(self) -> None:
         ids = sorted(self._changed)
@@ -308,6 +324,7 @@ class TermIndex:
         self._changed.clear()
         self._delta = _Postings.empty(len(self.vocab))
         self._stale = np.zeros(self.n_rows, bool)
+        self._delta_made = True
 
     def _changed_rows(self) -> tuple[np.ndarray, sp.csr_matrix]:
         """The rows set since the last fold: their ids (sorted) and their CSR (a cleared row is empty)."""
@@ -374,8 +391,9 @@ class TermIndex:
         # snapshot (a common term's postings run into the millions), the same sums bit for bit
         sums = self._sums(self._base, terms, q_counts, method)
         if self._changed:
-            sums[:len(self._stale)][self._stale] = 0
-            sums += self._sums(self._delta, terms, q_counts, method)
+            delta, stale = self._current_delta()
+            sums[:len(stale)][stale] = 0
+            sums += self._sums(delta, terms, q_counts, method)
         if method == "jaccard":
             inter = sums.astype(np.float32)
             union = q_distinct + self._row_set - inter
@@ -422,7 +440,7 @@ class TermIndex:
         more for that)."""
         if self._base_of is not self._rows:  # (never after a build, a load or a fold)
             self._fold()
-        base, post, delta = self._rows, self._base, self._delta
+        (base, post), (delta, stale) = (self._rows, self._base), self._current_delta()
         n, n_terms = self.n_rows, len(self.vocab)
         n_base, base_terms = base.shape
         ids, new_rows = self._changed_rows()
@@ -466,7 +484,7 @@ class TermIndex:
                     continue
                 rows = np.empty(int(post_indptr[t1] - post_indptr[t0]), np.int32)
                 counts = np.empty(len(rows), np.float32)
-                done = _merge_postings(t0, t1, post.indptr, post.rows, post.counts, self._stale, delta.indptr,
+                done = _merge_postings(t0, t1, post.indptr, post.rows, post.counts, stale, delta.indptr,
                                        delta.rows, delta.counts, rows, counts)
                 assert done == len(rows)  # the counts above and the merge agree
                 yield rows if part == "post_rows" else counts
