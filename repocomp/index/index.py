@@ -145,6 +145,7 @@ class Index:
 
     # -- construction --------------------------------------------------------------------------------------------
     @classmethod
+    @heap.large_blocks_given_back()
     def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None,
               checkpoint: Checkpoint | None = None, writing: Writing = contextlib.nullcontext) -> Index:
         """Index the repository's files.
@@ -487,6 +488,7 @@ class Index:
         s.notes = (s.warnings + shown + walked.notes)[:50]
         s.parse_errors = sum(1 for e in self.files.values() if e.parsed.has_errors)
 
+    @heap.large_blocks_given_back()
     def save(self) -> Path:
         """Write the index file; a repository that cannot be written gets it in the user's cache (said once)."""
         self.refresh_relations()
@@ -580,6 +582,7 @@ class Index:
             raise IndexCorruptError(f"{self.index_dir / INDEX_FILE} is corrupt ({type(exc).__name__}: {exc}); "
                                     "rebuilding") from None
 
+    @heap.large_blocks_given_back()
     def catch_up(self, progress: Progress | None = None, checkpoint: Checkpoint | None = None,
                  writing: Writing = contextlib.nullcontext) -> int:
         """Apply the files that differ on disk from this index's copies (added, changed, removed), in batches as a
