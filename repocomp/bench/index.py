@@ -20,10 +20,12 @@ import numpy as np
 
 _CHILD = r"""
 import json, resource, sys, time
+from repocomp import heap
 from repocomp.index import Index
 t = time.perf_counter()
 index = Index.build(sys.argv[1], checkpoint=Index.save)  # saved between batches, as `repocomp index` does
-index.save()
+with heap.large_blocks_given_back():  # and at its end, as there
+    index.save()
 total = time.perf_counter() - t
 w = index.relations
 print(json.dumps({"phases_s": index.summary.phases_s, "total_s": total, "fragments": index.summary.fragments,

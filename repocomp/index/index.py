@@ -488,7 +488,6 @@ class Index:
         s.notes = (s.warnings + shown + walked.notes)[:50]
         s.parse_errors = sum(1 for e in self.files.values() if e.parsed.has_errors)
 
-    @heap.large_blocks_given_back()
     def save(self) -> Path:
         """Write the index file; a repository that cannot be written gets it in the user's cache (said once)."""
         self.refresh_relations()
@@ -582,7 +581,6 @@ class Index:
             raise IndexCorruptError(f"{self.index_dir / INDEX_FILE} is corrupt ({type(exc).__name__}: {exc}); "
                                     "rebuilding") from None
 
-    @heap.large_blocks_given_back()
     def catch_up(self, progress: Progress | None = None, checkpoint: Checkpoint | None = None,
                  writing: Writing = contextlib.nullcontext) -> int:
         """Apply the files that differ on disk from this index's copies (added, changed, removed), in batches as a
@@ -656,7 +654,8 @@ class Index:
         index = cls.build(root, config, progress, saved, writing)
         index.notices.extend(notices)
         try:
-            index.save()
+            with heap.large_blocks_given_back():  # as the build's own saves (an editor's later saves are not)
+                index.save()
         except RepocompError as exc:
             index.notice(f"{exc}; working from an index in memory")
         return index
