@@ -4,11 +4,12 @@ no-op).
 Each keystroke's index update and each batch of a build allocate and free numpy temporaries; glibc keeps freed
 memory in its arenas, and after the first large free it raises its mmap threshold (up to 32 MiB), so later large
 blocks come from the arenas too and stay resident once freed: an editing session's RSS grows although its live data
-does not. While the index is built (`large_blocks_given_back`: a build and its saves) the threshold is `BUILD_THRESHOLD`: a block that large is mapped on its own and unmapped when freed (a monorepo's build
-peaked 230 MB lower). Otherwise it is `SERVING_THRESHOLD`, where glibc's own settles: a request's arrays of the
-repository's size (3 to 6 MB for 728,000 fragments) come from the arenas, where mapping each afresh made retrieval
-14 ms slower, and the language server's requests 30 ms slower while it saved an edited index beside them.
-`malloc_trim` returns the free pages of every arena.
+does not. While a folder is built in batches (`large_blocks_given_back`: the build and its saves) the threshold is
+`BUILD_THRESHOLD`: a block that large is mapped on its own and unmapped when freed (a monorepo's build peaked 230 MB
+lower; a folder built at once, 30% slower with it, is spared). Otherwise it is `SERVING_THRESHOLD`, where glibc's
+own settles: a request's arrays of the repository's size (3 to 6 MB for 728,000 fragments) come from the arenas,
+where mapping each afresh made retrieval 14 ms slower, and the language server's requests 30 ms slower while it
+saved an edited index beside them. `malloc_trim` returns the free pages of every arena.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 logger = logging.getLogger(__name__)
 
 TRIM_EVERY_S = 10.0  # a trim walks every arena (~1 ms, a few at most): callers that run per batch wait this long
-BUILD_THRESHOLD = 1 << 20  # while building: blocks this large are mapped apart, given back when freed
+BUILD_THRESHOLD = 1 << 20  # while building in batches: blocks this large are mapped apart, given back when freed
 SERVING_THRESHOLD = 32 << 20  # otherwise (glibc's own ceiling; fixed, it no longer moves with what was freed)
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
 

@@ -14,6 +14,7 @@ from test_index_store import EXACT, FIXTURE, _assert_same
 
 from graph import csr_rows
 from lsp_server.folder_index import FolderIndex
+from repocomp import heap
 from repocomp.cli import main
 from repocomp.index import Index, relation_upkeep, term_index
 from repocomp.index.store import file_map
@@ -233,3 +234,14 @@ def test_the_index_command_reads_only_the_header_of_a_complete_index(repo, monke
 
     monkeypatch.setattr(Index, "load", no_load)
     assert main(["index", str(repo), "--json"]) == 0
+
+
+def test_a_build_in_batches_maps_its_large_blocks_apart_and_a_build_at_once_does_not(repo):
+    """The heap's build threshold (blocks given back when freed) bounds a batched build's peak; a folder built at
+    once is spared its cost in time."""
+    def building(config) -> set[int]:
+        seen: set[int] = set()
+        Index.build(repo, config, progress=lambda *_: seen.add(heap._building))
+        return seen
+
+    assert building(BATCHED) == {1} and building(EXACT) == {0} and heap._building == 0

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 _CHILD = r"""
-import json, resource, sys, time
+import contextlib, json, resource, sys, time
 from repocomp import heap
 from repocomp.index import Index
 t = time.perf_counter()
 index = Index.build(sys.argv[1], checkpoint=Index.save)  # saved between batches, as `repocomp index` does
-with heap.large_blocks_given_back():  # and at its end, as there
+with heap.large_blocks_given_back() if index.built_in_batches else contextlib.nullcontext():  # and at its end
     index.save()
 total = time.perf_counter() - t
 w = index.relations

@@ -145,7 +145,6 @@ class Index:
 
     # -- construction --------------------------------------------------------------------------------------------
     @classmethod
-    @heap.large_blocks_given_back()
     def build(cls, root: str | Path, config: Config | None = None, progress: Progress | None = None,
               checkpoint: Checkpoint | None = None, writing: Writing = contextlib.nullcontext) -> Index:
         """Index the repository's files.
@@ -171,12 +170,20 @@ class Index:
         phases["walk"] = time.perf_counter() - t
         first, later = walked.files, walked.later  # the first batch's texts; the others are read batch by batch
         total, walked.files, walked.later = len(first) + len(later), [], []
-        index._build_files(first, phases, progress, total)
-        del first
-        index._add_batches(_batches([(path, None, chars) for path, chars in later], config.index.batch_bytes),
-                           phases, progress, checkpoint, writing)
-        index._summarize(walked, phases)
+        # a build in batches is the one whose peak grows with the folder: its large blocks go back when freed (at a
+        # cost in time that a folder built at once is spared)
+        with heap.large_blocks_given_back() if later else contextlib.nullcontext():
+            index._build_files(first, phases, progress, total)
+            del first
+            index._add_batches(_batches([(path, None, chars) for path, chars in later], config.index.batch_bytes),
+                               phases, progress, checkpoint, writing)
+            index._summarize(walked, phases)
         return index
+
+    @property
+    def built_in_batches(self) -> bool:
+        """This index was built in batches (see `build`), just now: its save is the build's last step."""
+        return "batches" in self.summary.phases_s
 
     def _build_files(self, files: list[SourceFile], phases: dict[str, float], progress: Progress | None,
                      total: int) -> None:
@@ -654,8 +661,8 @@ class Index:
         index = cls.build(root, config, progress, saved, writing)
         index.notices.extend(notices)
         try:
-            with heap.large_blocks_given_back():  # as the build's own saves (an editor's later saves are not)
-                index.save()
+            with heap.large_blocks_given_back() if index.built_in_batches else contextlib.nullcontext():
+                index.save()  # as the build's own saves were (an editor's later saves are not)
         except RepocompError as exc:
             index.notice(f"{exc}; working from an index in memory")
         return index
