@@ -22,7 +22,7 @@ class CodedView(Sequence[T]):
     __slots__ = ("table", "codes")
 
     def __init__(self, table: list[T], codes: np.ndarray) -> None:
-        self.table, self.codes = table, codes  # the codes' range is checked once for all files (`coded_views`)
+        self.table, self.codes = table, codes  # the codes' range is checked once for all files (`checked_table`)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -86,9 +86,9 @@ def split(flat: Any, lengths: np.ndarray) -> list[Any]:
     return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
 
 
-def coded_views(table: list[T], codes: np.ndarray, lengths: np.ndarray) -> list[CodedView[T]]:
-    """Consecutive views of `codes` of the given lengths (`split`), into `table`; `ValueError` if a code is out of
-    range."""
+def checked_table(table: list[T], codes: np.ndarray) -> list[T]:
+    """`table`, checked to be one that every code indexes (`ValueError` otherwise): checked once for all files, so
+    that their `CodedView`s need no check."""
     if len(codes) and (codes.min() < 0 or codes.max() >= len(table)):
         raise ValueError("code out of range")
-    return [CodedView(table, part) for part in split(codes, lengths)]
+    return table

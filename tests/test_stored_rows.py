@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graph.stored_rows import NO_ROWS, CodedView, Rows, coded_views
+from graph.stored_rows import NO_ROWS, CodedView, Rows, checked_table, split
+
+
+def coded_views(table: list[str], codes: np.ndarray, lengths: np.ndarray) -> list[CodedView[str]]:
+    """Each file's views into the shared table, as a loaded index makes them (`repocomp.index.stored_parse`)."""
+    checked_table(table, codes)
+    return [CodedView(table, part) for part in split(codes, lengths)]
 
 
 def test_coded_views_read_each_files_items_through_the_shared_table() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from graph.parsing import Import, ParsedFile
-from graph.stored_rows import NO_ROWS, CodedView, Rows
+from graph.stored_rows import NO_ROWS, CodedView, Rows, checked_table
 
 KEPT = 1024  # files' parses kept once made (an update reads its files and their neighbours' a few times each)
 _COUNTS = ("node_count", "line_count", "def_count", "call_count", "fact_count", "import_count")
@@ -33,18 +33,18 @@ class StoredParses:
         counts = {name: a[name] for name in _COUNTS}
         self._ends = {name: np.cumsum(c) for name, c in counts.items()}  # arrays: a list of ints took 11 MB
         self._starts = {name: self._ends[name] - c for name, c in counts.items()}
-        self.kinds = _table([str(v) for v in meta["kinds"]], a["node_kind"])
-        self.def_names = _table([str(v) for v in meta["def_names"]], a["def_name"])
-        self.callees = _table([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"])
+        self.kinds = checked_table([str(v) for v in meta["kinds"]], a["node_kind"])
+        self.def_names = checked_table([str(v) for v in meta["def_names"]], a["def_name"])
+        self.callees = checked_table([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"])
         fact_strings = [str(v) for v in meta["fact_strings"]]
         self.fact_codes = [np.ascontiguousarray(c) for c in a["fact_codes"].reshape(-1, 3).T]
         for codes in self.fact_codes:
-            _table(fact_strings, codes)
+            checked_table(fact_strings, codes)
         self.fact_strings = fact_strings
         # imports become objects when a file's parse is made (the resolver's bindings hold them); names interned
         self.import_strings = [None if v is None else intern(str(v)) for v in meta["import_strings"]]
         self.import_codes = a["import_codes"].reshape(-1, 3)
-        _table(self.import_strings, self.import_codes.ravel())
+        checked_table(self.import_strings, self.import_codes.ravel())
         if None in self.import_strings and (self.import_codes[:, :2] == self.import_strings.index(None)).any():
             raise ValueError("an import without a local name or module")
         self.columns = {name: a[name] for name in ("node_kind", "node_start_line", "node_end_line", "node_parent",
@@ -96,10 +96,3 @@ class StoredParses:
     def ref(self, i: int) -> Callable[[], ParsedFile]:
         """What a file's records hold instead of its parse: makes it (or gives the one kept) when called."""
         return functools.partial(self.parsed, i)
-
-
-def _table(values: list[Any], codes: np.ndarray) -> list[Any]:
-    """`values`, checked to be a table every code indexes."""
-    if len(codes) and (codes.min() < 0 or codes.max() >= len(values)):
-        raise ValueError("code out of range")
-    return values
