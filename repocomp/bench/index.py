@@ -19,13 +19,11 @@ from pathlib import Path
 import numpy as np
 
 _CHILD = r"""
-import contextlib, json, resource, sys, time
-from repocomp import heap
+import json, resource, sys, time
 from repocomp.index import Index
 t = time.perf_counter()
 index = Index.build(sys.argv[1], checkpoint=Index.save)  # saved between batches, as `repocomp index` does
-with heap.large_blocks_given_back() if index.built_in_batches else contextlib.nullcontext():  # and at its end
-    index.save()
+index.save_built()  # and at its end, as there
 total = time.perf_counter() - t
 w = index.relations
 print(json.dumps({"phases_s": index.summary.phases_s, "total_s": total, "fragments": index.summary.fragments,

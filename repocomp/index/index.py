@@ -180,10 +180,11 @@ class Index:
             index._summarize(walked, phases)
         return index
 
-    @property
-    def built_in_batches(self) -> bool:
-        """This index was built in batches (see `build`), just now: its save is the build's last step."""
-        return "batches" in self.summary.phases_s
+    def save_built(self) -> Path:
+        """`save`, as the last step of `build`: under the heap's build threshold where the build ran under it (in
+        batches), as its own saves did (an editor's later saves are not)."""
+        with heap.large_blocks_given_back() if "batches" in self.summary.phases_s else contextlib.nullcontext():
+            return self.save()
 
     def _build_files(self, files: list[SourceFile], phases: dict[str, float], progress: Progress | None,
                      total: int) -> None:
@@ -661,8 +662,7 @@ class Index:
         index = cls.build(root, config, progress, saved, writing)
         index.notices.extend(notices)
         try:
-            with heap.large_blocks_given_back() if index.built_in_batches else contextlib.nullcontext():
-                index.save()  # as the build's own saves were (an editor's later saves are not)
+            index.save_built()
         except RepocompError as exc:
             index.notice(f"{exc}; working from an index in memory")
         return index
