@@ -125,11 +125,14 @@ def _csr_arrays(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix | PatchedRows,
                    node_fragments: sp.csr_matrix | PatchedRows | None, costs: sp.csr_matrix | PatchedRows,
-                   cutoff: float, max_reach: int = 0, sizes: np.ndarray | None = None) -> sp.csr_matrix:
+                   cutoff: float, max_reach: int = 0, sizes: np.ndarray | None = None,
+                   reached: list[np.ndarray] | None = None) -> sp.csr_matrix:
     """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept.
 
     `fragment_nodes` is the fragment x node membership matrix; `node_fragments` its transpose (node x fragment,
-    its rows sorted where it is patched), passed in when the caller keeps one, else computed here."""
+    its rows sorted where it is patched), passed in when the caller keeps one, else computed here. Where `reached`
+    is given, the nodes that the rows' nodes reach are appended to it (`reached_nodes` of those nodes, found on the
+    way)."""
     f = patched(fragment_nodes)
     n_frag = f.shape[0]
     if sizes is None:  # the fragments' owned lengths, as a caller that keeps F keeps them
@@ -146,6 +149,8 @@ def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix | PatchedRows
         num = sp.csr_matrix((len(chunk), n_frag))
         for at, src in source_chunks(sources):
             strengths = max_product_strengths(costs, src, cutoff, max_reach)  # (len(src), n_nodes)
+            if reached is not None:
+                reached.append(np.unique(strengths.indices))
             part = sub[:, at:at + len(src)].tocsr()
             r, c, v = _fold_rows(chunk, *_csr_arrays(part), *_csr_arrays(strengths), *t_arrays, n_frag,
                                  FANOUT_HUB, FANOUT_WINDOW)

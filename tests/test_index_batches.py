@@ -48,6 +48,22 @@ def test_a_build_in_batches_is_the_build_at_once(repo):
     assert "batches" not in at_once.summary.phases_s  # a folder within one batch is built at once
 
 
+def test_a_batch_is_reached_from_once_its_rows_are_computed_the_refresh_from_the_other_seeds_only(repo, monkeypatch):
+    seeds: list[np.ndarray] = []
+    computed: list[np.ndarray] = []
+    Upkeep = relation_upkeep.RelationUpkeep
+    reach, note_update = Upkeep.reach, Upkeep.note_update
+    monkeypatch.setattr(Upkeep, "reach", lambda self, costs, s: seeds.append(np.asarray(s)) or reach(self, costs, s))
+    monkeypatch.setattr(Upkeep, "note_update", lambda self, touched, *a: computed.append(touched) or
+                        note_update(self, touched, *a))
+    index = Index.build(repo, BATCHED)
+    alive = index.alive_mask()
+    batch_nodes = np.unique(index.upkeep.fragment_nodes.rows(computed[-1][alive[computed[-1]]]).indices)
+    assert len(batch_nodes) and seeds
+    assert not np.isin(seeds[-1], batch_nodes).any()  # the last refresh's reach: none of the last batch's nodes
+    _assert_same(index, Index.build(repo, EXACT))
+
+
 def test_the_walk_of_a_build_in_batches_holds_the_first_batch_of_text_and_counts_the_rest(repo):
     whole = walk_repository(repo, BATCHED)
     walked = walk_repository(repo, BATCHED, keep_chars=BATCHED.index.batch_bytes)

@@ -50,7 +50,7 @@ class RelationUpkeep:
         self._fragment_nodes_t: PatchedRows | None = None
         self._sizes = np.zeros(0)  # F's row sums: each fragment's owned length (Eq. 8's normaliser)
         # graph nodes near changes whose relation rows still await `refresh`
-        self.pending_old = np.zeros(0, np.int64)  # reached from changes in the graph before them
+        self.pending_reached = np.zeros(0, np.int64)  # reached from changes (in the graph before them, or after)
         self.pending_seeds = np.zeros(0, np.int64)  # changed nodes, to reach from in the current graph
         self.pending_rows = np.zeros(0, np.int64)  # fragment rows found stale, not recomputed yet
         # rows computed since the graph last changed: current, whatever reach finds them stale for (an update's own
@@ -114,10 +114,10 @@ class RelationUpkeep:
         return self._fragment_nodes_t
 
     # -- W: computing rows ---------------------------------------------------------------------------------------
-    def _block(self, rows: np.ndarray) -> sp.csr_matrix:
+    def _block(self, rows: np.ndarray, reached: list[np.ndarray] | None = None) -> sp.csr_matrix:
         index, rel = self.index, self.index.config.relations
         block = structure_rows(rows, self.fragment_nodes, self.node_fragments, index.graph.cost_matrix(),
-                               rel.cutoff, rel.max_reach, self._sizes)
+                               rel.cutoff, rel.max_reach, self._sizes, reached)
         if rel.context_weight > 0:
             stride = index.config.fragments.stride
             positions = {int(r): [(loc.path, loc.start_line // stride) for loc in index.fragments[r].locations]
@@ -132,13 +132,14 @@ class RelationUpkeep:
         self._put_rows(np.unique(np.asarray(rows, dtype=np.int64)), progress)
 
     def _put_rows(self, rows: np.ndarray, progress: Progress | None = None,
-                  dead: np.ndarray | None = None) -> None:
-        """These rows (sorted, unique) of W computed afresh, and the `dead` fragments' rows and columns gone."""
+                  dead: np.ndarray | None = None, reached: list[np.ndarray] | None = None) -> None:
+        """These rows (sorted, unique) of W computed afresh, and the `dead` fragments' rows and columns gone (the
+        nodes their nodes reach appended to `reached` where given)."""
         n = len(self.index.fragments)
         dead = np.zeros(0, np.int64) if dead is None else dead
         blocks = []
         for lo in range(0, len(rows), _ROWS_PER_BLOCK):
-            blocks.append(self._block(rows[lo:lo + _ROWS_PER_BLOCK]))
+            blocks.append(self._block(rows[lo:lo + _ROWS_PER_BLOCK], reached))
             if progress:
                 progress(min(lo + _ROWS_PER_BLOCK, len(rows)), len(rows), "relations")
         blocks.append(sp.csr_matrix((len(dead), n), dtype=np.float32))
@@ -231,8 +232,6 @@ class RelationUpkeep:
         The touched rows are recomputed now (or left to `refresh` with `defer`); other rows within reach of the
         change wait for `refresh`, because a popular definition can put thousands of rows within reach of one
         edit. A removed fragment keeps no row and appears in no column."""
-        self.pending_old = np.union1d(self.pending_old, old_reach)
-        self.pending_seeds = np.union1d(self.pending_seeds, new_seeds)
         alive = self.index.fragments.alive_mask()
         dead = np.unique(touched[~alive[touched]])
         if defer:
@@ -240,24 +239,31 @@ class RelationUpkeep:
             now = np.zeros(0, np.int64)
         else:
             now = np.unique(touched[alive[touched]])
-        self._put_rows(now, dead=dead)
+        reached: list[np.ndarray] = []
+        self._put_rows(now, dead=dead, reached=reached)
         self._fresh = now
+        # the touched rows' nodes (most of a batch of new files' seeds) were just reached from: `refresh` reaches
+        # from the other seeds only (the same rows found stale; a reach from every node of a build's batch again
+        # cost as much as computing its rows)
+        self.pending_reached = np.unique(np.concatenate([self.pending_reached, old_reach, *reached]))
+        self.pending_seeds = np.union1d(self.pending_seeds,
+                                        np.setdiff1d(new_seeds, self.fragment_nodes.rows(now).indices))
 
     @property
     def stale(self) -> bool:
-        return len(self.pending_old) > 0 or len(self.pending_seeds) > 0 or len(self.pending_rows) > 0
+        return len(self.pending_reached) > 0 or len(self.pending_seeds) > 0 or len(self.pending_rows) > 0
 
     def refresh(self, max_rows: int | None = None) -> int:
         """Recompute relation rows that earlier updates left stale, at most `max_rows` of them (None: all);
         returns how many were redone. `max_rows` bounds the work of one call, so a caller holding a lock (the
         language server's background upkeep) can do it in slices."""
-        if len(self.pending_old) or len(self.pending_seeds):
+        if len(self.pending_reached) or len(self.pending_seeds):
             new_reach = self.reach(self.index.graph.cost_matrix(), self.pending_seeds.astype(np.int64))
-            nodes = np.union1d(self.pending_old, new_reach).astype(np.int64)
+            nodes = np.union1d(self.pending_reached, new_reach).astype(np.int64)
             nodes = nodes[nodes < self.fragment_nodes.shape[1]]
             rows = np.unique(self.node_fragments.rows(nodes).indices).astype(np.int64)
             self.pending_rows = np.union1d(self.pending_rows, rows)
-            self.pending_old = np.zeros(0, np.int64)
+            self.pending_reached = np.zeros(0, np.int64)
             self.pending_seeds = np.zeros(0, np.int64)
         pending = self.pending_rows[self.pending_rows < len(self.index.fragments)]
         pending = pending[self.index.fragments.alive_mask()[pending]]  # a row that died since needs nothing
@@ -281,7 +287,8 @@ class RelationUpkeep:
         self.pending_rows = remap(self.pending_rows, fragment_map)
         self._fresh = remap(self._fresh, fragment_map)
         # a dead node reaches no fragment any more: dropping it from the pending sets changes nothing
-        self.pending_old, self.pending_seeds = remap(self.pending_old, node_map), remap(self.pending_seeds, node_map)
+        self.pending_reached = remap(self.pending_reached, node_map)
+        self.pending_seeds = remap(self.pending_seeds, node_map)
 
     # -- reading W and F -----------------------------------------------------------------------------------------
     @property
