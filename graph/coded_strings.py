@@ -11,12 +11,15 @@ import numpy as np
 
 
 class CodedStrings:
-    def __init__(self, table: Iterable[str] = (), codes: np.ndarray | None = None) -> None:
+    def __init__(self, table: Iterable[str] = (), codes: np.ndarray | None = None, n: int | None = None) -> None:
+        """`codes`' first `n` (all by default) are the items; any after them, room to append in place."""
         self.table = list(table)
         self._code_of = {value: i for i, value in enumerate(self.table)}
         self._codes = np.zeros(0, np.int32) if codes is None else codes
-        self._n = len(self._codes)
-        if self._n and (int(self._codes.min()) < 0 or int(self._codes.max()) >= len(self.table)):
+        self._n = len(self._codes) if n is None else n
+        if self._n > len(self._codes):
+            raise ValueError("fewer codes than items")
+        if self._n and (int(self.codes.min()) < 0 or int(self.codes.max()) >= len(self.table)):
             raise ValueError("code out of range")
 
     @property

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from graph import maxproduct
 from lsp_server.folder_index import FolderIndex, FolderRegistry, StateCallback
 from repocomp import heap
 
@@ -211,8 +212,9 @@ class ChangeWorker:
                     folder.refreshed_at = time.monotonic()
                     folder.lock.release_write()
                 # caught up after a burst of edits (once per burst, so no rate limit: a trim takes ~1 ms): what
-                # the updates freed goes back to the system
+                # the updates freed goes back to the system, and the pages their graph searches wrote
                 heap.trim(every_s=0)
+                maxproduct.release_work_pages()
                 return False
             if folder.version != folder.saved_version and time.monotonic() - folder.changed_at >= self._save_after_s:
                 self._save(folder)

@@ -179,6 +179,8 @@ def test_updating_a_loaded_index_copies_what_it_writes_never_the_file(repo):
     (repo / "pkg/core.py").unlink()
     loaded.refresh_relations()
     assert file_map(loaded.upkeep._made.data) is not None  # the edits' rows of W wait beside it: W not copied
+    graph = loaded.graph  # the edit's nodes went into the room stored after the graph's node tables: not copied
+    assert all(file_map(t) is not None for t in (graph._alive, graph._length, graph.kind._codes, graph.owner._codes))
     # what a save stores of the locations: the fragments read from the file and those the edits changed, by id
     file_of = {p: i for i, p in enumerate(sorted(loaded.files))}
     by_object = [(f.id, file_of[loc.path], loc.start_line, loc.end_line)

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from graph import csr_rows, maxproduct, relations
 from graph.csr_rows import PatchedRows, replace_rows
-from graph.maxproduct import max_product_strengths
+from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.relations import context_rows, structure_rows, top_k_rows
 
 
@@ -173,3 +173,32 @@ def test_kernels_read_patched_rows_as_the_whole_matrix_hubs_included(monkeypatch
     want = structure_rows(np.arange(12), f.merged(), t.merged(), costs.merged(), 0.05, max_reach=6).toarray()
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert got.any()
+
+
+def test_rows_computed_give_the_nodes_their_nodes_reach_as_reached_nodes_does(monkeypatch):
+    monkeypatch.setattr(maxproduct, "SOURCE_CHUNK", 4)  # several chunks of sources per block of rows
+    rng = np.random.default_rng(3)
+    n = 40
+    g = nx.gnm_random_graph(n, 60, seed=2)
+    costs = _costs(n, [(a, b, float(rng.choice([0.2, 0.5, 0.9]))) for a, b in g.edges()])
+    f = sp.csr_matrix((rng.random((10, n)) < 0.1).astype(np.float64))
+    rows = np.array([1, 4, 7])
+    reached: list[np.ndarray] = []
+    got = structure_rows(rows, f, None, costs, 0.1, max_reach=5, reached=reached)
+    assert len(reached) >= 2
+    want = reached_nodes(costs, np.unique(f[rows].indices), 0.1, max_reach=5)
+    np.testing.assert_array_equal(np.unique(np.concatenate(reached)), want)
+    np.testing.assert_array_equal(got.toarray(), structure_rows(rows, f, None, costs, 0.1, max_reach=5).toarray())
+
+
+def test_the_search_leaves_its_work_arrays_as_it_found_them_and_they_may_be_given_back():
+    rng = np.random.default_rng(4)
+    n = 50
+    g = nx.gnm_random_graph(n, 120, seed=3)
+    costs = _costs(n, [(a, b, float(rng.choice([0.3, 0.6, 1.0]))) for a, b in g.edges()])
+    first = max_product_strengths(costs, np.arange(n), 0.05).toarray()
+    dist, came, _ = maxproduct._spare[0]
+    assert len(came) >= n and not came.any() and dist[:n].any()  # every node unreached again; distances as left
+    maxproduct.release_work_pages()
+    assert not dist.any() and maxproduct._spare[0][0] is dist  # kept, its pages given back (zeros)
+    np.testing.assert_array_equal(max_product_strengths(costs, np.arange(n), 0.05).toarray(), first)

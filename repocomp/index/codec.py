@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _H = TypeVar("_H", bound=Hashable)
 
 _SCAN = 1 << 24  # the texts are searched for newlines this many bytes at a time (a mask of all would be their size)
-SCHEMA = 8  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
+SCHEMA = 9  # bump with any change below or in what parsing stores (the store's FORMAT_VERSION covers the container)
 
 
 class OtherVersionError(ValueError):
@@ -191,10 +191,15 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     arrays["syntax_count"] = np.array([len(n.syntax_edges) for n in nodes], np.int64)
     arrays["call_edges"] = lambda: _cat([n.call_edges.reshape(-1, 2) for n in nodes], np.int64, 2)
     arrays["call_edge_count"] = np.array([len(n.call_edges) for n in nodes], np.int64)
-    graph_kinds, arrays["graph_kind"] = graph.kind.table, graph.kind.codes
-    owners, arrays["graph_owner"] = graph.owner.table, graph.owner.codes
-    arrays["graph_alive"] = lambda: graph.alive.astype(bool)
-    arrays["graph_length"] = lambda: graph.length.astype(np.float64)
+    # each node's kind, owner, liveness and length, stored with room for an eighth more nodes (zeros after them, as
+    # `graph.code_graph._room` grows them): a loaded index's edits add their nodes in place, in the file's private
+    # map, where the first edit grew the four tables into copies (56 MB for a 7.6-million-line monorepo's 3 million
+    # nodes)
+    room = max(graph.n_ids // 8, 1024)
+    graph_kinds, arrays["graph_kind"] = graph.kind.table, lambda: _with_room(graph.kind.codes, room)
+    owners, arrays["graph_owner"] = graph.owner.table, lambda: _with_room(graph.owner.codes, room)
+    arrays["graph_alive"] = lambda: _with_room(graph.alive.astype(bool), room)
+    arrays["graph_length"] = lambda: _with_room(graph.length.astype(np.float64), room)
 
     arrays["locations"] = lambda: index.fragments.location_table(file_of)
     arrays["fragment_alive"] = index.alive_mask()
@@ -226,7 +231,8 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
         "kinds": kinds_table, "def_names": def_names, "call_parts": [list(p) for p in call_parts],
         "fact_strings": fact_strings, "import_strings": import_strings,
         "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
-                  "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()]},
+                  "dirs": [[folder, node, graph._dir_files[folder]] for folder, node in graph.dirs.items()],
+                  "nodes": graph.n_ids},
         "consulted": {p: sorted(keys) for p, keys in index.resolver.consulted.items()},
         "term_index": {"version": TermIndex.STATE_VERSION},
         "symmetric": symmetric,
@@ -268,13 +274,13 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     parses = StoredParses(meta, a)
 
     graph = CodeGraph(meta["graph"]["weights"])
-    graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"])
-    graph.owner = CodedStrings(map(str, meta["graph"]["owners"]), a["graph_owner"])
-    graph.alive = a["graph_alive"].astype(bool, copy=False)  # read in place until an edit grows them
-    graph.length = a["graph_length"].astype(np.float64, copy=False)
-    n_ids = graph.n_ids
-    if not len(graph.owner) == len(a["graph_alive"]) == len(a["graph_length"]) == n_ids:
+    n_ids = int(meta["graph"]["nodes"])
+    if not len(a["graph_kind"]) == len(a["graph_owner"]) == len(a["graph_alive"]) == len(a["graph_length"]) >= n_ids:
         raise ValueError("graph node tables differ in length")
+    graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"], n_ids)
+    graph.owner = CodedStrings(map(str, meta["graph"]["owners"]), a["graph_owner"], n_ids)
+    graph.alive = a["graph_alive"].astype(bool, copy=False)  # read (and grown) in place
+    graph.length = a["graph_length"].astype(np.float64, copy=False)
     for folder, node, count in meta["graph"]["dirs"]:
         graph.dirs[str(folder)], graph._dir_files[str(folder)] = _node(node, n_ids), int(count)
 
@@ -400,6 +406,10 @@ def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_
     m.check_format(full_check=True)
     page_out(file_map(m.data))  # what the check read
     return m
+
+
+def _with_room(a: np.ndarray, room: int) -> np.ndarray:
+    return np.concatenate((a, np.zeros(room, a.dtype)))
 
 
 def _node(value: Any, n_ids: int) -> int:
