@@ -275,7 +275,8 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
 
     graph = CodeGraph(meta["graph"]["weights"])
     n_ids = int(meta["graph"]["nodes"])
-    if not len(a["graph_kind"]) == len(a["graph_owner"]) == len(a["graph_alive"]) == len(a["graph_length"]) >= n_ids:
+    if not len(a["graph_kind"]) == len(a["graph_owner"]) == len(a["graph_alive"]) == len(a["graph_length"]) \
+            >= n_ids >= 0:
         raise ValueError("graph node tables differ in length")
     graph.kind = CodedStrings(map(str, meta["graph"]["kinds"]), a["graph_kind"], n_ids)
     graph.owner = CodedStrings(map(str, meta["graph"]["owners"]), a["graph_owner"], n_ids)

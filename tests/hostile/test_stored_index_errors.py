@@ -69,6 +69,15 @@ def _infinite_count(meta: dict[str, Any]) -> None:
     meta["graph"]["dirs"][0][2] = float("inf")
 
 
+def _nodes_past_the_tables(meta: dict[str, Any]) -> None:
+    """More graph nodes than the node tables hold (they hold the nodes and room for more)."""
+    meta["graph"]["nodes"] = 10**9
+
+
+def _negative_nodes(meta: dict[str, Any]) -> None:
+    meta["graph"]["nodes"] = -1
+
+
 def _complete(home: Path, repo: Path):
     return repocomp(home, "complete", f"{repo / 'shapes.py'}:5", "--backend", "extractive")
 
@@ -136,8 +145,9 @@ def _past_its_table(repo: Path, what: str) -> None:
     write_state(repo / ".repocomp", meta, arrays)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count", "call_site",
-                                    "definition", "kind_code", "import_code", "import_without_name"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad_version_line", "infinite_count", "nodes_past",
+                                    "negative_nodes", "call_site", "definition", "kind_code", "import_code",
+                                    "import_without_name"])
 def test_a_damaged_file_is_corrupt_and_named(repo: Path, damage: str) -> None:
     path = _saved(repo)
     data = path.read_bytes()
@@ -149,6 +159,8 @@ def test_a_damaged_file_is_corrupt_and_named(repo: Path, damage: str) -> None:
         path.write_bytes(MAGIC + b"two\n" + data[len(MAGIC) + 2:])
     elif damage == "infinite_count":
         _edit_header(path, _infinite_count)
+    elif damage in ("nodes_past", "negative_nodes"):
+        _edit_header(path, _nodes_past_the_tables if damage == "nodes_past" else _negative_nodes)
     else:
         _past_its_table(repo, damage)
     with pytest.raises(IndexCorruptError, match=str(path)) as caught:
