@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from graph.coded_strings import CodedStrings
+from graph.coded_strings import CodedStrings, room_for
 from graph.csr_rows import PatchedRows, patched
 from graph.parsing import ParsedFile
 
@@ -74,12 +74,12 @@ class CodeGraph:
         self._length = length
 
     def _new_nodes(self, kinds: Sequence[str], owner: str, lengths: np.ndarray | None = None) -> np.ndarray:
-        """Ids for new nodes. The per-node arrays grow geometrically (`_room`): appending a file's nodes to arrays of the
+        """Ids for new nodes. The per-node arrays grow geometrically (`room_for`): appending a file's nodes to arrays of the
         whole graph copied them all (a 64 MB batch into a 3-million-node graph spent 26 s copying)."""
         start, end = self.n_ids, self.n_ids + len(kinds)
         self.kind.extend(kinds)
         self.owner.repeat(owner, len(kinds))
-        self._alive, self._length = _room(self._alive, end), _room(self._length, end)
+        self._alive, self._length = room_for(self._alive, end), room_for(self._length, end)
         self._alive[start:end] = True
         self._length[start:end] = 0.0 if lengths is None else lengths
         ids = np.arange(start, end, dtype=np.int64)
@@ -317,13 +317,3 @@ class CodeGraph:
                 continue
             g.add_edge(a, b, type=name, weight=self.weights[name])
         return g
-
-
-def _room(a: np.ndarray, size: int) -> np.ndarray:
-    """`a`, or a copy with room for at least `size` entries when it has less: an eighth more than `a` at least, so
-    that appends stay amortized O(1) and a loaded index's first edit does not double arrays of the graph's size."""
-    if len(a) >= size:
-        return a
-    grown = np.zeros(max(size, len(a) + len(a) // 8, 1024), a.dtype)
-    grown[:len(a)] = a
-    return grown

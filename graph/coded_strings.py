@@ -1,6 +1,6 @@
 """A long sequence of strings with few distinct values (each graph node's kind, its owner's path): a table of the
-distinct ones and an int32 code per item, in an array grown by an eighth at a time (as `_room` in
-`graph.code_graph`). A Python list holds a pointer per item: 30 MB per list for the 3.7 million nodes of a
+distinct ones and an int32 code per item, in an array grown by an eighth at a time (`room_for`, as the graph's
+other per-node arrays grow). A Python list holds a pointer per item: 30 MB per list for the 3.7 million nodes of a
 7.6-million-line monorepo; the codes also read in place from the index file."""
 
 from __future__ import annotations
@@ -8,6 +8,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+
+from graph.stored_rows import checked_table
+
+
+def room_for(a: np.ndarray, size: int) -> np.ndarray:
+    """`a`, or a copy (zeros after it) with room for at least `size` entries when it has less: an eighth more than
+    `a` at least, so that appends stay amortized O(1) and a loaded index's first edit does not double arrays of the
+    graph's size."""
+    if len(a) >= size:
+        return a
+    grown = np.zeros(max(size, len(a) + len(a) // 8, 1024), a.dtype)
+    grown[:len(a)] = a
+    return grown
 
 
 class CodedStrings:
@@ -19,8 +32,7 @@ class CodedStrings:
         self._n = len(self._codes) if n is None else n
         if self._n > len(self._codes):
             raise ValueError("fewer codes than items")
-        if self._n and (int(self.codes.min()) < 0 or int(self.codes.max()) >= len(self.table)):
-            raise ValueError("code out of range")
+        checked_table(self.table, self.codes)
 
     @property
     def codes(self) -> np.ndarray:
@@ -58,9 +70,6 @@ class CodedStrings:
 
     def _append(self, codes: np.ndarray) -> None:
         end = self._n + len(codes)
-        if end > len(self._codes):
-            grown = np.zeros(max(end, len(self._codes) + len(self._codes) // 8, 1024), np.int32)
-            grown[:self._n] = self.codes
-            self._codes = grown
+        self._codes = room_for(self._codes, end)
         self._codes[self._n:end] = codes
         self._n = end

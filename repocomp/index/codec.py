@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.code_graph import CodeGraph, FileNodes
-from graph.coded_strings import CodedStrings
+from graph.coded_strings import CodedStrings, room_for
 from graph.resolve import Resolver, make_symbols
 from graph.stored_rows import split
 from repocomp import heap
@@ -191,15 +191,16 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     arrays["syntax_count"] = np.array([len(n.syntax_edges) for n in nodes], np.int64)
     arrays["call_edges"] = lambda: _cat([n.call_edges.reshape(-1, 2) for n in nodes], np.int64, 2)
     arrays["call_edge_count"] = np.array([len(n.call_edges) for n in nodes], np.int64)
-    # each node's kind, owner, liveness and length, stored with room for an eighth more nodes (zeros after them, as
-    # `graph.code_graph._room` grows them): a loaded index's edits add their nodes in place, in the file's private
-    # map, where the first edit grew the four tables into copies (56 MB for a 7.6-million-line monorepo's 3 million
-    # nodes)
-    room = max(graph.n_ids // 8, 1024)
-    graph_kinds, arrays["graph_kind"] = graph.kind.table, lambda: _with_room(graph.kind.codes, room)
-    owners, arrays["graph_owner"] = graph.owner.table, lambda: _with_room(graph.owner.codes, room)
-    arrays["graph_alive"] = lambda: _with_room(graph.alive.astype(bool), room)
-    arrays["graph_length"] = lambda: _with_room(graph.length.astype(np.float64), room)
+    # each node's kind, owner, liveness and length, stored with the room an edit's growth would give them (zeros
+    # after them, `room_for`): a loaded index's edits add their nodes in place, in the file's private map, where the
+    # first edit grew the four tables into copies (56 MB for a 7.6-million-line monorepo's 3 million nodes)
+    def with_room(a: np.ndarray) -> np.ndarray:
+        return room_for(a, len(a) + 1)
+
+    graph_kinds, arrays["graph_kind"] = graph.kind.table, lambda: with_room(graph.kind.codes)
+    owners, arrays["graph_owner"] = graph.owner.table, lambda: with_room(graph.owner.codes)
+    arrays["graph_alive"] = lambda: with_room(graph.alive.astype(bool, copy=False))
+    arrays["graph_length"] = lambda: with_room(graph.length.astype(np.float64, copy=False))
 
     arrays["locations"] = lambda: index.fragments.location_table(file_of)
     arrays["fragment_alive"] = index.alive_mask()
@@ -407,10 +408,6 @@ def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_
     m.check_format(full_check=True)
     page_out(file_map(m.data))  # what the check read
     return m
-
-
-def _with_room(a: np.ndarray, room: int) -> np.ndarray:
-    return np.concatenate((a, np.zeros(room, a.dtype)))
 
 
 def _node(value: Any, n_ids: int) -> int:
