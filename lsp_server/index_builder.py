@@ -134,6 +134,7 @@ def warm_kernels(config: Any) -> None:
     from graph.relations import top_k_rows
     from repocomp.index import Index
     from repocomp.index.term_index import _count_postings
+    from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
 
     if _bounded_dijkstra.signatures and _count_postings.signatures:  # this process has used an index: compiled
         return
@@ -146,7 +147,8 @@ def warm_kernels(config: Any) -> None:
             index.update_files({"b.py": _WARM_FILES["b.py"] + "\n\ndef h():\n    return g()\n"})
             index.refresh_relations()
             index.region_strength("b.py", 0, 3)
-            index.term_index.score("f(x)")  # the first request's kernel
+            index.term_index.score("f(x)")  # the first request's kernels: the postings' count ...
+            StoredVocabulary(*vocabulary_arrays({"f": 0}).values()).find_many(["f", "x"])  # ... a loaded one's ids
         top_k_rows(sp.csr_matrix(np.ones((1, 3))), 1)  # rows longer than top_k: too many fragments for two files
     except Exception:  # e.g. no writable temporary directory: the first edit compiles them, as before
         logger.warning("could not ready the index kernels ahead of the first edit", exc_info=True)

@@ -2,7 +2,8 @@
 
 Candidates (each source below is one entry of `SOURCES`; a candidate keeps every piece of evidence found):
 - imports: names imported from the repository above the cursor (`from x import y`, `import pkg.mod as m`);
-- references: every dotted name in the last `scan_lines` lines before the cursor, resolved through the code
+- references: every dotted name in the last `scan_lines` lines before the cursor (their last `SCAN_CHARS`
+  characters), resolved through the code
   graph's symbols (`m.f`, `Class.method`, `self.method`/`cls.method`, a constant), through the classes that
   variables were assigned instances of (`self.enc = Encoder(...)` then `self.enc.forward`), `super().m`, and a
   called method name that only one class of the repository defines;
@@ -217,6 +218,10 @@ def _scan_range(state: BufferState, cfg: DefinitionsConfig) -> range:
     return range(max(0, state.cursor_line - cfg.scan_lines), min(state.cursor_line + 1, len(state.lines)))
 
 
+# characters scanned at most, the last of the range: more than the prompt shows of the code before the cursor
+# (a few thousand tokens); a 990 kB minified line took seconds of Python per request
+SCAN_CHARS = 1 << 16
+_NOT_NAME = re.compile(r"[^\w.]")
 _STRINGS = re.compile(r"(\"[^\"\n]*\"|'[^'\n]*')")
 _COMMENT = re.compile(r"#[^\n]*")
 _SLASH_COMMENT = re.compile(r"//[^\n]*")
@@ -227,11 +232,18 @@ def _code_lines(state: BufferState, cfg: DefinitionsConfig) -> dict[int, str]:
     one regex pass over the whole range."""
     if not state.code:
         span = _scan_range(state, cfg)
+        text = "\n".join(state.lines[span.start:span.stop])
+        first = span.start
+        if len(text) > SCAN_CHARS:  # the end of the range only, from a name's start (a minified file's one line)
+            boundary = _NOT_NAME.search(text, len(text) - SCAN_CHARS)
+            cut = boundary.end() if boundary else len(text)
+            first += text.count("\n", 0, cut)
+            text = text[cut:]
         comment = _COMMENT if state.language == "python" else _SLASH_COMMENT
-        text = comment.sub("", _STRINGS.sub('""', "\n".join(state.lines[span.start:span.stop])))
+        text = comment.sub("", _STRINGS.sub('""', text))
         if state.language == "rust":
             text = text.replace("::", ".")  # `Type::new` is a dotted name like `m.f`
-        state.code = dict(zip(span, text.split("\n")))
+        state.code = dict(zip(range(first, span.stop), text.split("\n")))
     return state.code
 
 

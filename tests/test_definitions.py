@@ -11,7 +11,7 @@ from configs import prompt_config
 
 from graph.lookup import DefRef
 from repocomp.config import Config, DefinitionsConfig
-from repocomp.definitions import BufferState, Candidate, DefinitionFinder
+from repocomp.definitions import SCAN_CHARS, BufferState, Candidate, DefinitionFinder
 from repocomp.index import Index
 from repocomp.model_defaults import resolve_config
 from repocomp.pipeline import Completer
@@ -153,6 +153,19 @@ def test_candidates_from_each_source(index: Index) -> None:
     assert "forward" not in {n for n, c in found.items() if c.prefix}
     # nothing at or after the cursor was read: the line being typed is not a reference
     assert all(c.last_reference is None or c.last_reference < cursor for c in found.values())
+
+
+def test_references_are_read_from_the_last_scan_chars_of_a_long_line(index: Index) -> None:
+    # a minified file's one line: only its end before the cursor is scanned (the prompt shows no more of it)
+    header = "\n".join(APP.split("\n")[:3])
+    filler = "q = 1; " * (SCAN_CHARS // 7 + 10)
+    text = f"{header}\ny = helper(1); {filler}z = SCALE + L.Encoder\n"
+    finder, state = _state(index, text, 4, 0)
+    sources = {name: {e.source for e in c.evidence} for name, c in _by_name(state).items()}
+    assert "reference" in sources["SCALE"] and "reference" in sources["Encoder"]  # near the cursor
+    assert sources["helper"] == {"import"}  # its use is more than SCAN_CHARS before the cursor
+    assert all(len(code) <= SCAN_CHARS for code in state.code.values())
+    index.update_file("app.py", text=APP)
 
 
 def test_similar_fragments_calls_are_evidence(index: Index) -> None:

@@ -288,6 +288,20 @@ def test_cli_complete_json_and_explain(tmp_path: Path, capsys: pytest.CaptureFix
         _cli(["complete", f"{repo / 'hole.py'}:99"])
 
 
+def test_the_cli_imports_only_the_named_subcommand_and_all_of_them_for_help() -> None:
+    import subprocess
+    import sys
+
+    check = ("import sys; from repocomp.cli import build_parser; "
+             "p = build_parser(sys.argv[1:]); print(sorted(p._subparsers._group_actions[0].choices), "
+             "'lsprotocol' in sys.modules)")
+    run = [sys.executable, "-c", check]
+    one = subprocess.run([*run, "-v", "complete", "a.py:3"], capture_output=True, text=True, timeout=120, check=True)
+    assert one.stdout.split() == ["['complete']", "False"]  # a completion does not load the server's protocol
+    every = subprocess.run([*run, "--help-me"], capture_output=True, text=True, timeout=120, check=True)
+    assert every.stdout.startswith("['bench', 'complete', 'eval', 'index', 'memory', 'model', 'serve']")
+
+
 def _scripted_retrieval(comp: Completer, ranked: list[list[str]]) -> None:
     """Each request's round 1 retrieves the files of `ranked[i]`, best first (one whole-file block each)."""
     from repocomp.results import ContextBlock

@@ -208,7 +208,11 @@ def test_a_stored_vocabulary_finds_every_token_by_its_crc_as_the_dict_did() -> N
     assert dict(stored.items()) == vocab and list(stored) == list(vocab)
     assert stored.get("name3000") is None and "nam" not in stored and "name1" in stored
     assert not stored._known  # lookups (a query's) keep nothing; an edit's `ids` remember what they found
+    # a query's distinct tokens at once: the same ids, -1 for a token not held (a prefix, a longer name, nothing)
+    assert stored.find_many([*vocab, "name3000", "nam", ""]).tolist() == [*vocab.values(), -1, -1, -1]
+    assert stored.find_many([]).tolist() == []
     assert stored.ids(["brand_new", "name7"]) == [len(vocab), vocab["name7"]] and stored["brand_new"] == len(vocab)
+    assert stored.find_many(["brand_new", "name7"]).tolist() == [len(vocab), vocab["name7"]]  # added since the load
     again = StoredVocabulary(**{k if k != "bytes" else "blob": v for k, v in stored.arrays().items()})
     assert dict(again.items()) == dict(stored.items()) and again["brand_new"] == len(vocab)
     empty = vocabulary_arrays({})

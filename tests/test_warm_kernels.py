@@ -22,10 +22,11 @@ from graph.relations import _fold_rows, _top_k_mask
 from lsp_server.index_builder import warm_kernels
 from repocomp.index import Index
 from repocomp.index.term_index import _count_postings
+from repocomp.index.vocabulary import _probe_many
 
 def compiled():
     return [sorted(map(str, kernel.signatures)) for kernel in (_bounded_dijkstra, _top_k_mask, _fold_rows,
-                                                          _count_postings)]
+                                                          _count_postings, _probe_many)]
 
 root, warm = Path(sys.argv[1]), sys.argv[2] == "warm"
 index = Index.open(root, build=False)
@@ -58,10 +59,10 @@ def test_warm_kernels_compiles_what_the_first_edit_of_a_loaded_index_needs(tmp_p
     Index.open(repo).save()
 
     cold = _edit(repo, "cold")
-    assert cold["loaded"] == [[], [], [], []]  # loading a stored index runs no kernel
-    assert all(cold["edited"])  # the first edit and query need all four
+    assert cold["loaded"] == [[], [], [], [], []]  # loading a stored index runs no kernel
+    assert all(cold["edited"])  # the first edit and query need all five
     warm = _edit(repo, "warm")
-    assert warm["loaded"] == [[], [], [], []]
+    assert warm["loaded"] == [[], [], [], [], []]
     assert warm["warmed"] == cold["edited"]  # the same specializations, before the edit
     assert warm["edited"] == warm["warmed"]  # the edit compiles nothing more
 

@@ -14,11 +14,14 @@ from repocomp.text import encodable
 _SUBCOMMANDS = ("index", "complete", "eval", "serve", "bench", "model", "memory")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser for `argv`: with only its subcommand's module imported when it names one (the benchmarks' and the
+    server's imports took a second before a `complete`), with all of them otherwise (`--help`, a wrong name)."""
     parser = argparse.ArgumentParser(prog="repocomp", description="Repository-level code completion.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in _SUBCOMMANDS:
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name in (named,) if named in _SUBCOMMANDS else _SUBCOMMANDS:
         module = importlib.import_module(f"repocomp.cli.{name}")
         module.register(sub)
     return parser
@@ -26,8 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     _escape_unencodable_output()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ import scipy.sparse as sp
 from graph.csr_rows import replace_rows
 from repocomp.config import SIMILARITIES
 from repocomp.index.store import Chunks
-from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
+from repocomp.index.vocabulary import StoredVocabulary, term_ids, vocabulary_arrays
 from repocomp.tokenize import code_tokens
 
 __all__ = ["TermIndex", "StateVersionError"]
@@ -357,13 +358,12 @@ class TermIndex:
     def _query_terms(self, query: str) -> tuple[np.ndarray, np.ndarray, int]:
         """Known query term ids, their counts in the query, and the query's distinct-token count."""
         toks = code_tokens(query)
-        distinct = set(toks)
-        ids = {t: self.vocab.get(t) for t in distinct}  # one lookup per distinct token
-        known = [i for t in toks if (i := ids[t]) is not None]
-        if not known:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32), len(distinct)
-        terms, counts = np.unique(np.asarray(known, np.int64), return_counts=True)
-        return terms, counts.astype(np.float32), len(distinct)
+        per_token = Counter(toks)
+        ids = term_ids(self.vocab, list(per_token))  # one lookup per distinct token
+        counts = np.fromiter(per_token.values(), np.float32, len(per_token))
+        known = ids >= 0
+        order = np.argsort(ids[known])  # distinct tokens have distinct ids: sorted, they are the unique terms
+        return ids[known][order], counts[known][order], len(per_token)
 
     def _idf(self) -> np.ndarray:
         if self._idf_cache is not None and self._idf_cache[0] == self._version:

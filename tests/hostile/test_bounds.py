@@ -33,8 +33,8 @@ from graph.maxproduct import HUB_DEGREE, HUB_WINDOW, max_product_strengths
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ADDRESS_SPACE = 3 << 30  # bytes: a safety net for the old code, far above what the new code uses
 # docs/security.md's figures (CPU s, peak RSS MB) and the bounds here, about three times them
-MINJS_INDEX = (3.6, 229)
-MINJS_COMPLETE = (2.8, 195)
+MINJS_INDEX = (4.6, 291)
+MINJS_COMPLETE = (3.1, 266)
 ENDLESS_LINE_FIGURES = (3.3, 199)  # wall s, peak RSS MB
 ENDLESS_EVENTS_GENERATION_S = 0.15
 
