@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from graph.csr_rows import PatchedRows, patched
 from graph.maxproduct import lower_bound, max_product_strengths, source_chunks
 
-_ROW_CHUNK = 2048  # fragment rows folded at once: bounds the memory of the intermediate products
+ROW_CHUNK = 2048  # fragment rows folded at once: bounds the memory of the intermediate products
 FANOUT_HUB = 1024  # a node in more fragments than this lends its text locally (see above) ...
 FANOUT_WINDOW = 64  # ... to this many fragments either side of the row's
 
@@ -63,7 +63,7 @@ def top_k_rows(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
     return sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fold_rows(centres, f_ptr, f_idx, f_val, d_ptr, d_idx, d_val, t_ptr, t_idx, t_val, t_where, tp_ptr, tp_idx,
                tp_val, n_frag, hub, window):  # pragma: no cover - compiled
     """(F D F^T) triples for rows with fragment ids `centres`: F rows (over D's sources), D (sources x nodes),
@@ -126,13 +126,13 @@ def _csr_arrays(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix | PatchedRows,
                    node_fragments: sp.csr_matrix | PatchedRows | None, costs: sp.csr_matrix | PatchedRows,
                    cutoff: float, max_reach: int = 0, sizes: np.ndarray | None = None,
-                   reached: list[np.ndarray] | None = None) -> sp.csr_matrix:
+                   reached: list[np.ndarray] | None = None, row_chunk: int = ROW_CHUNK) -> sp.csr_matrix:
     """Eq. 8 for the given fragment rows against every fragment: (len(rows), n_fragments), diagonal kept.
 
     `fragment_nodes` is the fragment x node membership matrix; `node_fragments` its transpose (node x fragment,
     its rows sorted where it is patched), passed in when the caller keeps one, else computed here. Where `reached`
     is given, the nodes that the rows' nodes reach are appended to it (`reached_nodes` of those nodes, found on the
-    way)."""
+    way). `row_chunk` rows are folded at once (callers that run several at once give each a share)."""
     f = patched(fragment_nodes)
     n_frag = f.shape[0]
     if sizes is None:  # the fragments' owned lengths, as a caller that keeps F keeps them
@@ -141,8 +141,8 @@ def structure_rows(rows: np.ndarray, fragment_nodes: sp.csr_matrix | PatchedRows
         node_fragments = f.merged().T.tocsr()
     t_arrays = patched(node_fragments).arrays()  # rows sorted: hub nodes find the row's neighbourhood by search
     blocks = []
-    for lo in range(0, len(rows), _ROW_CHUNK):
-        chunk = np.asarray(rows[lo:lo + _ROW_CHUNK], dtype=np.int64)
+    for lo in range(0, len(rows), row_chunk):
+        chunk = np.asarray(rows[lo:lo + row_chunk], dtype=np.int64)
         sub = f.rows(chunk)
         sources = np.unique(sub.indices)
         sub = sub[:, sources].tocsc()  # columns re-indexed to the sources' order

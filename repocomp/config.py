@@ -89,13 +89,26 @@ class IndexConfig:
     # added as an update and saved, so that an interrupted build resumes and the language server answers from the
     # part already indexed
     batch_bytes: int = 64 << 20
+    # threads that compute relation rows at once (a block of rows each; the kernels run outside the interpreter's
+    # lock) when many rows are made: a build, a batch; 0 = one per core this process may use, at most 8
+    threads: int = 0
 
     def validate(self) -> None:
+        check_setting(0 <= self.threads <= 64, "threads must be in 0..64")
         check_setting(0 < self.max_file_bytes <= 1 << 30, "max_file_bytes must be in 1..1073741824 (1 GiB)")
         check_setting(1 <= self.batch_bytes <= 1 << 36, "batch_bytes must be in 1..68719476736 (64 GiB)")
         check_setting(0 < self.max_files <= 10_000_000, "max_files must be in 1..10000000")
         check_setting(0 < self.max_total_bytes <= 1 << 36, "max_total_bytes must be in 1..68719476736 (64 GiB)")
         check_setting(1 <= self.max_memory_mb <= 1 << 20, "max_memory_mb must be in 1..1048576 (1 TiB)")
+
+    def relation_threads(self) -> int:
+        if self.threads:
+            return self.threads
+        try:
+            cores = len(os.sched_getaffinity(0))  # a container's or `taskset`'s share, not the machine's
+        except AttributeError:  # no affinity call here (macOS, Windows)
+            cores = os.cpu_count() or 1
+        return max(1, min(8, cores))
 
     def text_budget(self) -> tuple[int, str]:
         """The source text a folder may index, in characters, and the setting that bounds it."""

@@ -158,7 +158,7 @@ def test_the_index_command_resumes_an_interrupted_build(repo, capsys):
     with pytest.raises(Interrupted):
         Index.build(repo, BATCHED.replace("relations", top_k=32, context_weight=0.0), checkpoint=crash)
     assert main(["index", str(repo), "--config", str(config), "--json"]) == 0
-    loaded = Index.load(repo, EXACT.replace("index", batch_bytes=200).replace("relations", top_k=32,
+    loaded = Index.load(repo, EXACT.replace("index", batch_bytes=200, threads=3).replace("relations", top_k=32,
                                                                               context_weight=0.0))
     assert loaded.summary.pending_files == 0 and len(loaded.files) == len(Index.build(repo, EXACT).files)
 
@@ -190,6 +190,22 @@ def test_the_server_reads_a_partial_index_without_waiting_for_a_batch(repo):
         writer.join(10)
     folder.state = "ready"
     assert asyncio.run(read()) is index
+
+
+def test_relation_rows_computed_by_several_threads_are_the_rows_one_thread_computes(repo, monkeypatch):
+    monkeypatch.setattr(relation_upkeep, "_ROWS_PER_BLOCK", 2)  # the fixture's rows in many blocks
+    ran_in: list[str] = []
+    block = relation_upkeep.RelationUpkeep._block
+    monkeypatch.setattr(relation_upkeep.RelationUpkeep, "_block",
+                        lambda self, *a: ran_in.append(threading.current_thread().name) or block(self, *a))
+    threaded = Index.build(repo, EXACT.replace("index", threads=3))
+    assert len(ran_in) > 3 and all(name.startswith("relations") for name in ran_in)  # the pool's threads
+    ran_in.clear()
+    one = Index.build(repo, EXACT.replace("index", threads=1))
+    assert ran_in and threading.main_thread().name in ran_in and not any(n.startswith("relations") for n in ran_in)
+    _assert_same(threaded, one)
+    threaded.save()
+    _assert_same(Index.load(repo, EXACT.replace("index", threads=1)), one)  # how many threads: not a rebuild
 
 
 def test_the_batch_size_is_not_a_reason_to_rebuild(repo):

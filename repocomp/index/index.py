@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 _MIN_DEAD_IDS = 4096
 # settings whose change invalidates a stored index, less those that only say how it is built
 _STRUCTURAL_SECTIONS = ("index", "fragments", "graph", "relations")
-_HOW_BUILT = {"batch_bytes"}
+_HOW_BUILT = {"batch_bytes", "threads"}
 
 Checkpoint = Callable[["Index"], object]  # sees the index between two batches of a build (what it returns: unused)
 Writing = Callable[[], AbstractContextManager[Any]]  # held while a batch changes the index

@@ -9,8 +9,10 @@ recomputes every row within reach of those nodes, in slices if asked, after whic
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,7 +21,8 @@ from scipy.sparse.csgraph import dijkstra
 
 from graph.csr_rows import PatchedRows, drop_columns, patched, replace_rows, with_columns
 from graph.maxproduct import max_product_strengths, reached_nodes
-from graph.relations import combine, context_rows, drop_diagonal, structure_rows, top_k_rows
+from graph.relations import ROW_CHUNK, combine, context_rows, drop_diagonal, structure_rows, top_k_rows
+from repocomp import heap
 from repocomp.index.fragments import window_spans
 
 if TYPE_CHECKING:
@@ -114,10 +117,11 @@ class RelationUpkeep:
         return self._fragment_nodes_t
 
     # -- W: computing rows ---------------------------------------------------------------------------------------
-    def _block(self, rows: np.ndarray, reached: list[np.ndarray] | None = None) -> sp.csr_matrix:
+    def _block(self, rows: np.ndarray, reached: list[np.ndarray] | None = None, row_chunk: int = ROW_CHUNK
+               ) -> sp.csr_matrix:
         index, rel = self.index, self.index.config.relations
         block = structure_rows(rows, self.fragment_nodes, self.node_fragments, index.graph.cost_matrix(),
-                               rel.cutoff, rel.max_reach, self._sizes, reached)
+                               rel.cutoff, rel.max_reach, self._sizes, reached, row_chunk)
         if rel.context_weight > 0:
             stride = index.config.fragments.stride
             positions = {int(r): [(loc.path, loc.start_line // stride) for loc in index.fragments[r].locations]
@@ -126,6 +130,33 @@ class RelationUpkeep:
             ctx = context_rows(rows, positions, file_windows, len(index.fragments), rel.context_weight, rel.cutoff)
             block = combine(block, ctx, rel.context_combine)
         return top_k_rows(drop_diagonal(block, rows), rel.top_k).astype(np.float32)
+
+    def _blocks(self, rows: np.ndarray, reached: list[np.ndarray] | None, progress: Progress | None
+                ) -> list[sp.csr_matrix]:
+        """These rows of W in blocks of `_ROWS_PER_BLOCK`, in order, up to `[index] threads` blocks computed at once
+        (the kernels, most of the time, run outside the interpreter's lock), each folding its share of the rows
+        one thread would (the products in flight take the memory of one thread's)."""
+        starts = range(0, len(rows), _ROWS_PER_BLOCK)
+        threads = min(self.index.config.index.relation_threads(), len(starts))
+
+        def block_at(lo: int) -> sp.csr_matrix:
+            block = self._block(rows[lo:lo + _ROWS_PER_BLOCK], reached, max(1, ROW_CHUNK // threads))
+            if threads > 1:  # each thread's malloc arena kept what its products freed (400 MB more at two threads)
+                heap.trim(every_s=0)
+            return block
+
+        blocks: list[sp.csr_matrix] = []
+        with contextlib.ExitStack() as stack:
+            computed: Iterator[sp.csr_matrix] = map(block_at, starts)
+            if threads > 1:
+                _ = self.node_fragments, self.index.graph.cost_matrix()  # made once, before the threads read them
+                pool = stack.enter_context(ThreadPoolExecutor(threads, thread_name_prefix="relations"))
+                computed = pool.map(block_at, starts)
+            for lo, block in zip(starts, computed):
+                blocks.append(block)
+                if progress:
+                    progress(min(lo + _ROWS_PER_BLOCK, len(rows)), len(rows), "relations")
+        return blocks
 
     def recompute(self, rows: np.ndarray, progress: Progress | None = None) -> None:
         """Replace these rows of W by freshly computed ones (all rows at build time)."""
@@ -137,11 +168,7 @@ class RelationUpkeep:
         nodes their nodes reach appended to `reached` where given)."""
         n = len(self.index.fragments)
         dead = np.zeros(0, np.int64) if dead is None else dead
-        blocks = []
-        for lo in range(0, len(rows), _ROWS_PER_BLOCK):
-            blocks.append(self._block(rows[lo:lo + _ROWS_PER_BLOCK], reached))
-            if progress:
-                progress(min(lo + _ROWS_PER_BLOCK, len(rows)), len(rows), "relations")
+        blocks = self._blocks(rows, reached, progress)
         blocks.append(sp.csr_matrix((len(dead), n), dtype=np.float32))
         new = sp.vstack(blocks, format="csr", dtype=np.float32)
         new.eliminate_zeros()
