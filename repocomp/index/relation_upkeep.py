@@ -135,13 +135,13 @@ class RelationUpkeep:
                 ) -> list[sp.csr_matrix]:
         """These rows of W in blocks of `_ROWS_PER_BLOCK`, in order, up to `[index] threads` blocks computed at once
         (the kernels, most of the time, run outside the interpreter's lock), each folding its share of the rows
-        one thread would (the products in flight take the memory of one thread's)."""
+        one thread would fold at once."""
         starts = range(0, len(rows), _ROWS_PER_BLOCK)
         threads = min(self.index.config.index.relation_threads(), len(starts))
 
         def block_at(lo: int) -> sp.csr_matrix:
             block = self._block(rows[lo:lo + _ROWS_PER_BLOCK], reached, max(1, ROW_CHUNK // threads))
-            if threads > 1:  # each thread's malloc arena kept what its products freed (400 MB more at two threads)
+            if threads > 1:  # each thread's malloc arena kept what its products freed (200 MB more at two threads)
                 heap.trim(every_s=0)
             return block
 

@@ -36,15 +36,21 @@ _CRC_TABLE = _crc_table()
 
 
 @numba.njit(cache=True)
+def _crc32(buf, start, stop, table):  # pragma: no cover - compiled
+    """zlib's CRC-32 of buf[start:stop]."""
+    c = 0xFFFFFFFF
+    for j in range(start, stop):
+        c = table[(c ^ buf[j]) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+@numba.njit(cache=True)
 def _fill_slots(blob: np.ndarray, ends: np.ndarray, table: np.ndarray, slots: np.ndarray) -> None:  # pragma: no cover
     """Put each token's id in its CRC-32's slot or the next free one (`slots` all -1, at least twice the tokens)."""
     mask = len(slots) - 1
     start = 0
     for i in range(len(ends)):
-        c = 0xFFFFFFFF
-        for j in range(start, ends[i]):
-            c = table[(c ^ blob[j]) & 0xFF] ^ (c >> 8)
-        s = (c ^ 0xFFFFFFFF) & mask
+        s = _crc32(blob, start, ends[i], table) & mask
         while slots[s] >= 0:
             s = (s + 1) & mask
         slots[s] = i
@@ -58,10 +64,7 @@ def _probe_many(blob, ends, slots, table, keys, key_ends, out):  # pragma: no co
     start = 0
     for k in range(len(key_ends)):
         stop = key_ends[k]
-        c = 0xFFFFFFFF
-        for j in range(start, stop):
-            c = table[(c ^ keys[j]) & 0xFF] ^ (c >> 8)
-        s = (c ^ 0xFFFFFFFF) & mask
+        s = _crc32(keys, start, stop, table) & mask
         out[k] = -1
         while slots[s] >= 0:  # at most half full (checked at load): a free slot ends every probe
             i = slots[s]
@@ -100,14 +103,14 @@ def vocabulary_arrays(vocab: Mapping[str, int]) -> dict[str, np.ndarray]:
     return _arrays(blob, len(tokens))
 
 
-def _arrays_ends(blob: np.ndarray, n: int) -> np.ndarray:
+def _token_ends(blob: np.ndarray, n: int) -> np.ndarray:
     """Where each of the `n` '\\n'-separated tokens of `blob` ends."""
     ends = np.flatnonzero(blob == _SEP)
     return np.append(ends, len(blob)).astype(np.int64) if n else ends.astype(np.int64)
 
 
 def _arrays(blob: np.ndarray, n: int) -> dict[str, np.ndarray]:
-    ends = _arrays_ends(blob, n)
+    ends = _token_ends(blob, n)
     return {"bytes": blob, "ends": ends, "slots": _slots_for(blob, ends)}
 
 
@@ -170,7 +173,7 @@ class StoredVocabulary(Mapping[str, int]):
         if not tokens:
             return out
         keys = np.frombuffer("\n".join(tokens).encode("utf-8", "surrogatepass"), np.uint8)
-        _probe_many(self._blob, self._ends, self._slots, _CRC_TABLE, keys, _arrays_ends(keys, len(tokens)), out)
+        _probe_many(self._blob, self._ends, self._slots, _CRC_TABLE, keys, _token_ends(keys, len(tokens)), out)
         if self._added:
             for k in np.flatnonzero(out < 0).tolist():
                 out[k] = self._added.get(tokens[k], -1)
