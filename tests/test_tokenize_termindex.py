@@ -6,11 +6,13 @@ import math
 import pickle
 import random
 import time
+import zlib
 
 import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
+from repocomp.index import vocabulary
 from repocomp.index.store import whole
 from repocomp.index.term_index import TermIndex
 from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
@@ -198,9 +200,12 @@ TRICKY_TOKENS = ["x", "self", "naïve", "变量", "𝑓", "\ud800lone", "0x1F", 
 
 
 def test_a_stored_vocabulary_finds_every_token_by_its_crc_as_the_dict_did() -> None:
-    """The compiled fill and the lookup in Python hash alike (zlib's CRC-32), multi-byte and lone-surrogate
+    """The compiled fill and probe hash as zlib's CRC-32 does (the stored format), multi-byte and lone-surrogate
     tokens included; tokens added after the load get the ids given, and the arrays made again hold them too."""
     vocab = {tok: i for i, tok in enumerate(TRICKY_TOKENS + [f"name{i}" for i in range(3000)])}
+    for tok in TRICKY_TOKENS:
+        key = np.frombuffer(tok.encode("utf-8", "surrogatepass"), np.uint8)
+        assert vocabulary._crc32(key, 0, len(key), vocabulary._CRC_TABLE) == zlib.crc32(key.tobytes())
     arrays = vocabulary_arrays(vocab)
     assert len(arrays["slots"]) >= 2 * len(vocab) and (arrays["slots"] >= 0).sum() == len(vocab)
     stored = StoredVocabulary(arrays["bytes"], arrays["ends"], arrays["slots"])
