@@ -89,8 +89,9 @@ class IndexConfig:
     # added as an update and saved, so that an interrupted build resumes and the language server answers from the
     # part already indexed
     batch_bytes: int = 64 << 20
-    # threads that compute relation rows at once (a block of rows each; the kernels run outside the interpreter's
-    # lock) when many rows are made: a build, a batch; 0 = one per core this process may use, at most 8
+    # cores a build (or a batch) uses: threads that compute relation rows at once (a block of rows each; the kernels
+    # run outside the interpreter's lock) and processes that parse its files; 0 = one per core this process may
+    # use, at most 8
     threads: int = 0
 
     def validate(self) -> None:
@@ -101,7 +102,7 @@ class IndexConfig:
         check_setting(0 < self.max_total_bytes <= 1 << 36, "max_total_bytes must be in 1..68719476736 (64 GiB)")
         check_setting(1 <= self.max_memory_mb <= 1 << 20, "max_memory_mb must be in 1..1048576 (1 TiB)")
 
-    def relation_threads(self) -> int:
+    def build_cores(self) -> int:
         if self.threads:
             return self.threads
         try:

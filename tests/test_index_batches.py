@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from test_index_store import EXACT, FIXTURE, _assert_same
 
-from graph import csr_rows
+from graph import csr_rows, parse_pool
 from lsp_server.folder_index import FolderIndex
 from repocomp import heap
 from repocomp.cli import main
@@ -192,17 +193,24 @@ def test_the_server_reads_a_partial_index_without_waiting_for_a_batch(repo):
     assert asyncio.run(read()) is index
 
 
-def test_relation_rows_computed_by_several_threads_are_the_rows_one_thread_computes(repo, monkeypatch):
+def test_a_build_on_several_cores_is_the_build_on_one(repo, monkeypatch):
+    # relation rows in several threads, files parsed in worker processes
     monkeypatch.setattr(relation_upkeep, "_ROWS_PER_BLOCK", 2)  # the fixture's rows in many blocks
+    monkeypatch.setattr(parse_pool, "POOL_CHARS", 1)  # and its files in chunks of a few, parsed by workers
+    monkeypatch.setattr(parse_pool, "CHUNK_CHARS", 500)
+    workers: list[object] = []
+    popen = subprocess.Popen
+    monkeypatch.setattr(parse_pool.subprocess, "Popen", lambda *a, **k: workers.append(a) or popen(*a, **k))
     ran_in: list[str] = []
     block = relation_upkeep.RelationUpkeep._block
     monkeypatch.setattr(relation_upkeep.RelationUpkeep, "_block",
                         lambda self, *a: ran_in.append(threading.current_thread().name) or block(self, *a))
     threaded = Index.build(repo, EXACT.replace("index", threads=3))
     assert len(ran_in) > 3 and all(name.startswith("relations") for name in ran_in)  # the pool's threads
+    assert len(workers) == 3
     ran_in.clear()
     one = Index.build(repo, EXACT.replace("index", threads=1))
-    assert ran_in and threading.main_thread().name in ran_in and not any(n.startswith("relations") for n in ran_in)
+    assert len(workers) == 3 and ran_in and threading.main_thread().name in ran_in and not any(n.startswith("relations") for n in ran_in)
     _assert_same(threaded, one)
     threaded.save()
     _assert_same(Index.load(repo, EXACT.replace("index", threads=1)), one)  # how many threads: not a rebuild

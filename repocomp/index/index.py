@@ -23,7 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
-from graph.parsing import MAX_DEPTH, parse_source
+from graph.parse_pool import parsed_files
+from graph.parsing import MAX_DEPTH, ParsedFile, parse_source
 from graph.resolve import Resolver, make_symbols
 from repocomp import heap
 from repocomp.config import Config, load_config
@@ -190,8 +191,9 @@ class Index:
                      total: int) -> None:
         """Index `files` into this empty index at once: parse, graph, relations, term index."""
         t = time.perf_counter()
-        for n, source in enumerate(files):
-            self._add_file(source.path, source.language, source.text)
+        parsed = parsed_files([(f.text, f.language) for f in files], self.config.index.build_cores())
+        for n, (source, parse) in enumerate(zip(files, parsed)):
+            self._add_file(source.path, source.language, source.text, parse)
             if progress and (n % 16 == 0 or n + 1 == len(files)):
                 progress(n + 1, total, "parse")
         phases["parse"] = time.perf_counter() - t
@@ -250,8 +252,8 @@ class Index:
         finally:
             self.term_index.folds_deferred = self.upkeep.folds_deferred = self.graph.folds_deferred = False
 
-    def _add_file(self, path: str, language: str, text: str) -> FileEntry:
-        parsed = parse_source(text, language)
+    def _add_file(self, path: str, language: str, text: str, parsed: ParsedFile | None = None) -> FileEntry:
+        parsed = parsed or parse_source(text, language)
         nodes = self.graph.set_file(path, parsed)
         self.resolver.set_file(make_symbols(path, parsed))
         starts = line_starts(text)
@@ -373,10 +375,10 @@ class Index:
         touched_frags: set[int] = set()
         for path in new_texts:
             touched_frags |= self._drop_file(path)
-        for path in new_paths:
-            added = new_texts[path]
-            assert added is not None  # new_paths: the changes that leave a text
-            touched_frags |= set(self._add_file(path, *added).windows.tolist())
+        added = [(path, kept) for path in new_paths if (kept := new_texts[path]) is not None]  # (language, text)
+        parsed = parsed_files([(text, language) for _, (language, text) in added], self.config.index.build_cores())
+        for (path, (language, text)), parse in zip(added, parsed):
+            touched_frags |= set(self._add_file(path, language, text, parse).windows.tolist())
         # a window kept (same text) keeps its id and its term row; only new and removed ids change the term index
         dead_frags = self.fragments.release(touched_frags)
         retexted = sorted(set(dead_frags) | {i for i in touched_frags if i >= n_before})

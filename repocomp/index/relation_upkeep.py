@@ -137,7 +137,7 @@ class RelationUpkeep:
         (the kernels, most of the time, run outside the interpreter's lock), each folding its share of the rows
         one thread would fold at once."""
         starts = range(0, len(rows), _ROWS_PER_BLOCK)
-        threads = min(self.index.config.index.relation_threads(), len(starts))
+        threads = min(self.index.config.index.build_cores(), len(starts))
 
         def block_at(lo: int) -> sp.csr_matrix:
             block = self._block(rows[lo:lo + _ROWS_PER_BLOCK], reached, max(1, ROW_CHUNK // threads))
