@@ -17,8 +17,9 @@ from graph import csr_rows, parse_pool
 from lsp_server.folder_index import FolderIndex
 from repocomp import heap
 from repocomp.cli import main
+from repocomp.errors import IndexCorruptError
 from repocomp.index import Index, relation_upkeep, term_index
-from repocomp.index.store import file_map
+from repocomp.index.store import file_map, read_state, write_state
 from repocomp.index.vocabulary import StoredVocabulary
 from repocomp.index.walk import walk_repository
 
@@ -285,3 +286,32 @@ def test_a_build_in_batches_maps_its_large_blocks_apart_and_a_build_at_once_does
         return seen
 
     assert building(BATCHED) == {1} and building(EXACT) == {0} and heap._building == 0
+
+
+def test_rows_later_batches_leave_stale_are_kept_by_the_partial_saves_and_recomputed_once_at_the_end(repo,
+                                                                                                     monkeypatch):
+    refreshed: list[int] = []
+    refresh = relation_upkeep.RelationUpkeep.refresh
+    monkeypatch.setattr(relation_upkeep.RelationUpkeep, "refresh",
+                        lambda self, *a: refreshed.append(refresh(self, *a)) or refreshed[-1])
+    kept: list[np.ndarray] = []
+
+    def checkpoint(index: Index) -> None:
+        index.save()  # a partial index: saved with its stale rows listed, not recomputed
+        kept.append(index.upkeep.pending_rows.copy())
+        loaded = Index.load(repo, BATCHED)
+        assert np.array_equal(loaded.upkeep.pending_rows, kept[-1]) and loaded.relations_stale == bool(len(kept[-1]))
+
+    index = Index.build(repo, BATCHED, checkpoint=checkpoint)
+    assert len(kept) >= 3 and any(len(rows) for rows in kept)  # batches reach the rows of earlier ones ...
+    assert len([n for n in refreshed if n]) == 1 and refreshed[-1] >= max(map(len, kept))  # ... made once, at the end
+    assert not index.relations_stale
+    _assert_same(index, Index.build(repo, EXACT))
+
+
+def test_stale_rows_out_of_range_are_a_corrupt_index(repo):
+    Index.build(repo, BATCHED).save()
+    meta, arrays = read_state(repo / ".repocomp")
+    write_state(repo / ".repocomp", meta, arrays | {"stale_rows": np.array([0, len(arrays["fragment_alive"])])})
+    with pytest.raises(IndexCorruptError, match="stale relation rows"):
+        Index.load(repo, BATCHED)

@@ -204,6 +204,7 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
 
     arrays["locations"] = lambda: index.fragments.location_table(file_of)
     arrays["fragment_alive"] = index.alive_mask()
+    arrays["stale_rows"] = index.upkeep.stale_rows()  # a partial build's: what its end recomputes (see `save`)
 
     term = index.term_index.state_pieces()
     for key in TermIndex.STATE_ARRAYS:
@@ -309,6 +310,11 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         raise ValueError("window fragment out of range")
     index.fragments = FragmentStore(stored=_stored_fragments(a, entries, (text_start, first_newline, newlines)))
     _read_matrices(index, meta, a, n_frags, n_ids)
+    stale = a.get("stale_rows", np.zeros(0, np.int64))  # (a file written before partial builds kept them: none)
+    if stale.ndim != 1 or stale.dtype.kind != "i" or (len(stale) and not (
+            0 <= stale[0] and stale[-1] < n_frags and (np.diff(stale) > 0).all())):
+        raise ValueError("stale relation rows out of range")
+    index.upkeep.pending_rows = stale.astype(np.int64)
     term = meta["term_index"] | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS}
     if len(term["alive"]) != n_frags:
         raise ValueError("term index rows are not the fragments")

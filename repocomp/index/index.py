@@ -215,7 +215,8 @@ class Index:
 
     def _add_batches(self, batches: list[Batch], phases: dict[str, float], progress: Progress | None,
                      checkpoint: Checkpoint | None, writing: Writing) -> None:
-        """Add each batch of files as one update, relations refreshed (see `build`)."""
+        """Add each batch of files as one update; the relation rows of earlier batches that the later ones leave
+        stale are recomputed once, after the last (a popular definition is within reach of every batch)."""
         t = time.perf_counter()
         pending = sum(len(b) for b in batches)
         done = first_done = len(self.files)
@@ -227,13 +228,15 @@ class Index:
                 checkpoint(self)
             with writing(), self._folds_deferred(checkpoint is not None):
                 self.update_files(dict(batch))
-                self.refresh_relations()
+                self.upkeep.stale_rows()  # the rows it leaves stale, recomputed once at the end
             pending -= len(batch)
             done += len(batch)
             if progress:
                 progress(done, done + pending, "batch")
         self.summary.pending_files = 0
         if done > first_done:
+            with writing(), self._folds_deferred(checkpoint is not None):
+                self.refresh_relations(progress=progress)
             phases["batches"] = time.perf_counter() - t
 
     @contextlib.contextmanager
@@ -454,10 +457,10 @@ class Index:
     def relations_stale(self) -> bool:
         return self.upkeep.stale
 
-    def refresh_relations(self, max_rows: int | None = None) -> int:
+    def refresh_relations(self, max_rows: int | None = None, progress: Progress | None = None) -> int:
         """Recompute stale relation rows (at most `max_rows`); once `relations_stale` is False, W equals a full
         rebuild's."""
-        return self.upkeep.refresh(max_rows)
+        return self.upkeep.refresh(max_rows, progress)
 
     def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray:
         return self.upkeep.region_strength(path, start_line, end_line)
@@ -499,8 +502,12 @@ class Index:
         s.parse_errors = sum(1 for e in self.files.values() if e.parsed.has_errors)
 
     def save(self) -> Path:
-        """Write the index file; a repository that cannot be written gets it in the user's cache (said once)."""
-        self.refresh_relations()
+        """Write the index file; a repository that cannot be written gets it in the user's cache (said once).
+
+        Stale relation rows are recomputed first, but for a partial build's (files still to come): it keeps them
+        listed, for the refresh at the build's end (or its resumption)."""
+        if self.summary.pending_files == 0:
+            self.refresh_relations()
         t = time.perf_counter()
         page_out(self._mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
         meta, arrays = index_codec.encode(self)

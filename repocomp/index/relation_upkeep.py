@@ -280,10 +280,10 @@ class RelationUpkeep:
     def stale(self) -> bool:
         return len(self.pending_reached) > 0 or len(self.pending_seeds) > 0 or len(self.pending_rows) > 0
 
-    def refresh(self, max_rows: int | None = None) -> int:
-        """Recompute relation rows that earlier updates left stale, at most `max_rows` of them (None: all);
-        returns how many were redone. `max_rows` bounds the work of one call, so a caller holding a lock (the
-        language server's background upkeep) can do it in slices."""
+    def stale_rows(self) -> np.ndarray:
+        """The rows earlier updates left stale, the nodes near them found as rows now (sorted, unique): what
+        `refresh` recomputes, and what a partial build's save keeps for the refresh at its end. Found after each
+        batch of a build, since the next one's rows are the only ones then known to be current (`_fresh`)."""
         if len(self.pending_reached) or len(self.pending_seeds):
             new_reach = self.reach(self.index.graph.cost_matrix(), self.pending_seeds.astype(np.int64))
             nodes = np.union1d(self.pending_reached, new_reach).astype(np.int64)
@@ -294,11 +294,18 @@ class RelationUpkeep:
             self.pending_seeds = np.zeros(0, np.int64)
         pending = self.pending_rows[self.pending_rows < len(self.index.fragments)]
         pending = pending[self.index.fragments.alive_mask()[pending]]  # a row that died since needs nothing
-        pending = np.setdiff1d(pending, self._fresh, assume_unique=True)
+        self.pending_rows = np.setdiff1d(pending, self._fresh, assume_unique=True)
+        return self.pending_rows
+
+    def refresh(self, max_rows: int | None = None, progress: Progress | None = None) -> int:
+        """Recompute relation rows that earlier updates left stale, at most `max_rows` of them (None: all);
+        returns how many were redone. `max_rows` bounds the work of one call, so a caller holding a lock (the
+        language server's background upkeep) can do it in slices."""
+        pending = self.stale_rows()
         now, self.pending_rows = (pending, pending[:0]) if max_rows is None else (pending[:max_rows],
                                                                                   pending[max_rows:])
         if len(now):
-            self.recompute(now)
+            self.recompute(now, progress)
             self._fresh = np.union1d(self._fresh, now)
         return len(now)
 
