@@ -31,8 +31,7 @@ print(json.dumps({"phases_s": index.summary.phases_s, "total_s": total, "fragmen
                   "lines": sum(e.parsed.n_lines for e in index.files.values()), "warnings": index.summary.warnings,
                   "relation_bytes": int(w.data.nbytes + w.indices.nbytes + w.indptr.nbytes),
                   "index_bytes": index.summary.index_bytes,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
@@ -204,7 +203,6 @@ def run(args: argparse.Namespace) -> int:
         "nodes": last["nodes"], "phase_median_s": med,
         "total_median_s": statistics.median(b["total_s"] for b in builds),
         "peak_rss_mb_max": max(b["peak_rss_mb"] for b in builds),
-        "parse_worker_peak_mb_max": max(b["worker_peak_mb"] for b in builds),
         "relation_bytes_per_fragment": last["relation_bytes"] / max(1, last["fragments"]),
         "index_mb": last["index_bytes"] / 1e6,
     }
@@ -221,8 +219,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {k:<12} {v:8.3f} s")
     print(f"  {'total':<12} {result['total_median_s']:8.3f} s")
     print(f"  peak RSS     {result['peak_rss_mb_max']:8.0f} MB (max over runs)")
-    if result["parse_worker_peak_mb_max"]:  # beside the build while it parses (graph.parse_pool)
-        print(f"  parse worker {result['parse_worker_peak_mb_max']:8.0f} MB at most, each")
     print(f"  relations    {result['relation_bytes_per_fragment']:8.0f} B/fragment; index {result['index_mb']:.1f} MB")
     if args.updates > 0:
         u, r = result["update_ms"], result["refresh_ms"]
