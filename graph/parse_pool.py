@@ -12,6 +12,7 @@ language server's).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import struct
@@ -38,7 +39,7 @@ def parsed_files(sources: list[Source], workers: int) -> Iterator[ParsedFile]:
     more and the source is large. Workers that cannot start or stop (one killed) are said once and the rest is
     parsed here: nothing is lost."""
     done = 0
-    if workers > 1 and sum(len(text) for text, _ in sources) >= POOL_CHARS:
+    if workers > 1 and sys.executable and sum(len(text) for text, _ in sources) >= POOL_CHARS:
         try:
             for parsed in _pooled(sources, workers):
                 yield parsed
@@ -70,14 +71,14 @@ def _pooled(sources: list[Source], workers: int) -> Iterator[ParsedFile]:
     # that may be a repository being indexed (its files are never run)
     home = str(Path(__file__).resolve().parents[1])
     procs: list[subprocess.Popen[bytes]] = []
+    feeders: list[threading.Thread] = []
     try:
         for _ in range(workers):
             procs.append(subprocess.Popen([sys.executable, "-m", "graph.parse_pool"], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, cwd=home))
-        feeders = [threading.Thread(target=_feed, args=(p.stdin, chunks[w::workers]), daemon=True)
-                   for w, p in enumerate(procs)]
-        for feeder in feeders:
-            feeder.start()
+        for w, p in enumerate(procs):
+            feeders.append(threading.Thread(target=_feed, args=(p.stdin, chunks[w::workers]), daemon=True))
+            feeders[-1].start()
         for n, chunk in enumerate(chunks):
             stdout = procs[n % workers].stdout
             assert stdout is not None
@@ -88,10 +89,14 @@ def _pooled(sources: list[Source], workers: int) -> Iterator[ParsedFile]:
     finally:
         for p in procs:
             p.kill()  # done, or a caller that stopped early: the queued chunks are not parsed
+        for feeder in feeders:  # its writes fail at once now
+            feeder.join(10)
+        for p in procs:
             p.wait()
             for pipe in (p.stdin, p.stdout):
                 if pipe is not None:
-                    pipe.close()
+                    with contextlib.suppress(OSError, ValueError):  # what a stopped worker's pipe held unsent
+                        pipe.close()
 
 
 def _feed(stdin: IO[bytes] | None, chunks: list[list[Source]]) -> None:

@@ -98,6 +98,14 @@ def test_a_worker_killed_half_way_loses_no_file(small_pool, caplog):
     assert "parse workers stopped" in caplog.text
 
 
+def test_a_caller_that_stops_early_stops_the_workers(small_pool, caplog):
+    parsed = parse_pool.parsed_files(_sources() * 10, workers=2)
+    next(parsed)
+    with caplog.at_level(logging.WARNING, logger="graph.parse_pool"):
+        parsed.close()
+    assert len(small_pool) == 2 and all(p.poll() is not None for p in small_pool) and caplog.text == ""
+
+
 def test_a_file_a_worker_fails_on_raises_here_as_in_process(small_pool):
     sources = _sources()[:4] + [("x = 1\n", "cobol")] + _sources()[:2]
     with pytest.raises(Exception) as in_process:
