@@ -256,7 +256,7 @@ class Index:
             self.term_index.folds_deferred = self.upkeep.folds_deferred = self.graph.folds_deferred = False
 
     def _add_file(self, path: str, language: str, text: str, parsed: ParsedFile | None = None) -> FileEntry:
-        parsed = parsed or parse_source(text, language)
+        parsed = parsed if parsed is not None else parse_source(text, language)
         nodes = self.graph.set_file(path, parsed)
         self.resolver.set_file(make_symbols(path, parsed))
         starts = line_starts(text)
