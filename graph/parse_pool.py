@@ -77,11 +77,12 @@ def _pooled(sources: list[Source], workers: int) -> Iterator[ParsedFile]:
             procs.append(subprocess.Popen([sys.executable, "-m", "graph.parse_pool"], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, cwd=home))
         for w, p in enumerate(procs):
+            assert p.stdin is not None  # (piped)
             feeders.append(threading.Thread(target=_feed, args=(p.stdin, chunks[w::workers]), daemon=True))
             feeders[-1].start()
         for n, chunk in enumerate(chunks):
             stdout = procs[n % workers].stdout
-            assert stdout is not None
+            assert stdout is not None  # (piped)
             results = _read(stdout)
             for parsed, (text, language) in zip(results, chunk):
                 # a file the worker could not parse is parsed here, so that its error is this process's
@@ -99,18 +100,16 @@ def _pooled(sources: list[Source], workers: int) -> Iterator[ParsedFile]:
                         pipe.close()
 
 
-def _feed(stdin: IO[bytes] | None, chunks: list[list[Source]]) -> None:
+def _feed(stdin: IO[bytes], chunks: list[list[Source]]) -> None:
     try:
         for chunk in chunks:
             _write(stdin, chunk)
-        if stdin is not None:
-            stdin.close()
+        stdin.close()
     except (OSError, ValueError):  # the worker was stopped (its pipe broken or closed): the reader says so
         pass
 
 
-def _write(pipe: IO[bytes] | None, value: Any) -> None:
-    assert pipe is not None
+def _write(pipe: IO[bytes], value: Any) -> None:
     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     pipe.write(_HEADER.pack(len(data)) + data)
     pipe.flush()

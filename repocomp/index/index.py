@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
 from graph.parse_pool import parsed_files
-from graph.parsing import MAX_DEPTH, ParsedFile, parse_source
+from graph.parsing import MAX_DEPTH, ParsedFile
 from graph.resolve import Resolver, make_symbols
 from repocomp import heap
 from repocomp.config import Config, load_config
@@ -255,8 +255,7 @@ class Index:
         finally:
             self.term_index.folds_deferred = self.upkeep.folds_deferred = self.graph.folds_deferred = False
 
-    def _add_file(self, path: str, language: str, text: str, parsed: ParsedFile | None = None) -> FileEntry:
-        parsed = parsed if parsed is not None else parse_source(text, language)
+    def _add_file(self, path: str, language: str, text: str, parsed: ParsedFile) -> FileEntry:
         nodes = self.graph.set_file(path, parsed)
         self.resolver.set_file(make_symbols(path, parsed))
         starts = line_starts(text)
