@@ -148,11 +148,16 @@ class Session:
             content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
 
     def insert(self, uri: str, line: int, character: int, text: str) -> None:
+        self.replace_range(uri, line, character, line, character, text)
+
+    def replace_range(self, uri: str, start_line: int, start_char: int, end_line: int, end_char: int,
+                      text: str) -> None:
         self.versions[uri] += 1
-        pos = types.Position(line=line, character=character)
+        rng = types.Range(start=types.Position(line=start_line, character=start_char),
+                          end=types.Position(line=end_line, character=end_char))
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
-            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=text)]))
+            content_changes=[types.TextDocumentContentChangePartial(range=rng, text=text)]))
 
     def close(self, uri: str) -> None:
         self.client.text_document_did_close(types.DidCloseTextDocumentParams(

@@ -40,6 +40,7 @@ MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle
 BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers", "llamacpp")
 EVAL_BACKENDS = ("none",) + tuple(n for n in BACKEND_NAMES if n != "auto")  # none: retrieval only
 FIM_FORMATS = ("none", "codellama", "starcoder", "qwen")
+FIM_AT = ("always", "rule")  # where a FIM prompt reads the code after the cursor (repocomp.suffix)
 PROMPT_LAYOUTS = ("comments", "files")  # RepoCoder's commented blocks; Qwen2.5-Coder's repository files
 SIMILARITIES = ("jaccard", "bm25")
 
@@ -226,6 +227,10 @@ class PromptConfig:
     # model that has their tokens, else RepoCoder's comment layout without FIM
     fim: str = "auto"  # "auto", "none", "codellama", "starcoder" or "qwen"
     layout: str = "auto"  # "auto", "comments" (RepoCoder) or "files" (<|file_sep|>PATH blocks, Qwen2.5-Coder)
+    # where a FIM prompt reads the code after the cursor: "always", or "rule" (only where it continues the
+    # cursor's line: repocomp.suffix); elsewhere the prompt is the prefix only
+    fim_at: str = "always"
+    suffix_lines: int = 0  # the most lines after the cursor's a FIM prompt reads; 0 = up to a quarter of context_tokens
     tokenizer: str = ""  # local tokenizer dir; empty = the model's when local, else a code-aware estimate
 
     def validate(self) -> None:
@@ -236,6 +241,8 @@ class PromptConfig:
         check_setting(self.fim in ("auto", *FIM_FORMATS), f"fim must be one of auto, {', '.join(FIM_FORMATS)}")
         check_setting(self.layout in ("auto", *PROMPT_LAYOUTS),
                       f"layout must be one of auto, {', '.join(PROMPT_LAYOUTS)}")
+        check_setting(self.fim_at in FIM_AT, f"fim_at must be one of {', '.join(FIM_AT)}")
+        check_setting(0 <= self.suffix_lines <= 10_000, "suffix_lines must be in 0..10000 (0 = a quarter of the budget)")
 
 
 @dataclass(frozen=True)

@@ -517,7 +517,7 @@ class Completer:
         if self.backend is None:
             return Generation("", "none")
         bc = self.config.backend
-        text, space = split_trailing_space(prompt.text) if self.config.prompt.fim == "none" else (prompt.text, "")
+        text, space = split_trailing_space(prompt.text) if prompt.fim == "none" else (prompt.text, "")
         # Every round stops where postprocessing would cut: a later round's query uses the draft's first lines,
         # and tokens past the cut cost a model on 2 cores about 40 ms each for nothing the user sees.
         # The model-free backend copies from candidates: the session's edits shown in the prompt come first (what

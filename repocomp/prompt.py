@@ -42,6 +42,7 @@ from pathlib import Path
 from repocomp.config import FIM_FORMATS, DefinitionsConfig, PromptConfig
 from repocomp.errors import RepocompError
 from repocomp.languages import rules_for, rules_for_path
+from repocomp.suffix import continues_below, suffix_lines
 from repocomp.text import encodable
 from repocomp.tokenize import code_tokens
 
@@ -302,6 +303,7 @@ class Prompt:
     context: str  # in-file context kept before the cursor
     suffix: str  # in-file text kept after the cursor (FIM only; "" otherwise)
     tokens: int
+    fim: str = "none"  # the fill-in-the-middle format this prompt was written in ("none": the prefix only)
     definitions: tuple[DefinitionBlock, ...] = ()  # in prompt order (best last)
     shown: tuple[ShownRun, ...] = ()  # every run of repository lines shown, definitions then similar code
     recent: tuple[RecentSource, ...] = ()  # the session memory's entries shown, in prompt order
@@ -619,6 +621,7 @@ class _InFile:
     context: str  # the lines before the cursor that fit
     suffix: str  # the lines after it that fit (FIM only)
     tokens: int
+    fim: str  # the FIM format the prompt is written in ("none" where the suffix is not read)
 
 
 def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, config: PromptConfig,
@@ -657,21 +660,29 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     head = _sections(blocks, defs, recent_shown, markers, definitions.first)
     head = opening + head + closing if opening else (head + closing if head else "")
     # the repository layout names the cursor's file before its code: FIM's prefix starts after that name
-    text = head + format_fim(config.fim, in_file.context, in_file.suffix) if opening else \
-        format_fim(config.fim, head + in_file.context, in_file.suffix)
+    text = head + format_fim(in_file.fim, in_file.context, in_file.suffix) if opening else \
+        format_fim(in_file.fim, head + in_file.context, in_file.suffix)
     tokens = in_file.tokens + packed_tokens + recent_used + frame_tokens
     if recent_shown and not blocks and not defs:
         tokens += count("\n")
     return Prompt(text=text, blocks=blocks, context=in_file.context, suffix=in_file.suffix, tokens=tokens,
+                  fim=in_file.fim,
                   definitions=defs, shown=_shown_runs(blocks, defs), recent=tuple(reversed(recent_shown)))
 
 
 def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter) -> _InFile:
-    """The code around the cursor that fits `config.context_tokens` (the suffix at most a quarter, FIM only)."""
-    kept = _head_that_fits(suffix, config.context_tokens // 4, count) if config.fim != "none" and suffix else ""
+    """The code around the cursor that fits `config.context_tokens`: with FIM where `config.fim_at` reads the
+    suffix (`repocomp.suffix`; with no code after the cursor the FIM format stays, as left-context tasks measured
+    it), its first `config.suffix_lines` lines within a quarter of the budget."""
+    fim = config.fim
+    if fim != "none" and config.fim_at == "rule" and suffix.strip() and not continues_below(prefix, suffix):
+        fim = "none"
+    kept = ""
+    if fim != "none" and suffix:
+        kept = _head_that_fits(suffix_lines(suffix, config.suffix_lines), config.context_tokens // 4, count)
     kept_tokens = count(kept) if kept else 0
     context = _tail_that_fits(prefix, config.context_tokens - kept_tokens, count)
-    return _InFile(context, kept, count(context) + kept_tokens)
+    return _InFile(context, kept, count(context) + kept_tokens, fim)
 
 
 def _markers(config: PromptConfig, place: Place) -> Markers:

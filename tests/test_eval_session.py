@@ -21,6 +21,7 @@ from repocomp.eval.session_tasks import (
     make_session_tasks,
     materialize,
     open_history,
+    session_buffer,
     typed_texts,
 )
 from repocomp.eval.tasks import load_tasks, write_tasks
@@ -151,7 +152,8 @@ def history(tmp_path_factory) -> Path:
 
 def _material(task) -> str:
     s = task.metadata["session"]
-    return "\n".join([task.prompt, s["before_hole"], json.dumps(s["files"]), json.dumps(s["events"])])
+    return "\n".join([task.prompt, s["before_hole"], s["after_hole"], json.dumps(s["files"]),
+                      json.dumps(s["events"])])
 
 
 def test_commit_filter(history):
@@ -235,6 +237,32 @@ def test_nothing_after_the_hole_leaks(history):
         assert seen == set(range(1, k))  # and everything typed before it is there
         events = json.dumps(t.metadata["session"]["events"])
         assert {int(m) for m in re.findall(r"TOK(\d{3})", events)} == seen  # the memory's share too
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_after_hole_is_the_buffer_below_the_hole(history, seed):
+    """The code after the cursor a session task carries is the buffer's below the hole at that moment: the typed
+    file is exactly `before_hole` + `after_hole`, the editor's buffer has an empty line at the hole, and no line
+    the developer typed at or after the hole is in it (the planted tokens are all added lines)."""
+    tasks = make_session_tasks(history, n=1000, seed=seed, per_commit=1000, min_chars=1)
+    assert sum(t.metadata["session"]["hunk"] > 0 for t in tasks) >= 10
+    for t in tasks:
+        s = t.metadata["session"]
+
+        def parent(rel, sha=s["parent"]):
+            return _git(history, "show", f"{sha}:{rel}")
+        assert typed_texts(t, parent)[t.path] == s["before_hole"] + s["after_hole"]
+        lines = session_buffer(s).split("\n")
+        assert lines[t.line_no] == "" and "\n".join(lines[:t.line_no]) + "\n" == s["before_hole"]
+        assert "\n".join(lines[t.line_no + 1:]) == s["after_hole"]
+        assert "TOK" not in s["after_hole"]  # nothing typed later; what was typed earlier is above the hole
+        src = next(f["from"] for f in s["files"] if f["path"] == t.path)
+        assert (parent(src) if src else "").endswith(s["after_hole"])  # the parent's code: later hunks not typed
+
+
+def test_session_buffer_needs_after_hole():
+    with pytest.raises(Exception, match="make-tasks"):
+        session_buffer({"before_hole": "x = 1\n"})
 
 
 def test_apply_edit_checks_the_text():

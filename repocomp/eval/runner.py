@@ -53,6 +53,7 @@ class EvalOptions:
     backend: str = "none"
     workers: int = 1
     memory: bool = True  # session tasks: replay the session into a SessionMemory (False: --no-memory)
+    editor: bool = False  # the buffer as an editor sends it: the code after the hole too (`--editor`)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -96,6 +97,14 @@ def task_buffer(task: Task, disk_lines: list[str] | None) -> tuple[str, int]:
     lines = above + prompt_lines
     text = "\n".join(lines) + "\n" if lines else ""
     return text, len(lines)
+
+
+def editor_buffer(task: Task, disk_lines: list[str]) -> tuple[str, int]:
+    """The hole's file as an editor has it when the developer is about to write the hole: `task_buffer`'s lines,
+    the hole's lines emptied into one empty line, then the rest of the file as it stood."""
+    text, line = task_buffer(task, disk_lines)
+    after = disk_lines[task.line_no + task.ground_truth.count("\n") + 1:]
+    return text + "\n".join([""] + after) if after else text, line
 
 
 def lines_outside(task: Task, n_lines: int) -> str:
@@ -155,7 +164,7 @@ class RepoEvaluator:
                     on_record(error_record(task, self.options, f"{task.repo}/{path}: {outside}"))
                     continue
                 t0 = time.perf_counter()
-                text, line = task_buffer(task, disk)
+                text, line = editor_buffer(task, disk) if self.options.editor else task_buffer(task, disk)
                 if text != current:
                     self._update(path, text)  # the index sees the file only up to the hole
                     current = text

@@ -14,6 +14,9 @@ A task is a RepoEval record (`prompt`, `metadata`: `task_id`, `ground_truth` = t
     repo, commit, parent            the repository's name and the commit (whose parent's tree is the start)
     hunk, hunks                     the hole's hunk (0-based, in typing order) and the commit's number of hunks
     before_hole                     the hole's file as typed, up to the hole (lines [0, line_no), newline-ended)
+    after_hole                      the buffer's text below the hole's (empty) line at that moment: the parent's
+                                    code below the typed part of the hunk (its removed lines gone), the lines of
+                                    the hunks typed before it; never a line the developer typed later
     files                           [{path, from, status}] the files opened before the hole, in order: `from` is
                                     the path in the parent's tree it starts from (null: a new file, empty), status
                                     M (modified), A (added) or R (renamed from `from`)
@@ -24,6 +27,10 @@ A task is a RepoEval record (`prompt`, `metadata`: `task_id`, `ground_truth` = t
                                     since the session started (the runner puts the session in the recent past)
 The edits are the diff: applied to the parent's files they give every typed file (`typed_texts`). Nothing typed
 at or after the hole is in a task except `ground_truth`.
+
+The buffer an editor has at the hole (`session_buffer`) is `before_hole`, the empty hole line and `after_hole`;
+with `repocomp eval --editor` the engine gets that buffer (the code after the cursor too) and the index holds it,
+otherwise the file up to the hole, as the line tasks' RepoCoder protocol has it.
 
 Running (`run_session_tasks`, called by the runner for tasks of kind "session"): the parent's tree is checked out
 once into the user's cache (keyed by repository and sha) and indexed there (`Index.open`, stored beside it, so
@@ -399,7 +406,8 @@ def _commit_tasks(name: str, commit: str, parent: str, changes: list[FileChange]
             lines = [ln.rstrip("\n") for ln in before]
             prompt, start = _prompt_for(lines, hole, prompt_tokens)
             session = {"repo": name, "commit": commit, "parent": parent, "hunk": g, "hunks": len(steps),
-                       "before_hole": "".join(before), "files": partial.files, "events": partial.events}
+                       "before_hole": "".join(before), "after_hole": "".join(partial.buffers[fc.path][hole:]),
+                       "files": partial.files, "events": partial.events}
             tasks.append(Task(task_id=f"{name}/session/{commit[:12]}/{len(tasks)}", repo=name, path=fc.path,
                               prompt=prompt, ground_truth=h.inserted[j].rstrip("\n"), line_no=hole,
                               context_start_lineno=start, kind=SESSION_KIND, language=language_for(fc.path) or "",
@@ -504,6 +512,15 @@ def typed_texts(task: Task, parent_text: Callable[[str], str | None]) -> dict[st
     return texts
 
 
+def session_buffer(session: dict[str, Any]) -> str:
+    """The hole's buffer as the editor has it: the typed lines above, the empty hole line, the code below."""
+    if "after_hole" not in session:
+        raise RepocompError("the task has no after_hole (made before tasks carried the code after the cursor): "
+                            "make the tasks again with `repocomp eval make-tasks --kind session`")
+    after = session["after_hole"]
+    return session["before_hole"] + ("\n" + after if after else "")
+
+
 def _session(task: Task) -> dict[str, Any]:
     session = task.metadata.get("session")
     if not isinstance(session, dict) or not {"commit", "parent", "before_hole", "files", "events"} <= set(session):
@@ -585,7 +602,9 @@ class SessionEvaluator:
                     before = session["before_hole"]
                     if not texts.get(task.path, "").startswith(before) or before.count("\n") != task.line_no:
                         raise RepocompError(f"{task.task_id}: before_hole is not the typed file up to line_no")
-                    texts[task.path] = before  # the hole's file up to the hole, as the line tasks see it
+                    # the hole's file up to the hole, as the line tasks see it, or the editor's whole buffer
+                    buffer = session_buffer(session) if self.options.editor else before
+                    texts[task.path] = buffer
                     removed = {f["from"] for f in session["files"] if f.get("status") == "R" and f.get("from")}
                     self._set_state(texts, removed - set(texts))
                     memory = None
@@ -597,7 +616,7 @@ class SessionEvaluator:
                     summary_ms = await self._summarize(memory)
                     t1 = time.perf_counter()
                     result = await self.completer.acomplete(
-                        task.path, before, task.line_no, 0, mode=self.options.mode,
+                        task.path, buffer, task.line_no, 0, mode=self.options.mode,
                         oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
                         kind=COMPLETION_KIND.get(task.kind, "line"), context_start_line=task.context_start_lineno,
                         trace=True)
@@ -705,5 +724,6 @@ __all__ = [
     "open_history",
     "replay_events",
     "run_session_tasks",
+    "session_buffer",
     "typed_texts",
 ]

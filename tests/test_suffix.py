@@ -1,0 +1,74 @@
+"""Where a fill-in-the-middle prompt reads the code after the cursor (`[prompt] fim_at`, `suffix_lines`): the rule's
+cases give the prompts they should."""
+
+import pytest
+
+from repocomp.prompt import Place, build_prompt
+from repocomp.suffix import continues_below, expected_indent, suffix_lines
+from tests.configs import prompt_config
+
+CALL_OPEN = "def send(client):\n    response = client.post(\n        url,\n"
+BLOCK_ABOVE = "def send(client):\n    response = client.post(url)\n"
+PLACE = Place("pkg/main.py", 3, repo="shop")
+
+
+def _fim(prefix: str, suffix: str, **overrides) -> str:
+    config = prompt_config(fim="qwen", layout="files", **overrides)
+    return build_prompt([], prefix, suffix, config, place=PLACE).text
+
+
+@pytest.mark.parametrize("prefix, suffix, continues", [
+    ("x = compute(", "a, b)\nprint(x)", True),  # inside a line: the rest of it follows
+    (CALL_OPEN, "\n    )\n    return response", True),  # an empty line before the bracket the prefix opened
+    (BLOCK_ABOVE, "\n    return response\n", False),  # an empty line before unrelated code at the same depth
+    (BLOCK_ABOVE, "\n        retry(response)\n", True),  # the code below is deeper: the line opens its block
+    ("def f():\n", "\n    return 1\n", False),  # a body's first line: the rest of the body is not its continuation
+    (BLOCK_ABOVE, "\n)\n", False),  # a closing bracket that nothing open matches
+    ("x = [1, 2]\n", "\n\n\n", False),  # nothing below
+    (CALL_OPEN, "   \n    )", True),  # only spaces after the cursor on its line: the next line decides
+    ('s = "(" + f(\n', "\n)", True),  # a bracket inside a string is not code
+])
+def test_rule_cases(prefix, suffix, continues):
+    assert continues_below(prefix, suffix) is continues
+
+
+def test_expected_indent_follows_the_editor():
+    assert expected_indent("def f():\n") == 4  # auto-indent after a block opener
+    assert expected_indent("def f():\n    x = 1\n") == 4
+    assert expected_indent("def f():\n    x = 1\n  ") == 2  # what is typed wins
+    assert expected_indent("def f():\n    x = g(") == 4
+
+
+def test_prompts_under_the_rule():
+    """Inside a line and before a closing bracket the prompt is FIM with the suffix; before unrelated code it is
+    exactly the prefix-only prompt, as with `fim = "none"`."""
+    rule = {"fim_at": "rule"}
+    inside = _fim("x = compute(", "a, b)\nprint(x)", **rule)
+    assert inside.endswith("<|fim_prefix|>x = compute(<|fim_suffix|>a, b)\nprint(x)<|fim_middle|>")
+    bracket = _fim(CALL_OPEN, "\n    )\n    return response", **rule)
+    assert bracket.endswith(f"<|fim_prefix|>{CALL_OPEN}<|fim_suffix|>\n    )\n    return response<|fim_middle|>")
+    unrelated = _fim(BLOCK_ABOVE, "\n    return response\n", **rule)
+    plain = build_prompt([], BLOCK_ABOVE, "\n    return response\n", prompt_config(fim="none", layout="files"),
+                         place=PLACE)
+    assert unrelated == plain.text and "<|fim_" not in unrelated
+    assert build_prompt([], BLOCK_ABOVE, "\n    x\n", prompt_config(fim="qwen", layout="files", fim_at="rule"),
+                        place=PLACE).fim == "none"
+    # "always" reads it everywhere (the suffix may be empty)
+    assert "<|fim_suffix|>\n    return response\n<|fim_middle|>" in _fim(BLOCK_ABOVE, "\n    return response\n")
+
+
+def test_suffix_lines_bound_what_is_read():
+    suffix = "a)\n" + "".join(f"line{i}\n" for i in range(20))
+    assert suffix_lines(suffix, 2) == "a)\nline0\nline1"
+    assert suffix_lines(suffix, 0) == suffix
+    text = _fim("x = f(", suffix, suffix_lines=2)
+    assert "<|fim_suffix|>a)\nline0\nline1<|fim_middle|>" in text
+
+
+def test_settings_are_checked():
+    from repocomp.config import PromptConfig
+
+    with pytest.raises(ValueError, match="fim_at"):
+        PromptConfig(fim_at="sometimes").validate()
+    with pytest.raises(ValueError, match="suffix_lines"):
+        PromptConfig(suffix_lines=-1).validate()
