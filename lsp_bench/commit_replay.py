@@ -172,7 +172,8 @@ async def _replay_commit(tasks: list[Task], root: Path, final_text: Callable[[st
 def run_commit_replay(tasks: list[Task], repos_dir: Path, out: Path, options: dict[str, Any] | None = None,
                       trees_dir: Path | None = None) -> CommitReplayResult:
     """Replay `tasks` (session tasks) commit by commit; records appended to `out` (those already there skipped)."""
-    options = {"backend": {"timeoutS": GENERATION_S}, **(options or {})}
+    options = dict(options or {})
+    options["backend"] = {"timeoutS": GENERATION_S, **options.get("backend", {})}
     done = {r["task_id"]: r for r in read_results(out) if not r.get("error")}
     groups: dict[tuple[str, str], list[Task]] = {}
     for task in tasks:
@@ -220,7 +221,7 @@ def summarize(records: list[dict[str, Any]], options: dict[str, Any]) -> CommitR
         whole_right=sum(bool(r["whole_right"]) for r in records) / n,
         multi_line=sum(r["answer_lines"] > 1 for r in records),
         latency_p50_ms=statistics.median(latencies) if latencies else float("nan"),
-        latency_p95_ms=pct(latencies, 95) if latencies else float("nan"), options=options)
+        latency_p95_ms=pct(latencies, 0.95), options=options)
 
 
 def format_table(r: CommitReplayResult) -> str:

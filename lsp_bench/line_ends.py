@@ -1,10 +1,14 @@
-"""`repocomp bench line-ends REPO FILE`: what Neovim 0.12 shows at the end of complete lines.
+"""`repocomp bench line-ends REPO FILE`: what Neovim 0.12 shows at the end of complete lines, or at lines the
+developer is about to type (`--emptied`).
 
 Neovim, configured with the documented snippet (`lsp_bench.nvim`) and the server's default backend (the local
 model where this user prepared it), opens FILE and, for each of `--lines` code lines drawn with a seed, leaves insert
 mode, appends at the end of the line (`A`) and waits for ghost text. At a line end the answer is the next line (a
-line break, then the line as the model indents it). Figures: line ends answered (any ghost text), answers equal
-to the file's next non-blank line, and the time from entering insert mode to the ghost text.
+line break, then the line as the model indents it). With `--emptied` the line itself is emptied instead (the
+developer is about to type it, the code below stands), insert mode starts at its column 0, and the answer's first
+line is scored against the line that stood there; the line is put back before the next. `--config FILE` is the
+user's settings file for the server (e.g. `[prompt] fim = "none"`). Figures: lines answered (any ghost text),
+answers right, and the time from entering insert mode to the ghost text.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class LineEndsResult:
     latency_max_ms: float
     answers: list[str | None]  # per line: the ghost text, None when none showed
     error: str | None
+    emptied: bool = False  # the lines were emptied (the developer about to type them), not completed at their end
 
 
 def pick_lines(text: str, n: int, seed: int) -> list[int]:
@@ -48,32 +53,46 @@ def _next_line(rows: list[str], line: int) -> str:
     return next((row for row in rows[line:] if row.strip()), "")
 
 
-def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: int = 120_000) -> LineEndsResult:
+def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: int = 120_000, *,
+                  emptied: bool = False, config_file: Path | None = None) -> LineEndsResult:
     text = file.read_text(encoding="utf-8")
     rows = text.splitlines()
     lines = pick_lines(text, n, seed)
     steps: list[dict[str, Any]] = [{"ready": LOAD_MS}]
     for line in lines:
-        steps += [{"key": "<Esc>"}, {"sleep": 50}, {"insert": True, "line": line, "col": len(rows[line - 1])},
-                  {"ghost": ghost_ms}]
+        if emptied:
+            steps += [{"key": "<Esc>"}, {"sleep": 50}, {"set_line": line, "text": ""},
+                      {"insert": True, "line": line, "col": 0}, {"ghost": ghost_ms}, {"key": "<Esc>"}, {"sleep": 50},
+                      {"set_line": line, "text": rows[line - 1]}]
+        else:
+            steps += [{"key": "<Esc>"}, {"sleep": 50}, {"insert": True, "line": line, "col": len(rows[line - 1])},
+                      {"ghost": ghost_ms}]
     with tempfile.TemporaryDirectory(prefix="repocomp-line-ends-") as work:
+        if config_file is not None:  # Neovim's server reads the user's settings from its own config folder
+            user = Path(work) / "config" / "repocomp" / "config.toml"
+            user.parent.mkdir(parents=True)
+            user.write_bytes(config_file.read_bytes())
         # Neovim runs with its own HOME: point the server at this user's local model
         run = run_plan(repo, file, lines[0], 0, steps, Path(work), env={"REPOCOMP_MODEL_DIR": str(default_model_dir())},
                        limit_s=(LOAD_MS + len(lines) * (ghost_ms + 500)) / 1000)
     records = run.result.get("records", [])
     answers: list[str | None] = [r["text"] if r["ghost"] else None for r in records]
     latencies = [r["latency_ms"] for r in records if r["ghost"]]
+    def want(line: int) -> str:
+        return rows[line - 1] if emptied else _next_line(rows, line)
+
     right = sum(1 for line, answer in zip(lines, answers, strict=False)
-                if answer is not None and answer.strip() == _next_line(rows, line).strip())
+                if answer is not None and answer.strip().split("\n")[0].strip() == want(line).strip())
     return LineEndsResult(str(file), lines, sum(a is not None for a in answers), right,
                           round(statistics.median(latencies), 1) if latencies else 0.0,
-                          round(max(latencies), 1) if latencies else 0.0, answers, run.result.get("error"))
+                          round(max(latencies), 1) if latencies else 0.0, answers, run.result.get("error"), emptied)
 
 
 def format_table(r: LineEndsResult) -> str:
     n = len(r.lines)
     rows = [("line ends answered (ghost text)", f"{r.answered} of {n}"),
-            ("answer == the file's next line", f"{r.next_line_right} of {n}"),
+            ("first line == the line emptied" if r.emptied else "first line == the file's next line",
+             f"{r.next_line_right} of {n}"),
             ("insert mode -> ghost text p50 / max", f"{r.latency_p50_ms:.0f} / {r.latency_max_ms:.0f} ms")]
     rows += [("error", r.error)] if r.error else []
     width = max(len(a) for a, _ in rows)
@@ -87,6 +106,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--lines", type=int, default=30, help="line ends tried (default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ghost-ms", type=int, default=120_000, help="wait for ghost text per line end (default 120 s)")
+    p.add_argument("--emptied", action="store_true",
+                   help="empty each line and complete at its column 0 (the line the developer is about to type)")
+    p.add_argument("--config", type=Path, metavar="FILE", help="the user's settings file for the server")
     p.add_argument("--json", type=Path, metavar="F", help="also write the figures and answers as JSON")
     p.set_defaults(run=_run)
 
@@ -97,5 +119,6 @@ def _run(args: argparse.Namespace) -> int:
     file = args.file if args.file.is_absolute() else args.repo / args.file
     if not file.is_file():
         raise SystemExit(f"{file}: no such file")
-    result = run_line_ends(args.repo.resolve(), file.resolve(), args.lines, args.seed, args.ghost_ms)
+    result = run_line_ends(args.repo.resolve(), file.resolve(), args.lines, args.seed, args.ghost_ms,
+                           emptied=args.emptied, config_file=args.config)
     return report(result, format_table(result), args.json)

@@ -125,6 +125,9 @@ run_step = function(i)
       table.insert(result.records, { ghost = ok, text = shown or "", latency_ms = ms_since(last_key_ns) })
       next_step(i)
     end)
+  elseif step.set_line then
+    vim.api.nvim_buf_set_lines(buf, step.set_line - 1, step.set_line, true, { step.text })
+    next_step(i)
   elseif step.key then
     vim.api.nvim_input(step.key)
     last_key_ns = uv.hrtime()

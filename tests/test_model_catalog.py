@@ -150,3 +150,22 @@ def test_a_model_prepared_without_its_gguf_gets_it_on_a_rerun_and_stays_verified
     assert lm.prepared(out, verify=True) is not None  # the manifest covers the GGUF too
     (out / lm.GGUF).write_bytes(b"damaged")
     assert lm.prepared(out) is None
+
+
+def test_every_documented_extra_is_a_normalized_name_of_the_project() -> None:
+    """pip before 23.3 compares a requested extra with the metadata's as written, later pips normalize both (PEP
+    685): `repocomp[qwen-1.5b]` installed nothing with pip 23.2.1 because the metadata said `qwen-1-5b`. An extra
+    named already normalized resolves the same under every pip; each one the docs or the catalog name is one."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    extras = set(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    named = {m for page in docs for m in re.findall(r"repocomp\[([^\]]+)\]", page.read_text())}
+    named |= {model.extra for model in lm.MODELS.values()}
+    named = {n for group in named for n in group.split(",")}
+    assert {"local", "qwen-1-5b", "gemma"} <= named
+    for name in named:
+        assert name in extras, f"repocomp[{name}] is not an extra of pyproject.toml"
+        assert name == re.sub(r"[-_.]+", "-", name).lower(), f"extra {name!r} is not in its normalized form"
