@@ -40,7 +40,7 @@ MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle
 BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers", "llamacpp")
 EVAL_BACKENDS = ("none",) + tuple(n for n in BACKEND_NAMES if n != "auto")  # none: retrieval only
 FIM_FORMATS = ("none", "codellama", "starcoder", "qwen")
-FIM_AT = ("always", "rule")  # where a FIM prompt reads the code after the cursor (repocomp.suffix)
+FIM_AT = ("inline", "continues", "always")  # where a FIM prompt reads the code after the cursor (repocomp.suffix)
 PROMPT_LAYOUTS = ("comments", "files")  # RepoCoder's commented blocks; Qwen2.5-Coder's repository files
 SIMILARITIES = ("jaccard", "bm25")
 
@@ -227,9 +227,9 @@ class PromptConfig:
     # model that has their tokens, else RepoCoder's comment layout without FIM
     fim: str = "auto"  # "auto", "none", "codellama", "starcoder" or "qwen"
     layout: str = "auto"  # "auto", "comments" (RepoCoder) or "files" (<|file_sep|>PATH blocks, Qwen2.5-Coder)
-    # where a FIM prompt reads the code after the cursor: "always", or "rule" (only where it continues the
-    # cursor's line: repocomp.suffix); elsewhere the prompt is the prefix only
-    fim_at: str = "always"
+    # where a FIM prompt reads the code after the cursor (repocomp.suffix): "inline" (the cursor inside a line),
+    # "continues" (also where the lines below continue the cursor's) or "always"; elsewhere the prefix only
+    fim_at: str = "inline"
     suffix_lines: int = 0  # the most lines after the cursor's a FIM prompt reads; 0 = up to a quarter of context_tokens
     tokenizer: str = ""  # local tokenizer dir; empty = the model's when local, else a code-aware estimate
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from repocomp.config import FIM_FORMATS, DefinitionsConfig, PromptConfig
 from repocomp.errors import RepocompError
 from repocomp.languages import rules_for, rules_for_path
-from repocomp.suffix import continues_below, suffix_lines
+from repocomp.suffix import reads_suffix, suffix_lines
 from repocomp.text import encodable
 from repocomp.tokenize import code_tokens
 
@@ -672,10 +672,9 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
 
 def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter) -> _InFile:
     """The code around the cursor that fits `config.context_tokens`: with FIM where `config.fim_at` reads the
-    suffix (`repocomp.suffix`; with no code after the cursor the FIM format stays, as left-context tasks measured
-    it), its first `config.suffix_lines` lines within a quarter of the budget."""
+    suffix (`repocomp.suffix`), its first `config.suffix_lines` lines within a quarter of the budget."""
     fim = config.fim
-    if fim != "none" and config.fim_at == "rule" and suffix.strip() and not continues_below(prefix, suffix):
+    if fim != "none" and suffix.strip() and not reads_suffix(config.fim_at, prefix, suffix):
         fim = "none"
     kept = ""
     if fim != "none" and suffix:

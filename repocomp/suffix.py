@@ -1,21 +1,24 @@
-"""What of the code after the cursor a fill-in-the-middle prompt carries.
+"""Where a fill-in-the-middle prompt reads the code after the cursor (`[prompt] fim_at`).
 
 An editor sends the whole buffer. On an empty line where the developer is starting a new line, the code below
 is usually the parent's next statement, not the continuation of the line being written: a model that reads it
-bridges to it (closes a call, repeats a line that stands below) instead of writing the line. So with
-`[prompt] fim_at = "rule"` the suffix is read only where it continues the cursor's line:
-- the cursor is inside a line (text after it on its line);
-- the next non-blank line is indented deeper than the cursor's line will be (the line being written opens the
-  block whose body is below);
-- the next non-blank line starts with a bracket that closes one the code before the cursor left open (the
-  cursor is inside a call, a literal or a block that the code below ends).
-Elsewhere the prompt is the prefix only. `[prompt] suffix_lines` bounds what is read (it is prefilled again after
-every keystroke).
+bridges to it (closes a call, repeats a line that stands below) instead of writing the line. Measured on editing
+sessions with the code after the cursor (docs/evaluation.md, "The code after the cursor"), reading it cost exact
+lines wherever the cursor was on an empty line, even where the lines below looked like the line's continuation.
+So:
+- `"inline"` (the default): the suffix is read only where the cursor is inside a line (text after it on its
+  line: the rest of the line is the completion's end);
+- `"continues"`: also where the lines below look like they continue the cursor's line: the next non-blank line
+  is indented deeper than the cursor's line will be (the line being written opens the block whose body is
+  below), or it closes a bracket that the code before the cursor left open;
+- `"always"`: wherever there is code after the cursor.
+Elsewhere the prompt is the prefix only, token for token what `fim = "none"` gives. With no code after the
+cursor at all the FIM format stays (nothing to read either way; the left-context tasks measured it so).
 """
 
 from __future__ import annotations
 
-__all__ = ["continues_below", "expected_indent", "suffix_lines"]
+__all__ = ["continues_below", "expected_indent", "reads_suffix", "suffix_lines"]
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
 _CLOSERS = {v: k for k, v in _OPENERS.items()}
@@ -70,11 +73,16 @@ def _open_brackets(prefix: str) -> list[str]:
     return stack
 
 
-def continues_below(prefix: str, suffix: str) -> bool:
-    """Whether the code after the cursor continues the line being written (the module's rule)."""
-    lines = suffix.split("\n")
-    if lines[0].strip():
+def reads_suffix(fim_at: str, prefix: str, suffix: str) -> bool:
+    """Whether a FIM prompt reads `suffix` under `fim_at` (the module's docstring)."""
+    if fim_at == "always" or suffix.split("\n", 1)[0].strip():
         return True
+    return fim_at == "continues" and continues_below(prefix, suffix)
+
+
+def continues_below(prefix: str, suffix: str) -> bool:
+    """Whether the lines below the cursor's (its own line's rest is blank) continue the line being written."""
+    lines = suffix.split("\n")
     below = next((ln for ln in lines[1:] if ln.strip()), None)
     if below is None:
         return False

@@ -87,10 +87,10 @@ def test_in_file_context_keeps_last_lines_within_budget() -> None:
 def test_fim_formats() -> None:
     assert format_fim("codellama", "a = ", "\nb = 2") == "<PRE> a =  <SUF>\nb = 2 <MID>"
     assert format_fim("starcoder", "a = ", "\nb = 2") == "<fim_prefix>a = <fim_suffix>\nb = 2<fim_middle>"
-    p = build_prompt([BEST], "y = ", "\nprint(y)", prompt_config(fim="codellama"))
+    p = build_prompt([BEST], "y = ", "\nprint(y)", prompt_config(fim="codellama", fim_at="always"))
     assert p.text.startswith("<PRE> # Here are some relevant code fragments")
     assert p.text.endswith("\ny =  <SUF>\nprint(y) <MID>")
-    s = build_prompt([], "y = ", "\nprint(y)", prompt_config(fim="starcoder"))
+    s = build_prompt([], "y = ", "\nprint(y)", prompt_config(fim="starcoder", fim_at="always"))
     assert s.text == "<fim_prefix>y = <fim_suffix>\nprint(y)<fim_middle>"
     # without FIM the suffix is not part of the prompt
     assert "print(y)" not in build_prompt([], "y = ", "\nprint(y)", prompt_config()).text
@@ -174,7 +174,7 @@ QWEN_EXPECTED = (
 def test_qwen_repository_layout_with_fill_in_the_middle_exact_text() -> None:
     """Qwen2.5-Coder's repository-level FIM (its examples/Qwen2.5-Coder-repolevel-fim.py): every block a file
     under `<|file_sep|>PATH`, its code as is, the cursor's file last and the FIM part in it."""
-    config = prompt_config(fim="qwen", layout="files")
+    config = prompt_config(fim="qwen", layout="files", fim_at="always")
     p = build_prompt([BEST, SECOND], PREFIX, "\nprint(y)", config, place=Place("pkg/main.py", 9, repo="shop"))
     assert p.text == QWEN_EXPECTED
     # prefix only: the same files, the code before the cursor last
