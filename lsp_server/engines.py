@@ -175,6 +175,10 @@ class Engines:
             return await asyncio.wait_for(completer.acomplete_at(
                 request.engine_path(index is not None), request.cut,
                 mode="repocoder" if index is not None else "infile",
+                # on an empty line (the developer pressed Enter) the answer is the line being started: in the
+                # editing-session replay a multi-line answer there was right as written at 2 of 6 holes, its first
+                # line at 5 (docs/evaluation.md, "The code after the cursor")
+                kind="line" if not request.cut.line_text.strip() else "auto",
                 # the lock is handed back while the model generates: updates need not wait for it
                 generating=folder.released if folder is not None else None,
                 cache_key=request.cache_key), timeout_s)
