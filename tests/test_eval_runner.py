@@ -10,7 +10,7 @@ import pytest
 from repocomp.config import Config
 from repocomp.errors import RepocompError
 from repocomp.eval.records import gt_line_attainable, read_results, summarize
-from repocomp.eval.runner import EvalOptions, eval_config, run_eval, task_buffer
+from repocomp.eval.runner import EvalOptions, editor_buffer, eval_config, run_eval, task_buffer
 from repocomp.eval.tasks import Task, load_tasks, make_tasks
 from repocomp.index import Index
 from repocomp.index.fragments import Fragment, Location
@@ -165,6 +165,18 @@ def test_task_buffer_uses_the_prompt_below_the_lines_above_it():
     t = Task("x", "r", "a.py", prompt="c\nd", ground_truth="e", line_no=4, context_start_lineno=2)
     assert task_buffer(t, ["a", "b", "c", "d", "e"]) == ("a\nb\nc\nd\n", 4)
     assert task_buffer(t, None) == ("\n\nc\nd\n", 4)
+
+
+@pytest.mark.parametrize("truth, line_no", [("e", 4), ("e(\n  f)", 4), ("a", 0), ("g", 6)])
+def test_the_editor_variant_is_the_file_with_the_hole_emptied(truth, line_no):
+    """`--editor`: the file as it stood with the hole's lines (one or several) replaced by one empty line."""
+    lines = ["a", "b", "c", "d", *truth.split("\n"), "h", "i"] if line_no == 4 else \
+        [truth, "b", "c"] if line_no == 0 else ["a", "b", "c", "d", "e", "f", truth]
+    t = Task("x", "r", "a.py", prompt="\n".join(lines[:line_no]), ground_truth=truth, line_no=line_no)
+    text, line = editor_buffer(t, lines)
+    n = truth.count("\n") + 1
+    assert text.split("\n") == lines[:line_no] + [""] + lines[line_no + n:] and line == line_no
+    assert text.split("\n")[line] == ""
 
 
 def test_a_line_is_attainable_only_where_the_leak_rule_lets_retrieval_see_it(tmp_path):

@@ -376,6 +376,13 @@ def test_eval_end_to_end_extractive(history, tmp_path, monkeypatch):
         with pytest.raises(Exception, match="another run"):
             run_eval(loaded, repos, EvalOptions(backend="extractive", memory=not memory), Config(), out=out,
                      progress=False)
+    # the editor's buffer (the code after the hole too): its own run, its records say so
+    out = tmp_path / "out-editor.jsonl"
+    summary = run_eval(loaded, repos, EvalOptions(backend="extractive", editor=True), Config(), out=out, progress=False)
+    records = read_results(out)
+    assert summary["failed"] == 0 and len(records) == 4 and {r["variant"] for r in records} == {"editor"}
+    with pytest.raises(Exception, match="variant=editor"):
+        run_eval(loaded, repos, EvalOptions(backend="extractive"), Config(), out=out, progress=False)
     trees = list((tmp_path / "cache" / "repocomp" / "eval" / "trees" / "tiny").iterdir())
     assert len(trees) == len({t.metadata["session"]["parent"] for t in tasks})  # one tree per parent
 
