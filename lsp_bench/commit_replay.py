@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,7 @@ async def _replay_commit(tasks: list[Task], root: Path, final_text: Callable[[st
             try:
                 prediction = await asyncio.wait_for(session.inline((root / task.path).as_uri(), task.line_no, 0),
                                                     REQUEST_S)
-            except (TimeoutError, Exception) as exc:  # a failed request is recorded, the replay goes on
+            except Exception as exc:  # a failed or timed-out request is recorded, the replay goes on
                 prediction, error = "", f"{type(exc).__name__}: {exc}"
             latency = (time.perf_counter() - t0) * 1e3
             developer = final_text(task.path).split("\n")[task.line_no:]
@@ -175,6 +176,8 @@ def run_commit_replay(tasks: list[Task], repos_dir: Path, out: Path, options: di
     options = dict(options or {})
     options["backend"] = {"timeoutS": GENERATION_S, **options.get("backend", {})}
     done = {r["task_id"]: r for r in read_results(out) if not r.get("error")}
+    if out.exists():  # a failed hole is tried again: its record gives way to the new one
+        out.write_text("".join(json.dumps(r) + "\n" for r in done.values()), encoding="utf-8")
     groups: dict[tuple[str, str], list[Task]] = {}
     for task in tasks:
         if task.kind != SESSION_KIND or "session" not in task.metadata:
@@ -188,8 +191,7 @@ def run_commit_replay(tasks: list[Task], repos_dir: Path, out: Path, options: di
         with out.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
-    with tempfile.TemporaryDirectory(prefix="repocomp-replay-") as tmp:
-        os.environ["XDG_CONFIG_HOME"] = str(Path(tmp) / "config")  # a new user's settings: none
+    with tempfile.TemporaryDirectory(prefix="repocomp-replay-") as tmp, _new_user_config(Path(tmp) / "config"):
         for (repo, commit), group in groups.items():
             todo = sorted((t for t in group if t.task_id not in done),
                           key=lambda t: (t.metadata["session"]["hunk"], t.line_no))
@@ -210,6 +212,20 @@ def run_commit_replay(tasks: list[Task], repos_dir: Path, out: Path, options: di
             finally:
                 shutil.rmtree(root, ignore_errors=True)
     return summarize(records, options)
+
+
+@contextlib.contextmanager
+def _new_user_config(folder: Path) -> Iterator[None]:
+    """The servers started inside read a new user's settings (none), as the replay's newcomer has."""
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("XDG_CONFIG_HOME", None)
+        else:
+            os.environ["XDG_CONFIG_HOME"] = before
 
 
 def summarize(records: list[dict[str, Any]], options: dict[str, Any]) -> CommitReplayResult:
