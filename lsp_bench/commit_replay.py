@@ -32,10 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from lsp_bench.bench import Session, pct, report
+from lsp_server.convert import index_to_client_col
 from repocomp.errors import RepocompError
 from repocomp.eval.metrics import edit_similarity, exact_match
 from repocomp.eval.records import read_results
-from repocomp.eval.session_tasks import _git, apply_edit, find_history, materialize, open_history, session_buffer
+from repocomp.eval.session_tasks import (
+    _git,
+    event_states,
+    find_history,
+    materialize,
+    open_history,
+    session_buffer,
+)
 from repocomp.eval.tasks import SESSION_KIND, Task, load_tasks
 
 READY_S = 600.0  # the server's first index of the parent tree
@@ -56,15 +64,11 @@ class CommitReplayResult:
     options: dict[str, Any]
 
 
-def _utf16(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
 def _position(text: str, offset: int) -> tuple[int, int]:
-    """(line, UTF-16 character) of `offset` in `text`."""
+    """(line, UTF-16 character) of `offset` in `text`, as the server counts columns."""
     line = text.count("\n", 0, offset)
     start = text.rfind("\n", 0, offset) + 1
-    return line, _utf16(text[start:offset])
+    return line, index_to_client_col(text[start:offset], offset - start)
 
 
 def text_edit(old: str, new: str) -> tuple[tuple[int, int], tuple[int, int], str] | None:
@@ -103,19 +107,6 @@ class _Editor:
         self.buffers[path] = text
 
 
-def _states(events: list[dict[str, Any]], parent_text: Callable[[str], str]) -> list[dict[str, str]]:
-    """The files' texts after each event."""
-    state: dict[str, str] = {}
-    out = []
-    for ev in events:
-        if ev["type"] == "opened":
-            state.setdefault(ev["path"], parent_text(ev["from"]) if ev.get("from") else "")
-        else:
-            state[ev["path"]] = apply_edit(state[ev["path"]], ev)
-        out.append(dict(state))
-    return out
-
-
 def _common(a: list[Any], b: list[Any]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
@@ -147,7 +138,7 @@ async def _replay_commit(tasks: list[Task], root: Path, final_text: Callable[[st
             meta = task.metadata["session"]
             events = meta["events"]
             common = _common(sent, events)
-            for state in _states(events, parent_text)[common:]:  # each hunk typed, as the developer did
+            for state in list(event_states(task, parent_text))[common:]:  # each hunk typed, as the developer did
                 for path, text in state.items():
                     editor.show(path, text)
                 await asyncio.sleep(SYNC_S)

@@ -53,7 +53,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -497,8 +497,9 @@ def apply_edit(text: str, ev: dict[str, Any]) -> str:
     return text[:a] + ev["inserted"] + text[b:]
 
 
-def typed_texts(task: Task, parent_text: Callable[[str], str | None]) -> dict[str, str]:
-    """Every file opened before the hole as typed then ({path: text}), from the parent's files (`parent_text`)."""
+def event_states(task: Task, parent_text: Callable[[str], str | None]) -> Iterator[dict[str, str]]:
+    """The files opened so far as typed ({path: text}) after each of the task's events, from the parent's files
+    (`parent_text`)."""
     texts: dict[str, str] = {}
     for ev in _session(task)["events"]:
         if ev["type"] == "opened":
@@ -509,6 +510,14 @@ def typed_texts(task: Task, parent_text: Callable[[str], str | None]) -> dict[st
             texts[ev["path"]] = text
         elif ev["type"] == "edited":
             texts[ev["path"]] = apply_edit(texts[ev["path"]], ev)
+        yield dict(texts)
+
+
+def typed_texts(task: Task, parent_text: Callable[[str], str | None]) -> dict[str, str]:
+    """Every file opened before the hole as typed then ({path: text})."""
+    texts: dict[str, str] = {}
+    for state in event_states(task, parent_text):
+        texts = state
     return texts
 
 
@@ -715,6 +724,7 @@ __all__ = [
     "SessionEvaluator",
     "apply_edit",
     "commit_changes",
+    "event_states",
     "find_history",
     "hole_line_ok",
     "is_source",
