@@ -329,7 +329,8 @@ class RepocompServer(LanguageServer):
             if self.indexes is not None and self.indexes.folders.get(folder.root) is folder:  # not removed since
                 self.engines.index_changed(folder)
             if folder.state == "ready":
-                message = "index ready"
+                partial = any("indexed partially" in n for n in folder.notices)
+                message = "index ready, part of the folder left out" if partial else "index ready"
                 self.messages.log(types.MessageType.Info, f"repocomp: index of {folder.root} ready")
                 for notice in folder.notices:  # e.g. a stored index that was not the folder's own, set aside
                     self.warn_once(f"index:{notice}", notice)

@@ -54,3 +54,26 @@ def test_bench_index_loaded_says_what_each_part_of_a_stored_index_takes(tmp_path
     assert mem["save_peak_mb"] >= mem["saved_rss_mb"] - 1
     assert mem["prepare_s"] > 0
     assert (repo / ".repocomp" / "index.bin").read_bytes() == stored
+
+
+def test_bench_index_says_a_builds_peak_per_character_beside_the_admission_rule(tmp_path: Path, capsys) -> None:
+    """What `[index] max_memory_mb` assumes is re-measured with this figure: the build's peak RSS over the
+    characters it indexed."""
+    import json
+
+    from repocomp.config import INDEX_BYTES_PER_SOURCE_CHAR
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    texts = [f"def f{i}(x):\n    return x * {i}\n" * 50 for i in range(6)]
+    for i, text in enumerate(texts):
+        (repo / f"m{i}.py").write_text(text)
+    assert main(["bench", "index", str(repo), "--runs", "1", "--updates", "0", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["chars"] == sum(len(t) for t in texts) and result["warnings"] == []
+    assert result["peak_bytes_per_char"] == result["peak_rss_mb_max"] * 2**20 / result["chars"]
+    assert result["admission_bytes_per_char"] == INDEX_BYTES_PER_SOURCE_CHAR
+    assert main(["bench", "index", str(repo), "--runs", "1", "--updates", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "peak per character " in out and f"({result['chars']:,} characters)" in out
+    assert f"admits source at {INDEX_BYTES_PER_SOURCE_CHAR} B per character" in out

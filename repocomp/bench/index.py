@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from repocomp.config import INDEX_BYTES_PER_SOURCE_CHAR
+
 _CHILD = r"""
 import json, resource, sys, time
 from repocomp.index import Index
@@ -25,13 +27,14 @@ t = time.perf_counter()
 index = Index.build(sys.argv[1], checkpoint=Index.save)  # saved between batches, as `repocomp index` does
 index.save_built()  # and at its end, as there
 total = time.perf_counter() - t
+peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the texts are read below
 w = index.relations
 print(json.dumps({"phases_s": index.summary.phases_s, "total_s": total, "fragments": index.summary.fragments,
                   "files": index.summary.files, "nodes": index.summary.nodes,
                   "lines": sum(e.parsed.n_lines for e in index.files.values()), "warnings": index.summary.warnings,
                   "relation_bytes": int(w.data.nbytes + w.indices.nbytes + w.indptr.nbytes),
                   "index_bytes": index.summary.index_bytes,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "chars": sum(len(e.text) for e in index.files.values()), "peak_rss_mb": peak_mb}))
 """
 
 
@@ -202,7 +205,10 @@ def run(args: argparse.Namespace) -> int:
         "fragments": last["fragments"], "warnings": last["warnings"],
         "nodes": last["nodes"], "phase_median_s": med,
         "total_median_s": statistics.median(b["total_s"] for b in builds),
-        "peak_rss_mb_max": max(b["peak_rss_mb"] for b in builds),
+        "peak_rss_mb_max": max(b["peak_rss_mb"] for b in builds), "chars": last["chars"],
+        # what `[index] max_memory_mb` assumes a build takes per character it admits, against what this one took
+        "peak_bytes_per_char": max(b["peak_rss_mb"] for b in builds) * 2**20 / max(1, last["chars"]),
+        "admission_bytes_per_char": INDEX_BYTES_PER_SOURCE_CHAR,
         "relation_bytes_per_fragment": last["relation_bytes"] / max(1, last["fragments"]),
         "index_mb": last["index_bytes"] / 1e6,
     }
@@ -219,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {k:<12} {v:8.3f} s")
     print(f"  {'total':<12} {result['total_median_s']:8.3f} s")
     print(f"  peak RSS     {result['peak_rss_mb_max']:8.0f} MB (max over runs)")
+    # the interpreter's fixed share makes a small repository's figure larger; the rule binds on large ones
+    print(f"  peak per character {result['peak_bytes_per_char']:.1f} B ({result['chars']:,} characters); "
+          f"[index] max_memory_mb admits source at {INDEX_BYTES_PER_SOURCE_CHAR} B per character")
     print(f"  relations    {result['relation_bytes_per_fragment']:8.0f} B/fragment; index {result['index_mb']:.1f} MB")
     if args.updates > 0:
         u, r = result["update_ms"], result["refresh_ms"]

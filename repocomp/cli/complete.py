@@ -94,11 +94,14 @@ def run(args: argparse.Namespace) -> int:
     col = len(lines[line]) if col1 is None else col1 - 1
     if col > len(lines[line]):
         raise RepocompError(f"column {col1} is past the end of line {line1} ({len(lines[line])} characters)")
-    result = asyncio.run(_complete(root, chosen, file.relative_to(root).as_posix(), text, line, col, args))
+    rel = file.relative_to(root).as_posix()
+    result, left_out = asyncio.run(_complete(root, chosen, rel, text, line, col, args))
     if args.json:
         print(json.dumps(_to_json(result), indent=2))
         return 0
     if args.explain:
+        if left_out is not None:
+            print(encodable(f"{rel} is not in the index: {left_out}"))
         print(encodable(explain_text(result)))
     sys.stdout.write(encodable(result.text) + ("\n" if not result.text.endswith("\n") else ""))
     from repocomp.local_model import hint_once
@@ -113,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _complete(root: Path, config: Any, path: str, text: str, line: int, col: int,
-                    args: argparse.Namespace) -> Any:
+                    args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The completion, and why `path` is not in the index (None when it is)."""
     from repocomp.backends import make_backend
     from repocomp.index import Index
     from repocomp.pipeline import Completer
@@ -130,10 +134,15 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     backend = make_backend(config.backend)
     await backend.aload()  # loading a local model is not part of the completion's deadline
     completer = Completer(index, config, backend, memory=session_memory(root, config))
+    left_out = None
+    if path not in index.files:  # the request still reads the file itself; the repository's code cannot relate to it
+        partial = [n for n in index.summary.warnings if "indexed partially" in n]
+        left_out = partial[0] if partial else ("left out by the walk's rules (.gitignore, [index] exclude, its "
+                                              "language, size or encoding), or added since the index was built")
     try:
         return await completer.acomplete(path, text, line, col, mode=args.mode,
                                           explain=args.explain, trace=args.json,
-                                          definitions=False if args.no_definitions else None)
+                                          definitions=False if args.no_definitions else None), left_out
     finally:
         await completer.aclose()
 

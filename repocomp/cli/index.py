@@ -93,7 +93,8 @@ def format_summary(s: dict) -> str:
         + f" (total {s['total_s']:.2f}s)",
         f"  index size         {s['index_bytes'] / 1e6:.1f} MB",
     ]
+    lines += [f"  left out           {warning}" for warning in s["warnings"]]  # a limit reached: the folder in part
     if s["skipped"]:
         lines.append("  skipped            " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["skipped"].items()))
-        lines += [f"    {note}" for note in s["notes"][:10]]
+        lines += [f"    {note}" for note in s["notes"][:10] if note not in s["warnings"]]
     return "\n".join(lines)

@@ -31,6 +31,7 @@ from repocomp.errors import RepocompError
 from repocomp.index.ignore import Limits, PatternSet
 
 _ENTRIES_PER_FILE = 20  # directory entries the walk looks at per allowed file ([index] max_files)
+_WALK_ORDER = "in walk order: a folder's files, then its folders, by name"
 _MAX_GITIGNORE_BYTES = 1 << 20  # the start of a larger .gitignore is read, the rest ignored (with a warning)
 
 log = logging.getLogger(__name__)
@@ -375,12 +376,13 @@ class _Walk:
         files = len(self.result.files) + len(self.result.later)
         if files >= self.max_files:
             self._stop(f"{self.root}: indexed partially: the first {self.max_files:,} files ([index] max_files); "
-                       "the rest of the folder is left out")
+                       f"the rest of the folder is left out, from {_shown(source.path)} on ({_WALK_ORDER})")
             return False
         size = len(source.text)  # decoded characters: what the index holds (and what an update counts)
         if self.bytes + size > self.max_bytes:
-            self._stop(f"{self.root}: indexed partially: {self.bytes:,} bytes of source in "
-                       f"{files:,} files ([index] {self.bytes_setting}); the rest of the folder is left out")
+            self._stop(f"{self.root}: indexed partially: {self.bytes:,} characters of source in "
+                       f"{files:,} files ([index] {self.bytes_setting}); the rest of the folder is left out, "
+                       f"from {_shown(source.path)} on ({_WALK_ORDER}); a user config can raise the limit")
             return False
         self.bytes += size
         if self.keep_chars is not None and self.result.files and (

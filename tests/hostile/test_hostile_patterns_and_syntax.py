@@ -234,28 +234,42 @@ def test_a_folder_over_max_files_is_indexed_partially_with_a_warning(tmp_path: P
     assert 2000 // 25 <= summary["files"] <= 2000 // 23 and any("max_total_bytes" in w for w in summary["warnings"])
 
 
-def test_a_folder_past_its_memory_budget_is_indexed_partially_with_one_warning(tmp_path: Path) -> None:
-    """`[index] max_memory_mb` admits the source text a build can hold in that memory (16 bytes of index per
-    character, measured): 1 MB admits 65,536 characters, 21 of these 40 files of 3,000."""
+def test_a_folder_just_over_its_memory_budget_is_indexed_partially_and_says_where(tmp_path: Path) -> None:
+    """`[index] max_memory_mb` admits the source text a build can hold in that memory (INDEX_BYTES_PER_SOURCE_CHAR
+    per character, measured by `repocomp bench index`): a folder just under it is indexed whole, one file more is
+    indexed partially, said once in the log, in the summary with the first file left out, and by `complete
+    --explain` for a file left out."""
     from repocomp.config import INDEX_BYTES_PER_SOURCE_CHAR
 
+    budget = (1 << 20) // INDEX_BYTES_PER_SOURCE_CHAR  # characters that max_memory_mb = 1 admits
     root = tmp_path / "big"
     root.mkdir()
+    (root / ".git").mkdir()
     body = "".join(f"value_{i:04d} = compute({i:04d}, 0)\n" for i in range(100))
     assert len(body) == 3000
-    for i in range(40):
-        (root / f"m{i:02d}.py").write_text(body.replace("value_", f"val{i:02d}_"))  # distinct, same length
+    fits = budget // 3000
+    for i in range(fits):
+        (root / f"m{i:03d}.py").write_text(body.replace("value_", f"va{i:03d}_"))  # distinct, same length
     config = tmp_path / "small.toml"
     config.write_text("[index]\nmax_memory_mb = 1\n")
+    summary = summary_of(measured_index(tmp_path / "home", str(root), "--config", str(config))[0])
+    assert summary["files"] == fits and summary["warnings"] == [], summary  # just under: whole, nothing said
+
+    (root / f"m{fits:03d}.py").write_text(body.replace("value_", "lastv_"))  # just over
     proc, _, _ = measured_index(tmp_path / "home", str(root), "--config", str(config))
     summary = summary_of(proc)
-    assert summary["files"] == (1 << 20) // INDEX_BYTES_PER_SOURCE_CHAR // 3000 == 21
-    assert [w for w in summary["warnings"] if "indexed partially" in w and "max_memory_mb 1" in w], summary
+    assert summary["files"] == fits
+    [warning] = [w for w in summary["warnings"] if "indexed partially" in w and "max_memory_mb 1" in w]
+    assert f"from m{fits:03d}.py on" in warning
     assert proc.stderr.count("indexed partially") == 1
-
-    config.write_text("[index]\nmax_memory_mb = 2\n")  # 131,072 characters: every file, nothing said
-    summary = summary_of(measured_index(tmp_path / "home", str(root), "--config", str(config))[0])
-    assert summary["files"] == 40 and summary["warnings"] == []
+    text = repocomp(tmp_path / "home", "index", str(root), "--config", str(config))
+    assert f"left out           {warning}" in text.stdout
+    explained = repocomp(tmp_path / "home", "complete", f"{root}/m{fits:03d}.py:2", "--explain", "--backend",
+                         "extractive", "--config", str(config))
+    assert f"m{fits:03d}.py is not in the index: {warning}" in explained.stdout, explained.stdout
+    explained = repocomp(tmp_path / "home", "complete", f"{root}/m000.py:2", "--explain", "--backend",
+                         "extractive", "--config", str(config))
+    assert "is not in the index" not in explained.stdout
 
 
 def test_a_folder_of_many_entries_stops_the_walk_at_its_entry_budget(tmp_path: Path) -> None:
