@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +45,7 @@ class IndexBuilder:
         return thread
 
     def _build(self, folder: FolderIndex) -> None:
-        from repocomp.index import Index  # heavy import, kept off the server's start-up path
+        from repocomp.index import Index, warm_kernels  # heavy import, kept off the server's start-up path
 
         def progress(done: int, total: int, phase: str) -> None:
             if self._on_progress is not None:
@@ -114,43 +113,3 @@ def _up_to_date(index: Any, progress: Callable[[int, int, str], None],
     except RepocompError as exc:
         rebuilt.notice(f"{exc}; working from an index in memory")
     return rebuilt
-
-
-_WARM_FILES = {"a.py": "def f(x):\n    return x + 1\n\n\nclass C:\n    def m(self):\n        return f(2)\n",
-               "b.py": "from a import C, f\n\n\ndef g():\n    return f(1) + C().m()\n"}
-
-
-def warm_kernels(config: Any) -> None:
-    """Compile the index's numba kernels (the graph's, the term index's), or load them from numba's cache, on a
-    two-file index.
-
-    A stored index is loaded without running them, so the first edit of the session compiled them inside the
-    update, under the write lock: with no cache yet (the first run after an install), a keystroke waited 1.9 s
-    and compiling kept about 45 MB for the rest of the session. Here it happens before the folder is ready."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    from graph.maxproduct import _bounded_dijkstra
-    from graph.relations import top_k_rows
-    from repocomp.index import Index
-    from repocomp.index.term_index import _count_postings
-    from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
-
-    if _bounded_dijkstra.signatures and _count_postings.signatures:  # this process has used an index: compiled
-        return
-    started = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory(prefix="repocomp-warm-") as tmp:
-            for name, text in _WARM_FILES.items():
-                (Path(tmp) / name).write_text(text, encoding="utf-8")
-            index = Index.build(tmp, config)
-            index.update_files({"b.py": _WARM_FILES["b.py"] + "\n\ndef h():\n    return g()\n"})
-            index.refresh_relations()
-            index.region_strength("b.py", 0, 3)
-            index.term_index.score("f(x)")  # the first request's kernels: the postings' count ...
-            StoredVocabulary(*vocabulary_arrays({"f": 0}).values()).find_many(["f", "x"])  # ... a loaded one's ids
-        top_k_rows(sp.csr_matrix(np.ones((1, 3))), 1)  # rows longer than top_k: too many fragments for two files
-    except Exception:  # e.g. no writable temporary directory: the first edit compiles them, as before
-        logger.warning("could not ready the index kernels ahead of the first edit", exc_info=True)
-        return
-    logger.info("index kernels ready in %.2f s", time.perf_counter() - started)

@@ -23,3 +23,15 @@ def test_protocol_transport_and_engines_do_not_know_the_server() -> None:
         assert "lsp_server.server" not in graph[f"lsp_server.{module}"], module
     assert "lsp_server.transport" not in graph["lsp_server.server"]  # lsp_server.entry starts the transport
     assert "lsp_server.messages" not in graph["lsp_server.engines"]  # it is handed a warn(kind, message) callback
+
+
+def test_the_server_imports_no_private_name_of_repocomp_or_graph() -> None:
+    """What the server needs from the index and the graph is their public interface (e.g. `warm_kernels`)."""
+    import ast
+
+    private = []
+    for path in sorted((ROOT / "lsp_server").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("repocomp", "graph"):
+                private += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert private == []

@@ -19,8 +19,7 @@ import json, sys
 from pathlib import Path
 from graph.maxproduct import _bounded_dijkstra
 from graph.relations import _fold_rows, _top_k_mask
-from lsp_server.index_builder import warm_kernels
-from repocomp.index import Index
+from repocomp.index import Index, warm_kernels
 from repocomp.index.term_index import _count_postings
 from repocomp.index.vocabulary import _probe_many
 
@@ -70,13 +69,13 @@ def test_warm_kernels_compiles_what_the_first_edit_of_a_loaded_index_needs(tmp_p
 def test_a_failed_warm_up_is_logged_and_leaves_the_kernels_to_the_first_edit(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     import graph.maxproduct
-    from lsp_server import index_builder
+    from repocomp.index import warm
     from repocomp.config import Config
 
     def no_temporary_directory(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(graph.maxproduct, "_bounded_dijkstra", SimpleNamespace(signatures=[]))  # "not compiled"
-    monkeypatch.setattr(index_builder.tempfile, "TemporaryDirectory", no_temporary_directory)
-    index_builder.warm_kernels(Config())  # never raises: the folder's index must still become ready
+    monkeypatch.setattr(warm.tempfile, "TemporaryDirectory", no_temporary_directory)
+    warm.warm_kernels(Config())  # never raises: the folder's index must still become ready
     assert "could not ready the index kernels" in caplog.text
