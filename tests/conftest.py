@@ -11,11 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import pytest_asyncio
+from pytest_lsp import ClientServerConfig, LanguageClient
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -228,3 +230,17 @@ def local_model() -> LocalModel:
         pytest.fail(f"no prepared local model at {_PREPARED_MODEL_DIR}: run `bash .ci/setup` "
                     "(or `repocomp model prepare`)", pytrace=False)
     return model
+
+
+# ---- the language server as an editor starts it, over stdio (pytest-lsp): the `client` fixture ----------------
+# A test module sets SERVER_ARGS (e.g. ("--no-watch",)) to start it with more arguments.
+
+@pytest_asyncio.fixture
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[LanguageClient]:
+    from lsp_helpers import SERVER_CMD, make_client, shut_down
+
+    config = ClientServerConfig(server_command=[*SERVER_CMD, *getattr(request.module, "SERVER_ARGS", ())],
+                                client_factory=make_client)
+    lsp_client = await config.start(devtools=request.config.getoption("devtools"))
+    yield lsp_client
+    await shut_down(lsp_client)  # bounded: shutdown, exit, the client stopped

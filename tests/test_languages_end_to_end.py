@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import pytest_lsp
-from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, wait_ready
-from pytest_lsp import ClientServerConfig, LanguageClient
+from lsp_helpers import end_of, initialize, inline, open_doc, wait_ready
+from pytest_lsp import LanguageClient
 
 # language -> (sibling files, the buffer's path, the buffer up to the cursor, the expected completion)
 CASES: dict[str, tuple[dict[str, str], str, str, str]] = {
@@ -62,12 +61,6 @@ def _repo(tmp_path: Path, language: str) -> tuple[Path, Path, str, str]:
     (repo / "repocomp.toml").write_text('[backend]\nname = "extractive"\n')
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     return repo, repo / path, buffer, expected
-
-
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
 
 
 @pytest.mark.parametrize("language", sorted(CASES))

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from lsp_helpers import (
     CHECKOUT,
     EXPECTED,
@@ -24,22 +23,17 @@ from lsp_helpers import (
     inline,
     make_client,
     open_doc,
-    shut_down,
     stats,
     wait_ready,
 )
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 BOUND_S = 30.0
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=[*SERVER_CMD, "--no-watch"],
-                                                    client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
+SERVER_ARGS = ("--no-watch",)  # the `client` fixture (tests/conftest.py) starts the server so
 
 
 @pytest.fixture

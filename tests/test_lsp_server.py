@@ -33,12 +33,6 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
-
-
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=[*SERVER_CMD, "--no-watch"],
                                                     client_factory=make_client))
 async def nowatch_client(lsp_client: LanguageClient):

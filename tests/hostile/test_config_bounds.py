@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from cli_run import assert_one_line, cli
-from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, wait_ready
-from pytest_lsp import ClientServerConfig, LanguageClient
+from lsp_helpers import end_of, initialize, inline, open_doc, wait_ready
+from pytest_lsp import LanguageClient
 from test_index_trust import audited
 
 from repocomp.config import (
@@ -220,12 +219,6 @@ def test_a_repository_may_lower_its_memory_budget_but_not_raise_it(repo: Path, c
 
 
 # ------------------------------------------------------------------------------------------------ the real server
-
-
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
 
 
 @pytest.mark.parametrize("text", [NESTED["array"], "[fragments]\nwindow = 10000\nstride = 1\n"],

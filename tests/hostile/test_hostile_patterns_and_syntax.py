@@ -24,11 +24,10 @@ from pathlib import Path
 
 import pathspec
 import pytest
-import pytest_lsp
 from cli_run import REPO_ROOT, TIMEOUT_S, assert_one_line_error, python, repocomp, user_env
-from lsp_helpers import SERVER_CMD, capabilities, end_of, inline, make_client, open_doc, shut_down, stats, warnings
+from lsp_helpers import capabilities, end_of, inline, open_doc, stats, warnings
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from repocomp.index.ignore import MAX_PATTERNS_PER_SOURCE, PatternSet, parse_line
 
@@ -326,12 +325,6 @@ def test_the_root_or_home_folder_without_a_repository_is_refused_in_one_line(tmp
 
 
 # ----------------------------------------------------------------------------------------------- the server
-
-
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
 
 
 async def _initialize(client: LanguageClient, folders: list[Path], options: dict) -> None:

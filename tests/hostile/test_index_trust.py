@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_lsp
 from cli_run import TIMEOUT_S, repocomp, user_env
-from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, wait_ready
-from pytest_lsp import ClientServerConfig, LanguageClient
+from lsp_helpers import end_of, initialize, inline, open_doc, wait_ready
+from pytest_lsp import LanguageClient
 
 from repocomp.errors import IndexUntrustedError
 from repocomp.index import Index
@@ -257,12 +256,6 @@ def test_cli_completes_from_a_rebuilt_index_when_the_planted_one_points_outside(
 
 
 # ------------------------------------------------------------------------------------------------ the real server
-
-
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
 
 
 async def _shown(client: LanguageClient, needle: str, timeout: float = 5.0) -> list[str]:

@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from cli_run import minified_line, pickled_index
-from lsp_helpers import SERVER_CMD, end_of, initialize, inline, make_client, open_doc, shut_down, stats, wait_ready
+from lsp_helpers import end_of, initialize, inline, open_doc, stats, wait_ready
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from repocomp.index.store import FORMAT_VERSION, INDEX_FILE
 
@@ -37,12 +36,6 @@ LONG_LINE_RSS_MB = 2  # the server's RSS growth
 T20K_READY_S = 2.1  # 20k top-level statements: `initialize` until the folder is ready
 T20K_TYPING_MS = 28  # completion right after a one-digit edit (the buffer reaches the index later)
 T20K_PAUSED_MS = 848  # completion while the update worker puts the buffer into the index: it waits for the write
-
-
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
 
 
 @pytest.fixture

@@ -26,22 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_lsp
 from cli_run import REPO_ROOT, TIMEOUT_S, assert_one_line, cli, user_env
 from lsp_helpers import (
-    SERVER_CMD,
     end_of,
     initialize,
     inline,
-    make_client,
     open_doc,
-    shut_down,
     stats,
     wait_ready,
     warnings,
 )
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 NAME = os.fsdecode(b"caf\xff.py")  # what os.listdir gives for the file name b"caf\xff.py": "caf\udcff.py"
 SHOWN = "caf\\xff.py"  # how repocomp shows it
@@ -181,11 +177,6 @@ def test_a_model_tokenizer_counts_a_prompt_naming_an_undecodable_file(repo: Path
 
 
 # ----- the server: a buffer holding a lone surrogate, a document grown past the limit --------------------------
-
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    yield
-    await shut_down(lsp_client)
 
 
 REQUEST_BOUND_S = 10.0
