@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lsp_bench.nvim import run_plan
-from repocomp.local_model import default_model_dir
+from repocomp.backends.local_model import default_model_dir
 
 LOAD_MS = 600_000  # indexing and loading (and warming) the local model on a busy 2-core machine
 

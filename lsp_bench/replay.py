@@ -206,8 +206,8 @@ def _local_user_config(config_file: Path | None) -> str:
     prepared local model in process (an error says how to prepare it when there is none)."""
     import tomllib
 
-    from repocomp.local_model import hint
-    from repocomp.model_defaults import resolve_backend
+    from repocomp.backends.local_model import hint
+    from repocomp.backends.model_defaults import resolve_backend
 
     tables: dict[str, Any] = {}
     if config_file is not None:

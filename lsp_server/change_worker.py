@@ -19,7 +19,7 @@ from pathlib import Path
 
 from graph import maxproduct
 from lsp_server.folder_index import FolderIndex, FolderRegistry, StateCallback
-from repocomp import heap
+from repocomp.index import heap
 
 logger = logging.getLogger(__name__)
 

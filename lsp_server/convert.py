@@ -1,7 +1,7 @@
 """All conversion between LSP and the engine: URIs, positions (UTF-16/UTF-8/UTF-32 code units <-> Python str
 indices), document checks, and completion results -> LSP items.
 
-The engine speaks paths relative to an index root and buffers cut at the cursor (`repocomp.cursor.Cut`: 0-based
+The engine speaks paths relative to an index root and buffers cut at the cursor (`repocomp.prompt.cursor.Cut`: 0-based
 line / column in Python str indices, code points); LSP speaks URIs and columns in the negotiated position
 encoding (UTF-16 by default).
 Nothing here touches the server or the engine's state, so every function is testable on its own.
@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
-from repocomp.cursor import Cut
+from repocomp.prompt.cursor import Cut
 
 UTF16 = "utf-16"
 UTF8 = "utf-8"

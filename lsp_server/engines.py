@@ -1,7 +1,7 @@
 """The engines the server completes with: each folder's configuration, the backends and the completers.
 
 - A folder's configuration is its own (repocomp.toml / pyproject.toml) with the client's options applied, then
-  resolved once (`repocomp.model_defaults.resolve_config`: "auto", a catalog model's name, the model's prompt
+  resolved once (`repocomp.backends.model_defaults.resolve_config`: "auto", a catalog model's name, the model's prompt
   budget, rounds and token cap made concrete); backends and completers are made from the resolved one.
 - One backend per distinct backend configuration, shared by the folders that use it; its model is loaded (and
   warmed up) in the background as soon as it is made, not on the first keystroke.
@@ -94,7 +94,7 @@ class Engines:
         that is not prepared, is raised again at each try)."""
         config = self._resolved.get(root)
         if config is None:
-            from repocomp.model_defaults import resolve_config
+            from repocomp.backends.model_defaults import resolve_config
 
             config = self._resolved[root] = resolve_config(self.config_for(root))
         return config

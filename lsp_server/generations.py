@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from lsp_server.debounce import TypingRate
-from repocomp.cursor import Cut
+from repocomp.prompt.cursor import Cut
 
 
 class Answer(Protocol):

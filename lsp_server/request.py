@@ -2,7 +2,7 @@
 
 `CompletionRequest.build` turns an LSP (uri, position) over the open document's text into engine terms: the
 document's key, its file, its workspace folder and the path there, and the buffer cut at the cursor
-(`repocomp.cursor.Cut`: line breaks normalized to \\n, the column in str indices). The generations
+(`repocomp.prompt.cursor.Cut`: line breaks normalized to \\n, the column in str indices). The generations
 (`lsp_server.generations`), the engines (`lsp_server.engines`) and the session memory all read that one object.
 
 `DocumentRef` is the same naming for notifications (didOpen, didChange, ...): a URI's key and file, once.
@@ -18,7 +18,7 @@ from lsprotocol import types
 
 from lsp_server import convert
 from lsp_server.folder_index import FolderIndex
-from repocomp.cursor import Cut
+from repocomp.prompt.cursor import Cut
 
 if TYPE_CHECKING:
     from lsp_server.workspace_index import WorkspaceIndexes

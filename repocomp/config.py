@@ -40,7 +40,7 @@ MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle
 BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers", "llamacpp")
 EVAL_BACKENDS = ("none",) + tuple(n for n in BACKEND_NAMES if n != "auto")  # none: retrieval only
 FIM_FORMATS = ("none", "codellama", "starcoder", "qwen")
-FIM_AT = ("inline", "continues", "always")  # where a FIM prompt reads the code after the cursor (repocomp.suffix)
+FIM_AT = ("inline", "continues", "always")  # where a FIM prompt reads the code after the cursor (repocomp.prompt.suffix)
 PROMPT_LAYOUTS = ("comments", "files")  # RepoCoder's commented blocks; Qwen2.5-Coder's repository files
 SIMILARITIES = ("jaccard", "bm25")
 
@@ -187,12 +187,12 @@ class RetrievalConfig:
     alpha: float = 0.0  # FragRel Eq. 10 (the paper's value is 0.5); 0 turns FragRel off
     query_relations: float = 0.0  # weight of cursor-region-to-candidate path strength (beyond the paper); 0 = off
     # FragRel Eq. 6: weight of the semantic relation (the cosine of the local model's mean input embeddings) beside
-    # the structural one in Eq. 9, among the fragments most similar to the query (repocomp/semantic.py); with
+    # the structural one in Eq. 9, among the fragments most similar to the query (repocomp/context/semantic.py); with
     # alpha > 0 only; 0 = off
     semantic: float = 0.0
     top_k: int = 10
     # RepoCoder rounds (1 = vanilla retrieve-then-generate); 0 = the model's: 2, or 1 for the in-process local
-    # model on CPU (repocomp.model_defaults)
+    # model on CPU (repocomp.backends.model_defaults)
     iterations: int = 0
     # MemGPT's model-directed paging: after the last round, the repository names the draft uses that the prompt
     # does not define are looked up (their definitions) for one more round; no such name, no extra round. Off by
@@ -201,7 +201,7 @@ class RetrievalConfig:
     paging: bool = False
     paging_max: int = 4  # definitions paged in at most
     # SCM's controller for retrieval: the prompt shows retrieved code only where the repository holds code more
-    # similar to the query than the file in view above it (repocomp/retrieval_decision.py). Off: with the local code
+    # similar to the query than the file in view above it (repocomp/context/retrieval_decision.py). Off: with the local code
     # model it skipped a quarter of the requests' retrieved code at equal EM, for a median request 1-2% faster
     # (docs/evaluation.md)
     selective: bool = False
@@ -218,7 +218,7 @@ class RetrievalConfig:
 
 @dataclass(frozen=True)
 class PromptConfig:
-    # budget for retrieved blocks + in-file context; 0 = the model's (see repocomp.model_defaults: Code Llama's 4K
+    # budget for retrieved blocks + in-file context; 0 = the model's (see repocomp.backends.model_defaults: Code Llama's 4K
     # window minus max_new_tokens as in the FragRel paper; 1024 for the in-process local model on CPU)
     max_tokens: int = 0
     context_tokens: int = 0  # share of the budget kept for the in-file context; 0 = half of max_tokens
@@ -228,7 +228,7 @@ class PromptConfig:
     # model that has their tokens, else RepoCoder's comment layout without FIM
     fim: str = "auto"  # "auto", "none", "codellama", "starcoder" or "qwen"
     layout: str = "auto"  # "auto", "comments" (RepoCoder) or "files" (<|file_sep|>PATH blocks, Qwen2.5-Coder)
-    # where a FIM prompt reads the code after the cursor (repocomp.suffix): "inline" (the cursor inside a line),
+    # where a FIM prompt reads the code after the cursor (repocomp.prompt.suffix): "inline" (the cursor inside a line),
     # "continues" (also where the lines below continue the cursor's) or "always"; elsewhere the prefix only
     fim_at: str = "inline"
     suffix_lines: int = 0  # the most lines after the cursor's a FIM prompt reads; 0 = up to a quarter of context_tokens
@@ -248,7 +248,7 @@ class PromptConfig:
 
 @dataclass(frozen=True)
 class DefinitionsConfig:
-    """Rationale context (repocomp.definitions): definitions the code before the cursor reaches, ranked."""
+    """Rationale context (repocomp.context.definitions): definitions the code before the cursor reaches, ranked."""
 
     enabled: bool = True
     # the section is left out of prompts below this budget (tokens): at 1,024 it displaced similar code that the
@@ -261,7 +261,7 @@ class DefinitionsConfig:
     scan_lines: int = 400  # lines before the cursor scanned for references
     similar_fragments: int = 5  # top similar blocks whose calls count as evidence
     position: str = "first"  # the section before the similar code ("first") or after it, nearest the code ("last")
-    # ranking weights (chosen a priori; see repocomp.definitions)
+    # ranking weights (chosen a priori; see repocomp.context.definitions)
     distance_scale: float = 20.0
     w_near: float = 1.0
     w_imported: float = 0.25
@@ -333,7 +333,7 @@ class BackendConfig:
     timeout_s: float = 30.0
     connect_timeout_s: float = 3.0
     retries: int = 2
-    # 0 = the model's: 128, or 48 for the in-process local model on CPU (repocomp.model_defaults)
+    # 0 = the model's: 128, or 48 for the in-process local model on CPU (repocomp.backends.model_defaults)
     max_new_tokens: int = 0
     # generation time of one round after its first token, past which the text so far is the answer; 0 = none
     # (a time limit makes the answer depend on the machine's load: the token cap bounds a generation instead)

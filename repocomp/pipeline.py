@@ -30,15 +30,17 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from repocomp.backends import Generation, GenerationRequest
-from repocomp.block_order import BlockOrders
+from repocomp.backends.model_defaults import QWEN_STOP_TOKENS, is_resolved
 from repocomp.config import MODES, Config
-from repocomp.cursor import Cut, Hole
-from repocomp.definitions import DefinitionFinder
+from repocomp.context.definitions import DefinitionFinder
+from repocomp.context.paging import paged_definitions
+from repocomp.context.render import DefinitionRenderer
+from repocomp.context.retrieval import Hit, Retriever, round_query, session_relation
+from repocomp.context.retrieval_decision import RetrievalDecision, decide
 from repocomp.errors import RepocompError
-from repocomp.model_defaults import QWEN_STOP_TOKENS, is_resolved
-from repocomp.paging import paged_definitions
-from repocomp.postprocess import drop_cut_word, is_finished, postprocess
-from repocomp.prompt import (
+from repocomp.prompt.block_order import BlockOrders
+from repocomp.prompt.cursor import Cut, Hole
+from repocomp.prompt.layout import (
     BlockSource,
     DefinitionSource,
     DefinitionsSection,
@@ -50,7 +52,8 @@ from repocomp.prompt import (
     build_prompt,
     make_token_counter,
 )
-from repocomp.render import DefinitionRenderer
+from repocomp.prompt.postprocess import drop_cut_word, is_finished, postprocess
+from repocomp.prompt.trailing_space import drop_space, split_trailing_space
 from repocomp.results import (
     CompletionResult,
     ContextBlock,
@@ -59,16 +62,13 @@ from repocomp.results import (
     definition_traces,
     shown_context,
 )
-from repocomp.retrieval import Hit, Retriever, round_query, session_relation
-from repocomp.retrieval_decision import RetrievalDecision, decide
-from repocomp.trailing_space import drop_space, split_trailing_space
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from contextlib import AbstractAsyncContextManager
 
     from repocomp.backends import Backend
-    from repocomp.definitions import BufferState, RankedDefinition
+    from repocomp.context.definitions import BufferState, RankedDefinition
     from repocomp.index import Index
     from repocomp.memory.session import MemoryDecision, SessionMemory
 
@@ -168,7 +168,7 @@ class Completer:
         when typing pauses, so a request never waits for a re-index). `memory`: the editing session of the
         folder (recent edits, thoughts), consulted when `[memory] enabled` and its controller finds it related."""
         if not is_resolved(config):
-            raise ValueError("Completer takes a resolved config: repocomp.model_defaults.resolve_config first")
+            raise ValueError("Completer takes a resolved config: repocomp.backends.model_defaults.resolve_config first")
         self.index = index
         self.sync_buffers = sync_buffers
         self.memory = memory
@@ -364,7 +364,7 @@ class Completer:
 
     def _decide(self, req: _Request, query: str, blocks: list[ContextBlock]) -> RetrievalDecision:
         """Whether the prompt shows the retrieved code: not when the file in view above the query holds code as
-        similar to it (retrieval_decision.py)."""
+        similar to it (context/retrieval_decision.py)."""
         assert self.index is not None
         window = self.config.fragments.window
         before = req.hole.before
@@ -398,7 +398,7 @@ class Completer:
 
     def _keep_order(self, req: _Request, r: int, prompt: Prompt) -> Prompt:
         """The prompt in the block order that shares the longest prefix with its document's previous one
-        (`repocomp.block_order`); requests without a key (the CLI, evaluation) keep RepoCoder's order."""
+        (`repocomp.prompt.block_order`); requests without a key (the CLI, evaluation) keep RepoCoder's order."""
         return prompt if req.cache_key is None else self._orders.keep((req.cache_key, r), req.hole.line, prompt)
 
     async def _page(self, req: _Request, run: _Run, state: BufferState | None,

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from repocomp.definitions import RankedDefinition
+    from repocomp.context.definitions import RankedDefinition
+    from repocomp.context.retrieval_decision import RetrievalDecision
     from repocomp.memory.session import MemoryDecision
-    from repocomp.prompt import DefinitionSource, Prompt
-    from repocomp.retrieval_decision import RetrievalDecision
+    from repocomp.prompt.layout import DefinitionSource, Prompt
 
 __all__ = ["CompletionResult", "ContextBlock", "DefinitionTrace", "RoundTrace", "definition_traces",
            "shown_context"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from repocomp.backends.model_defaults import resolve_prompt
 from repocomp.config import BackendConfig, PromptConfig
-from repocomp.model_defaults import resolve_prompt
 
 
 def prompt_config(**overrides: Any) -> PromptConfig:

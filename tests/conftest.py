@@ -208,7 +208,7 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 # ---- the real local model (Qwen2.5-Coder 0.5B, prepared by `.ci/setup` with `repocomp model prepare`) -------
 
-from repocomp.local_model import LocalModel, default_model_dir, prepared  # noqa: E402
+from repocomp.backends.local_model import LocalModel, default_model_dir, prepared  # noqa: E402
 
 _PREPARED_MODEL_DIR = default_model_dir()  # read before any test changes the environment
 

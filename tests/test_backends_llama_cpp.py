@@ -12,9 +12,9 @@ import pytest
 
 from repocomp.backends import GenerationRequest, make_backend
 from repocomp.backends.llama_cpp import CHUNK, LlamaCppBackend, gguf_path
+from repocomp.backends.local_model import LocalModel
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
-from repocomp.local_model import LocalModel
 
 pytestmark = [pytest.mark.local_model, pytest.mark.slow]
 

@@ -41,8 +41,7 @@ def test_prefix_reuse_is_summed_over_the_servers_models() -> None:
 
 def test_the_local_replays_settings_keep_the_users_and_name_the_prepared_model(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from repocomp import model_defaults
-
+    from repocomp.backends import model_defaults
     user = tmp_path / "f32.toml"
     user.write_text('[backend]\ndtype = "float32"\nmax_new_tokens = 32\n[prompt]\nmax_tokens = 768\n'
                     '[index]\nexclude = ["a b", "c\\"d"]\n')

@@ -10,13 +10,13 @@ import pytest
 from configs import prompt_config
 
 from graph.lookup import DefRef
+from repocomp.backends.model_defaults import resolve_config
 from repocomp.config import Config, DefinitionsConfig
-from repocomp.definitions import SCAN_CHARS, BufferState, Candidate, DefinitionFinder
+from repocomp.context.definitions import SCAN_CHARS, BufferState, Candidate, DefinitionFinder
+from repocomp.context.render import render_definition
 from repocomp.index import Index
-from repocomp.model_defaults import resolve_config
 from repocomp.pipeline import Completer
-from repocomp.prompt import BlockSource, DefinitionSource, DefinitionsSection, Place, build_prompt
-from repocomp.render import render_definition
+from repocomp.prompt.layout import BlockSource, DefinitionSource, DefinitionsSection, Place, build_prompt
 
 LAYERS = '''\
 SCALE = 4

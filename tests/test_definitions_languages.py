@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from repocomp.config import Config, DefinitionsConfig
-from repocomp.definitions import DefinitionFinder
+from repocomp.context.definitions import DefinitionFinder
 from repocomp.index import Index
 
 FILES = {

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from repocomp import heap
+from repocomp.index import heap
 
 
 def test_trims_on_glibc_then_waits_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,7 +25,7 @@ def test_trims_on_glibc_then_waits_its_interval(monkeypatch: pytest.MonkeyPatch)
 
 _CHURN = r"""
 import contextlib, numpy as np, sys
-from repocomp import heap
+from repocomp.index import heap
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 with heap.large_blocks_given_back() if sys.argv[1] == "building" else contextlib.nullcontext():

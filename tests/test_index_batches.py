@@ -15,10 +15,9 @@ from test_index_store import EXACT, FIXTURE, _assert_same
 
 from graph import csr_rows, parse_pool
 from lsp_server.folder_index import FolderIndex
-from repocomp import heap
 from repocomp.cli import main
 from repocomp.errors import IndexCorruptError
-from repocomp.index import Index, relation_upkeep, term_index
+from repocomp.index import Index, heap, relation_upkeep, term_index
 from repocomp.index.store import file_map, read_state, write_state
 from repocomp.index.vocabulary import StoredVocabulary
 from repocomp.index.walk import walk_repository

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repocomp.config import Config
+from repocomp.context.retrieval import Retriever
 from repocomp.index import Index
-from repocomp.retrieval import Retriever
 
 BASE = {
     ".gitignore": "gen/\n",

@@ -155,3 +155,12 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     assert imports_of(source, "lsp_server.mod") == {"repocomp.cli", "lsp_server.sibling"}
     assert layer_of("repocomp.cli.serve") == 4 and layer_of("lsp_bench.nvim") == 3 and layer_of("repocomp.index") == 1
     assert layer_of("numpy") is None
+
+
+def test_repocomps_top_level_holds_few_modules_the_stages_are_packages() -> None:
+    """A request's stages are packages (index, memory, context, prompt, backends); what every stage reads stays at
+    the top: at most 8 modules there."""
+    top = sorted(p.name for p in (ROOT / "repocomp").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 8, top
+    assert {"context", "prompt", "backends", "index", "memory"} <= {p.name for p in (ROOT / "repocomp").iterdir()
+                                                                      if (p / "__init__.py").is_file()}

@@ -23,10 +23,10 @@ from lsp_helpers import SERVER_CMD, initialize, inline, make_client, open_doc, w
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from repocomp import local_model as lm
+from repocomp.backends import local_model as lm
+from repocomp.backends.model_defaults import resolve_backend
 from repocomp.config import Config
 from repocomp.errors import RepocompError
-from repocomp.model_defaults import resolve_backend
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTENT_REPO = REPO_ROOT / "fixtures" / "content_repo"
@@ -194,8 +194,8 @@ async def test_local_model_completes_held_in_lines_in_six_languages(local_model:
                                                                    tmp_path: Path) -> None:
     """The real model through the engine (one index, one loaded model for every hole), a few new tokens each."""
     from repocomp.backends import make_backend
+    from repocomp.backends.model_defaults import resolve_config
     from repocomp.index import Index
-    from repocomp.model_defaults import resolve_config
     from repocomp.pipeline import Completer
 
     for rel, (before, _) in HELD_IN.items():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from repocomp.backends.model_defaults import resolve_config
 from repocomp.config import Config
-from repocomp.cursor import Cut, Hole
+from repocomp.context.retrieval import Retriever, session_relation
 from repocomp.index import Index
-from repocomp.model_defaults import resolve_config
-from repocomp.retrieval import Retriever, session_relation
+from repocomp.prompt.cursor import Cut, Hole
 
 MONEY = "def to_cents(amount):\n    return int(round(amount * 100))\n"
 BILLING = "from pkg.money import to_cents\n\n\ndef bill(total):\n    return to_cents(total)\n"

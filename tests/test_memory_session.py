@@ -9,9 +9,9 @@ import pytest
 from test_memory_hunks import CART
 from test_memory_thoughts import ORDERS
 
+from repocomp.backends.local_model import LocalModel
 from repocomp.bench.memory import memory_bench
 from repocomp.config import MemoryConfig, PromptConfig
-from repocomp.local_model import LocalModel
 from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory, prompt_form
 from repocomp.tokenize import code_tokens
@@ -246,7 +246,7 @@ def test_ten_thousand_edits_keep_the_session_under_its_caps():
 def test_the_budget_is_respected_with_the_models_tokenizer(local_model: LocalModel):
     """With the prepared default model's own tokenizer (what budgets count with once it is prepared); without a
     prepared model the `local_model` fixture fails the test saying how to prepare it."""
-    from repocomp.prompt import estimate_tokens, make_token_counter
+    from repocomp.prompt.layout import estimate_tokens, make_token_counter
 
     where = local_model.path
     assert (where / "tokenizer.json").is_file(), f"the prepared model at {where} has no tokenizer.json: prepare it " \

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from repocomp import local_model as lm
+from repocomp.backends import local_model as lm
+from repocomp.backends.model_defaults import prompt_format, resolve_backend
 from repocomp.config import BackendConfig, Config, PromptConfig
 from repocomp.errors import RepocompError
-from repocomp.model_defaults import prompt_format, resolve_backend
 
 
 def _fake_part(site: Path, dist: str, index: int, data: bytes) -> None:
@@ -122,8 +122,7 @@ def test_the_readme_first_command_installs_and_prepares_what_auto_resolves_to() 
 
 
 def test_a_catalog_name_reaches_the_backend_as_its_prepared_folder(tmp_path: Path, monkeypatch) -> None:
-    from repocomp import model_defaults
-    from repocomp.backends import make_backend
+    from repocomp.backends import make_backend, model_defaults
 
     folder = tmp_path / "cache" / "repocomp" / "models" / "gemma-3-270m"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

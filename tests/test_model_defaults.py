@@ -1,4 +1,4 @@
-"""Settings that follow the model (repocomp.model_defaults): a 0 in the config becomes the reading model's value."""
+"""Settings that follow the model (repocomp.backends.model_defaults): a 0 in the config becomes the reading model's value."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from repocomp.backends.hf import TransformersBackend
+from repocomp.backends.model_defaults import is_resolved, resolve_config, resolve_for_model, resolve_prompt
 from repocomp.config import BackendConfig, Config, PromptConfig
 from repocomp.index import Index
-from repocomp.model_defaults import is_resolved, resolve_config, resolve_for_model, resolve_prompt
 from repocomp.pipeline import Completer
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "content_repo"
@@ -86,7 +86,7 @@ def test_configuration_is_resolved_once_and_consumers_refuse_an_unresolved_one(t
     """`resolve_config` decides everything ("auto" and the model's 0s), twice gives the same, and the parts that
     read the configuration take only its result."""
     from repocomp.backends import make_backend
-    from repocomp.prompt import build_prompt
+    from repocomp.prompt.layout import build_prompt
 
     raw = Config()
     once = resolve_config(raw)

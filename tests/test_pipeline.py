@@ -9,10 +9,10 @@ import pytest
 from test_retrieval import FakeIndex, small_config
 
 from repocomp.backends import Generation, GenerationRequest
+from repocomp.backends.model_defaults import resolve_config
+from repocomp.context.retrieval import next_query
 from repocomp.errors import RepocompError
-from repocomp.model_defaults import resolve_config
 from repocomp.pipeline import Completer
-from repocomp.retrieval import next_query
 
 
 @dataclass
@@ -387,8 +387,8 @@ def test_paging_pages_in_what_the_draft_uses_and_the_prompt_does_not_define(tmp_
 
 
 def test_draft_names_continue_the_cursor_line() -> None:
-    from repocomp.paging import defines as _defines
-    from repocomp.paging import draft_names
+    from repocomp.context.paging import defines as _defines
+    from repocomp.context.paging import draft_names
 
     assert draft_names("    x = self.ta", "ble.get(key) if not None else util.load(x)") == [
         ("self", "table", "get"), ("key",), ("util", "load"), ("x",)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from repocomp.postprocess import choose_kind, drop_cut_word, is_finished, open_brackets, postprocess
+from repocomp.prompt.postprocess import choose_kind, drop_cut_word, is_finished, open_brackets, postprocess
 
 
 def test_line_cuts_at_end_of_line() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from repocomp.postprocess import choose_kind, is_finished, open_brackets, postprocess
+from repocomp.prompt.postprocess import choose_kind, is_finished, open_brackets, postprocess
 
 GO_PREFIX = "package m\n\nfunc Sum(xs []int) int {\n\ttotal := 0\n\t"
 GO_RAW = "for _, x := range xs {\n\t\ttotal += x // add }\n\t}\n\treturn total\n}\n\nfunc Other() {\n}"

@@ -17,8 +17,8 @@ import pytest
 import torch  # installed by .ci/setup (the transformers backend's extra)
 import transformers
 
-from repocomp import local_model as lm
 from repocomp.backends import GenerationRequest, hf_attention
+from repocomp.backends import local_model as lm
 from repocomp.backends import prefix_cache as pc
 from repocomp.backends.greedy import generate_greedy
 from repocomp.backends.hf import TransformersBackend

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from repocomp.config import PromptConfig
 from repocomp.errors import RepocompError
-from repocomp.prompt import (
+from repocomp.prompt.layout import (
     BlockSource,
     DefinitionsSection,
     Place,
@@ -128,7 +128,7 @@ def test_uncovered_runs_are_the_lines_no_shown_span_covers(spans: list[tuple[int
 
 
 def test_recent_edits_sit_nearest_the_code_within_their_tokens_and_are_not_repeated() -> None:
-    from repocomp.prompt import RecentSource
+    from repocomp.prompt.layout import RecentSource
 
     hunk = RecentSource("hunk", "pkg/util.py", 10, ("def add(a, b):", "    return a + b"))
     thought = RecentSource("thought", "pkg/util.py", -1, ("renamed `plus` to `add` (pkg/util.py)",))
@@ -184,7 +184,7 @@ def test_qwen_repository_layout_with_fill_in_the_middle_exact_text() -> None:
 
 
 def test_qwen_layout_shows_definitions_and_session_edits_as_files() -> None:
-    from repocomp.prompt import DefinitionSource, RecentSource
+    from repocomp.prompt.layout import DefinitionSource, RecentSource
 
     config = prompt_config(fim="qwen", layout="files", max_tokens=2000, context_tokens=500)
     definition = DefinitionSource("add", "pkg/util.py", ((10, "def add(a, b):"), (20, "    return a + b")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from configs import prompt_config
 
-from repocomp.prompt import (
+from repocomp.prompt.layout import (
     BlockSource,
     DefinitionSource,
     DefinitionsSection,

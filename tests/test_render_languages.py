@@ -8,8 +8,8 @@ import pytest
 from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef
 from graph.parsing import parse_source
-from repocomp.prompt import render_definition_block
-from repocomp.render import RenderedDefinition, render_definition
+from repocomp.context.render import RenderedDefinition, render_definition
+from repocomp.prompt.layout import render_definition_block
 
 TS = 'import { Base } from "./base";\n\n/** A point on the plane. */\nexport interface Point {\n  x: number;\n  y: number;\n  move(dx: number, dy: number): Point;\n}\n\nexport type Id = string | number;\n\nexport class Box<T> extends Base {\n  private size: number = 0;\n  label: string;\n\n  constructor(public value: T) {\n    super();\n  }\n\n  get(): T {\n    return this.value;\n  }\n\n  private grow(by: number): void {\n    this.size += by;\n  }\n}\n\nexport function add(a: number,\n    b: number): number {\n  return a + b;\n}\n'
 
@@ -113,7 +113,7 @@ def test_elision_marks_between_runs_in_the_prompt(language: str, src: str, name:
 
 
 def test_typescript_type_alias_lines() -> None:
-    from repocomp.skeleton import skeleton_lines
+    from repocomp.context.skeleton import skeleton_lines
 
     src = "/** Ids. */\nexport type Id =\n  | string\n  | number;\nconst x = 1;"
     assert skeleton_lines("typescript", src.split("\n"), "class", "type_alias_declaration", 1, "Id", 12, 3) == \

@@ -11,10 +11,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from repocomp.config import Config
+from repocomp.context.retrieval import FileWindows, RetrievalIndex, Retriever
 from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Fragment, Location, window_spans
 from repocomp.index.term_index import TermIndex
-from repocomp.retrieval import FileWindows, RetrievalIndex, Retriever
 
 
 class Windows:
@@ -327,7 +327,7 @@ def test_similar_code_of_another_language_is_not_retrieved() -> None:
 
 
 def test_the_best_scores_are_found_by_score_then_id_whatever_the_ties() -> None:
-    from repocomp.retrieval import _best
+    from repocomp.context.retrieval import _best
 
     rng = np.random.default_rng(7)
     for n, levels, pool in ((5, 3, 10), (300, 4, 10), (100_000, 50, 10), (100_000, 3, 40), (100_000, 1000, 1)):

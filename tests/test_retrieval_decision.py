@@ -6,9 +6,9 @@ from __future__ import annotations
 from test_pipeline import HOLE, LIB, ScriptedBackend
 from test_retrieval import FakeIndex, small_config
 
-from repocomp.model_defaults import resolve_config
+from repocomp.backends.model_defaults import resolve_config
+from repocomp.context.retrieval_decision import decide
 from repocomp.pipeline import Completer
-from repocomp.retrieval_decision import decide
 
 # the file above the cursor repeats the shape being typed, with its own names
 REPEATS = "\n".join([

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from repocomp.context.scoring import environment_scores, fragrel_scores
 from repocomp.index.relation_upkeep import _symmetric_blocks
-from repocomp.scoring import environment_scores, fragrel_scores
 
 # 4 fragments: 0 relates to 1 (0.5) and 2 (0.25); 1 relates to 0 (0.5); 2 to 0 (0.25); 3 has no relations.
 W = sp.csr_matrix(np.array([

@@ -9,10 +9,10 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
+from repocomp.backends.local_model import LocalModel
+from repocomp.context.retrieval import Retriever
+from repocomp.context.semantic import MIN_POOL, SemanticRelations, TokenEmbedder, embedder_for, semantic_weights
 from repocomp.errors import RepocompError
-from repocomp.local_model import LocalModel
-from repocomp.retrieval import Retriever
-from repocomp.semantic import MIN_POOL, SemanticRelations, TokenEmbedder, embedder_for, semantic_weights
 
 WORDS = ["alpha", "beta", "gamma", "delta", "[UNK]"]
 

@@ -4,8 +4,8 @@ the prompts they should."""
 
 import pytest
 
-from repocomp.prompt import Place, build_prompt
-from repocomp.suffix import continues_below, expected_indent, reads_suffix, suffix_lines
+from repocomp.prompt.layout import Place, build_prompt
+from repocomp.prompt.suffix import continues_below, expected_indent, reads_suffix, suffix_lines
 from tests.configs import prompt_config
 
 CALL_OPEN = "def send(client):\n    response = client.post(\n        url,\n"

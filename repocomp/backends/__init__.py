@@ -4,7 +4,7 @@
 - `transformers`: in-process generation with a local causal LM (torch and transformers imported lazily).
 - `extractive`: no model: the continuation found in the best retrieved fragment.
 - `auto` (the default): `transformers` with the local model when one is prepared, else `extractive`
-  (`repocomp.model_defaults`).
+  (`repocomp.backends.model_defaults`).
 
 The modules: `base` the interface (`GenerationRequest`, `Generation`, `Capabilities`, `Backend`), `fallback` a
 backend answered by another when it fails, `factory` building and warming the configured one; `extractive`, `hf`

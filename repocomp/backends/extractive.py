@@ -12,11 +12,11 @@ Rules, in order (candidates are tried best-first; the first that yields text win
 4. Nothing matches: empty text.
 
 Comment-only lines of the candidates (`#` in Python; `//`, `/* ... */` and a block comment's `*` lines in the
-brace languages: `repocomp.languages`) are dropped before matching, and the buffer's previous line is its last
+brace languages: `repocomp.prompt.languages`) are dropped before matching, and the buffer's previous line is its last
 non-blank line of code: the proposal is code, never comment prose copied from elsewhere.
 
 The proposal is capped at about `max_new_tokens` code tokens and cut at the first stop sequence; callers cut it
-to the completion kind with `repocomp.postprocess`.
+to the completion kind with `repocomp.prompt.postprocess`.
 
 Work is bounded on long lines (minified or generated code): the cursor line's key is its last `KEY_CHARS`
 characters at most, at most `MAX_KEYS` of its tails are tried (the shortest, nearest the cursor), and only the
@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops
-from repocomp.languages import PYTHON, LexicalRules, rules_for
+from repocomp.prompt.languages import PYTHON, LexicalRules, rules_for
 
 log = logging.getLogger(__name__)
 

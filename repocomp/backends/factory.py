@@ -42,7 +42,7 @@ def make_backend(config: BackendConfig) -> Backend:
     from repocomp.backends.extractive import ExtractiveBackend
 
     if config.name == "auto":
-        raise ValueError("make_backend takes a resolved config: repocomp.model_defaults.resolve_config first")
+        raise ValueError("make_backend takes a resolved config: repocomp.backends.model_defaults.resolve_config first")
     if config.name == "extractive":
         return ExtractiveBackend()
     primary: Backend

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
+from repocomp.backends.local_model import cpu_has_native_bf16
 from repocomp.config import BackendConfig
 from repocomp.errors import BackendError
-from repocomp.local_model import cpu_has_native_bf16
 from repocomp.text import encodable
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _stop_on_special_tokens(model: CausalLM, tokenizer: PreTrainedTokenizerBase)
     """Make every stop token of the prompt formats this model's tokenizer has an end of generation (Qwen2.5-Coder
     ends a fill-in-the-middle answer with <|endoftext|> or <|file_sep|>, its checkpoint names only <|im_end|>):
     the answer is decoded without special tokens, so they must stop it as tokens, not as text."""
-    from repocomp.model_defaults import QWEN_STOP_TOKENS
+    from repocomp.backends.model_defaults import QWEN_STOP_TOKENS
 
     vocab = tokenizer.get_vocab()
     extra = [vocab[t] for t in QWEN_STOP_TOKENS if t in vocab]

@@ -120,7 +120,7 @@ _LOADED: weakref.WeakValueDictionary[str, _LoadedModel] = weakref.WeakValueDicti
 
 
 def _load_model(path: Path, threads: int) -> _LoadedModel:
-    from repocomp.model_defaults import QWEN_STOP_TOKENS
+    from repocomp.backends.model_defaults import QWEN_STOP_TOKENS
 
     runtime = load()
     lib = runtime.lib

@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=BACKEND_NAMES, help="override [backend] name (default: config, auto)")
     p.add_argument("--endpoint", help="vLLM base URL (with --backend vllm)")
     p.add_argument("--iterations", type=int,
-                   help="RepoCoder rounds (default: the model's, see repocomp.model_defaults)")
+                   help="RepoCoder rounds (default: the model's, see repocomp.backends.model_defaults)")
     p.add_argument("--typing", type=int, default=0, metavar="K",
                    help="after each position, type its next K characters, a request after each (default 0)")
     p.add_argument("--config", type=Path, metavar="FILE")
@@ -143,8 +143,8 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
                        progress: Any = None, typing: int = 0) -> CompleteBenchResult:
+    from repocomp.backends.model_defaults import resolve_config
     from repocomp.index import Index
-    from repocomp.model_defaults import resolve_config
 
     config = resolve_config(config)
     index = Index.open(root, config, build=True, progress=progress)

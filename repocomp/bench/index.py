@@ -72,7 +72,7 @@ print(json.dumps({"loaded_mb": loaded - start, "parts_mb": parts}))
 _EDITED = r"""
 import gc, json, random, resource, sys, tempfile, threading, time
 from pathlib import Path
-from repocomp import heap
+from repocomp.index import heap
 from repocomp.bench.index import bench_edit
 from repocomp.index import Index
 def now():

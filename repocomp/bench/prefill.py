@@ -193,7 +193,7 @@ def format_table(res: dict[str, Any]) -> str:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from repocomp.local_model import default_model_dir
+    from repocomp.backends.local_model import default_model_dir
 
     model_dir = (args.model or default_model_dir()).expanduser()
     if not (model_dir / "config.json").is_file():

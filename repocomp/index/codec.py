@@ -29,7 +29,7 @@ from graph.code_graph import CodeGraph, FileNodes
 from graph.coded_strings import CodedStrings, room_for
 from graph.resolve import Resolver, make_symbols
 from graph.stored_rows import split
-from repocomp import heap
+from repocomp.index import heap
 from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.store import Chunks, Stored, file_map, page_out

@@ -26,7 +26,6 @@ from graph.code_graph import EDGE_TYPES, CodeGraph
 from graph.parse_pool import parsed_files
 from graph.parsing import MAX_DEPTH, ParsedFile
 from graph.resolve import Resolver, make_symbols
-from repocomp import heap
 from repocomp.config import Config, load_config
 from repocomp.errors import (
     IndexCorruptError,
@@ -37,6 +36,7 @@ from repocomp.errors import (
     RepocompError,
 )
 from repocomp.index import codec as index_codec
+from repocomp.index import heap
 from repocomp.index import trust as index_trust
 from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Location, line_starts, window_spans

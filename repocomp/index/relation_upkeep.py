@@ -22,7 +22,7 @@ from scipy.sparse.csgraph import dijkstra
 from graph.csr_rows import PatchedRows, drop_columns, patched, replace_rows, with_columns
 from graph.maxproduct import max_product_strengths, reached_nodes
 from graph.relations import ROW_CHUNK, combine, context_rows, drop_diagonal, structure_rows, top_k_rows
-from repocomp import heap
+from repocomp.index import heap
 from repocomp.index.fragments import window_spans
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ from repocomp.memory.recall import MinHashIndex, jaccard, memory_tokens
 from repocomp.memory.store import RecallStore
 from repocomp.memory.summaries import SessionSummary
 from repocomp.memory.thoughts import Thought, think, visible
-from repocomp.prompt import RecentSource
+from repocomp.prompt.layout import RecentSource
 
 if TYPE_CHECKING:
     from repocomp.config import MemoryConfig

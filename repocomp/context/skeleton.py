@@ -9,7 +9,7 @@ Go, Rust; C/C++ where their nodes match): signatures and skeletons read off the 
   constructors, then methods' signatures (public first); the closing line when every member is shown;
 - a TypeScript type alias: its lines (first ones).
 
-Line numbers only: render.py shows each line as the file has it.
+Line numbers only: context/render.py shows each line as the file has it.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def embedder_for(folder: Path) -> TokenEmbedder:
 def model_folder(config: Config) -> Path:
     """The folder whose input embeddings relate fragments: the in-process model's, the prompt tokenizer's (a served
     prepared model), else the prepared local model."""
-    from repocomp.local_model import prepared
+    from repocomp.backends.local_model import prepared
 
     for name in (config.backend.model, config.prompt.tokenizer):
         if name and (Path(name).expanduser() / "model.safetensors").is_file():

@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from repocomp.errors import RepocompError
-from repocomp.languages import rules_for_path
+from repocomp.prompt.languages import rules_for_path
 
 __all__ = ["Cut", "Hole"]
 

@@ -24,7 +24,7 @@ still fit); at most `max_blocks`. The in-file context keeps the last lines befor
 `context_tokens`; the blocks get what the context left of `max_tokens`.
 
 Every line above the in-file context is commented out with the line comment of the cursor file's language (`#`
-above; `//` for Java, JavaScript/TypeScript, Go, Rust, C/C++: `repocomp.languages`).
+above; `//` for Java, JavaScript/TypeScript, Go, Rust, C/C++: `repocomp.prompt.languages`).
 
 `[prompt] layout = "files"` (`RepoFiles`) lays the same sections out as Qwen2.5-Coder's repository files: the
 repository's name, each block as `<|file_sep|>PATH` and its code as is, the cursor's file last; with `fim = "qwen"`
@@ -41,8 +41,8 @@ from pathlib import Path
 
 from repocomp.config import FIM_FORMATS, DefinitionsConfig, PromptConfig
 from repocomp.errors import RepocompError
-from repocomp.languages import rules_for, rules_for_path
-from repocomp.suffix import reads_suffix, suffix_lines
+from repocomp.prompt.languages import rules_for, rules_for_path
+from repocomp.prompt.suffix import reads_suffix, suffix_lines
 from repocomp.text import encodable
 from repocomp.tokenize import code_tokens
 
@@ -630,7 +630,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
                  recent: RecentSection = RecentSection()) -> Prompt:
     """Lay `sources` (similar code, best-first), the definitions, the session's recent entries and the in-file
     context (`prefix`, `suffix`) into one prompt within `config.max_tokens` (a resolved config:
-    `repocomp.model_defaults.resolve_prompt`).
+    `repocomp.backends.model_defaults.resolve_prompt`).
 
     The blocks get what the in-file context leaves of the budget; definitions at most their share of that,
     similar code the rest (first up to its own share, then whatever the definitions left). Nothing is shown
@@ -642,7 +642,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     name, the cursor's file named by its path).
     """
     if config.max_tokens <= 0 or config.context_tokens <= 0 or "auto" in (config.fim, config.layout):
-        raise ValueError("build_prompt takes a resolved PromptConfig: repocomp.model_defaults.resolve_prompt first")
+        raise ValueError("build_prompt takes a resolved PromptConfig: repocomp.backends.model_defaults.resolve_prompt first")
     place = place or Place()
     in_file = _in_file(prefix, suffix, config, count)
     markers = _markers(config, place)
@@ -672,7 +672,7 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
 
 def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter) -> _InFile:
     """The code around the cursor that fits `config.context_tokens`: with FIM where `config.fim_at` reads the
-    suffix (`repocomp.suffix`), its first `config.suffix_lines` lines within a quarter of the budget."""
+    suffix (`repocomp.prompt.suffix`), its first `config.suffix_lines` lines within a quarter of the budget."""
     fim = config.fim
     if fim != "none" and suffix.strip() and not reads_suffix(config.fim_at, prefix, suffix):
         fim = "none"

@@ -8,7 +8,7 @@
 
 Every line shown is a line of the file, unchanged, so a block knows exactly which lines it shows (`runs`): the
 prompt puts an elision mark between runs, and the evaluation counts only those lines. Other languages get
-signatures and skeletons read off their syntax trees (repocomp.skeleton: doc comment heads, fields, variants,
+signatures and skeletons read off their syntax trees (repocomp.context.skeleton: doc comment heads, fields, variants,
 interface and trait members, method signatures); where the tree does not hold the definition, its header lines.
 """
 
@@ -22,11 +22,11 @@ from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef
 from graph.parsing import ParsedFile
 from repocomp.config import DefinitionsConfig
-from repocomp.prompt import DefinitionSource
-from repocomp.skeleton import skeleton_lines
+from repocomp.context.skeleton import skeleton_lines
+from repocomp.prompt.layout import DefinitionSource
 
 if TYPE_CHECKING:
-    from repocomp.definitions import RankedDefinition
+    from repocomp.context.definitions import RankedDefinition
     from repocomp.index import Index
 
 __all__ = ["DefinitionRenderer", "RenderedDefinition", "render_definition", "runs_of"]

@@ -10,7 +10,7 @@ manifest records what was prepared and the weights' sizes and sha256, so a rerun
 `prepared()` can tell at completion time, cheaply, whether a usable model is there. Nothing is ever downloaded.
 
 What a config's `[backend] name = "auto"` or a catalog model's name becomes is decided with the rest of the
-configuration, in `repocomp.model_defaults.resolve_config`.
+configuration, in `repocomp.backends.model_defaults.resolve_config`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ prompt's start line (end_line > prompt_start); fragments wholly above the prompt
 stay. Removed fragment ids are never returned.
 
 FragRel's environment (Eq. 9) also hears the hole's file's windows wholly before the cursor: excluded from the
-prompt by the leak rule, they still lend their similarity to the fragments they relate to (see scoring.py).
+prompt by the leak rule, they still lend their similarity to the fragments they relate to (see context/scoring.py).
 
 Similar code of another language is not retrieved: a hole in a TypeScript file of a repository with a Go service
 gets TypeScript (and JavaScript) fragments, never Go ones (`graph.languages.family_for`; a path of no known
@@ -30,14 +30,14 @@ import scipy.sparse as sp
 
 from graph.languages import family_for
 from repocomp.config import Config
+from repocomp.context.scoring import SemanticSums, fragrel_scores
+from repocomp.context.semantic import SemanticRelations, relations_for
 from repocomp.index.fragments import Fragment, Location
 from repocomp.index.term_index import TermIndex
-from repocomp.scoring import SemanticSums, fragrel_scores
-from repocomp.semantic import SemanticRelations, relations_for
 
 if TYPE_CHECKING:
-    from repocomp.cursor import Hole
     from repocomp.index import Index
+    from repocomp.prompt.cursor import Hole
 
 __all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex", "draft_query_lines", "next_query", "round_query",
            "session_relation"]

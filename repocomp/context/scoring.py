@@ -4,7 +4,7 @@
     s_rel_i = s_ind_i + alpha * s_env_i                (Eq. 10)
 
 w_ij is W's structural relation (Eq. 8), plus, with `SemanticSums`, the weighted semantic one (Eq. 6) among the
-fragments most similar to the query (repocomp/semantic.py).
+fragments most similar to the query (repocomp/context/semantic.py).
 
 Fragments that are not in the memory for this request (removed, or excluded by the leak rule) are dropped from
 both sums: they must neither lend their score to their neighbours (that would leak the hole's own code through

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import re
 
-from repocomp.languages import PYTHON, LexicalRules, rules_for
+from repocomp.prompt.languages import PYTHON, LexicalRules, rules_for
 
 __all__ = ["KINDS", "choose_kind", "drop_cut_word", "is_finished", "postprocess", "open_brackets"]
 

@@ -8,11 +8,11 @@ import re
 from typing import TYPE_CHECKING
 
 from graph.lookup import DefRef
-from repocomp.definitions import CHAIN, RankedDefinition
-from repocomp.retrieval import draft_query_lines
+from repocomp.context.definitions import CHAIN, RankedDefinition
+from repocomp.context.retrieval import draft_query_lines
 
 if TYPE_CHECKING:
-    from repocomp.definitions import BufferState
+    from repocomp.context.definitions import BufferState
 
 __all__ = ["defines", "draft_names", "paged_definitions"]
 

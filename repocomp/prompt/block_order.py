@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from repocomp.prompt import Prompt, PromptBlock
+from repocomp.prompt.layout import Prompt, PromptBlock
 
 __all__ = ["BlockOrders", "stable_order"]
 

@@ -36,9 +36,9 @@ import functools
 import re
 from pathlib import Path
 
+from repocomp.backends.local_model import MODELS, default_model_dir, prepared, runtime_missing
 from repocomp.config import BackendConfig, Config, PromptConfig
 from repocomp.errors import RepocompError
-from repocomp.local_model import MODELS, default_model_dir, prepared, runtime_missing
 
 __all__ = ["CODE_LLAMA_CONTEXT", "LOCAL_CPU_BUDGET", "QWEN_STOP_TOKENS", "is_resolved", "model_budget",
            "prompt_format", "resolve_backend", "resolve_config", "resolve_for_model", "resolve_prompt"]
