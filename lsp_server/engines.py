@@ -172,8 +172,9 @@ class Engines:
         folder = request.folder
         async with _reading(folder) as index:
             completer = self.completer_for(folder, index)
-            return await asyncio.wait_for(completer.acomplete_at(
-                request.engine_path(index is not None), request.cut,
+            from repocomp.pipeline import CompletionOptions  # loaded with the completer above
+
+            options = CompletionOptions(
                 mode="repocoder" if index is not None else "infile",
                 # on an empty line (the developer pressed Enter) the answer is the line being started: in the
                 # editing-session replay a multi-line answer there was right as written at 2 of 6 holes, its first
@@ -181,7 +182,9 @@ class Engines:
                 kind="line" if not request.cut.line_text.strip() else "auto",
                 # the lock is handed back while the model generates: updates need not wait for it
                 generating=folder.released if folder is not None else None,
-                cache_key=request.cache_key), timeout_s)
+                cache_key=request.cache_key)
+            return await asyncio.wait_for(
+                completer.acomplete_at(request.engine_path(index is not None), request.cut, options), timeout_s)
 
     # ----- stats -----
 

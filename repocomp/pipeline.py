@@ -27,7 +27,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.backends.model_defaults import QWEN_STOP_TOKENS, is_resolved
@@ -72,13 +72,35 @@ if TYPE_CHECKING:
     from repocomp.index import Index
     from repocomp.memory.session import MemoryDecision, SessionMemory
 
-__all__ = ["CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "RoundTrace", "MODES"]
+__all__ = ["CompletionOptions", "CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "RoundTrace",
+           "MODES"]
 
 log = logging.getLogger(__name__)
 
 # A backend past the deadline gets this much longer to report its own error (and its fallback to answer) before
 # the round is cancelled: only backends that ignore `GenerationRequest.deadline` ever see the cancellation.
 _DEADLINE_GRACE_S = 0.5
+
+
+@dataclass(frozen=True)
+class CompletionOptions:
+    """What one request asks of the engine beside the buffer and its cursor; each caller builds it once."""
+
+    mode: str = "repocoder"  # one of MODES
+    oracle_text: str | None = None  # the ground-truth window, for mode "oracle"
+    kind: str = "auto"  # the completion kind post-processing cuts to
+    context_start_line: int = 0  # where the in-file context starts (a task's own rule)
+    explain: bool = False  # the result carries each round's fragments, scores and relations
+    # the result carries what the final prompt showed (`context`) and the ranked definitions; an editor needs neither
+    trace: bool = False
+    definitions: bool | None = None  # overrides `[definitions] enabled` for this request
+    # each round's generation runs inside `generating()`: the language server hands its lock on the index back
+    # there, so that updates need not wait for a model (a round reads all it needs from the index before)
+    generating: Callable[[], AbstractAsyncContextManager[None]] | None = None
+    cache_key: str | None = None  # the document whose consecutive prompts a backend may reuse the prefix of
+
+
+DEFAULT_OPTIONS = CompletionOptions()
 
 
 @dataclass(frozen=True)
@@ -248,44 +270,34 @@ class Completer:
 
     # -- entry points ---------------------------------------------------------------------------------------
 
-    def complete(self, path: str, text: str, line: int, col: int, **kwargs: object) -> CompletionResult:
+    def complete(self, path: str, text: str, line: int, col: int,
+                 options: CompletionOptions = DEFAULT_OPTIONS) -> CompletionResult:
         """Synchronous `acomplete` (for callers without an event loop)."""
-        return asyncio.run(self.acomplete(path, text, line, col, **kwargs))
+        return asyncio.run(self.acomplete(path, text, line, col, options))
 
-    async def acomplete(self, path: str, text: str, line: int, col: int, **options: Any) -> CompletionResult:
-        """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col); the
-        options are `acomplete_at`'s."""
-        return await self.acomplete_at(path, Cut.of(text, line, col, path), **options)
+    async def acomplete(self, path: str, text: str, line: int, col: int,
+                        options: CompletionOptions = DEFAULT_OPTIONS) -> CompletionResult:
+        """Complete `text` (the live buffer of `path`, relative to the index root) at 0-based (line, col)."""
+        return await self.acomplete_at(path, Cut.of(text, line, col, path), options)
 
-    async def acomplete_at(self, path: str, cut: Cut, *, mode: str = "repocoder", oracle_text: str | None = None,
-                           kind: str = "auto", context_start_line: int = 0, explain: bool = False,
-                           trace: bool = False, definitions: bool | None = None,
-                           generating: Callable[[], AbstractAsyncContextManager[None]] | None = None,
-                           cache_key: str | None = None) -> CompletionResult:
-        """Complete the buffer `cut` at its cursor (`path` relative to the index root).
-
-        `trace` (or `explain`): the result carries what the final prompt showed (`context`) and the ranked
-        definitions; an editor's request needs neither. Relations and definitions are the config's (`Config.plain_repocoder()` turns them off); `definitions`
-        overrides `[definitions] enabled` for this request. Each round's generation runs inside `generating()`:
-        the language server hands its lock on the index back there, so that updates need not wait for a model
-        (a round reads everything it needs from the index before it generates). `cache_key` names the document (and
-        folder) whose consecutive prompts a backend may reuse the computed prefix of (None: no reuse).
+    async def acomplete_at(self, path: str, cut: Cut, options: CompletionOptions = DEFAULT_OPTIONS) -> CompletionResult:
+        """Complete the buffer `cut` at its cursor (`path` relative to the index root), as `options` ask.
 
         The stages: check the request; put the live buffer into the index; scan
         the code before the cursor for the names it uses; then per round retrieve similar code, rank
         definitions, lay out the prompt and generate; post-process the last draft."""
-        req = self._request(path, cut, mode, oracle_text, kind, context_start_line, explain, trace or explain,
-                            definitions, cache_key)
+        req = self._request(path, cut, options)
+        generating = options.generating
         timings = _Timings()
         run = _Run()
         with timings("sync"):
-            if self.index is not None and mode != "infile" and self.sync_buffers:
+            if self.index is not None and req.mode != "infile" and self.sync_buffers:
                 self._sync_buffer(req.hole.path, cut.text)
         state = self._scan_definitions(req, timings)
         with timings("memory"):
             run.memory = self._recall(req)
         anchor = None
-        if explain and self.retriever is not None:
+        if req.explain and self.retriever is not None:
             anchor = self.retriever.covering(req.hole.path, max(0, cut.line - 1) if cut.col == 0 else cut.line)
         for r in range(1, req.rounds + 1):
             if r > 1 and time.monotonic() >= req.deadline:
@@ -303,7 +315,7 @@ class Completer:
                     state, run.ranked, run.def_sources = self._rank_definitions(req, state, blocks)
             with timings(f"prompt_{r}"):
                 round_prompt = self._keep_order(req, r, self._prompt(req, blocks, run.def_sources, run.memory))
-            if explain:
+            if req.explain:
                 self._explain(blocks, anchor)
             with timings(f"generate_{r}"):
                 answer = await self._generate_round(req, r, round_prompt, blocks, generating, run)
@@ -319,10 +331,9 @@ class Completer:
 
     # -- stages ---------------------------------------------------------------------------------------------
 
-    def _request(self, path: str, cut: Cut, mode: str, oracle_text: str | None, kind: str,
-                 context_start_line: int, explain: bool, trace: bool, definitions: bool | None,
-                 cache_key: str | None) -> _Request:
+    def _request(self, path: str, cut: Cut, options: CompletionOptions) -> _Request:
         """The request checked (a RepocompError says what is wrong)."""
+        mode, oracle_text, context_start_line = options.mode, options.oracle_text, options.context_start_line
         if mode not in MODES:
             raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "oracle" and oracle_text is None:
@@ -330,12 +341,11 @@ class Completer:
         if not 0 <= context_start_line <= cut.line:
             raise RepocompError(f"context_start_line {context_start_line} must be in 0..{cut.line}")
         rounds = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": self.config.retrieval.iterations}[mode]
-        if definitions is None:
-            definitions = self.config.definitions.enabled
+        definitions = self.config.definitions.enabled if options.definitions is None else options.definitions
         timeout_s = self.config.backend.timeout_s
-        return _Request(Hole(_normalize_path(path), cut, context_start_line), mode, kind, oracle_text, rounds,
-                        definitions and mode != "infile", explain, trace, timeout_s, time.monotonic() + timeout_s,
-                        cache_key)
+        return _Request(Hole(_normalize_path(path), cut, context_start_line), mode, options.kind, oracle_text, rounds,
+                        definitions and mode != "infile", options.explain, options.trace or options.explain,
+                        timeout_s, time.monotonic() + timeout_s, options.cache_key)
 
     def _scan_definitions(self, req: _Request, timings: _Timings) -> BufferState | None:
         """The names the code before the cursor uses (None when definitions are off or cannot be found)."""

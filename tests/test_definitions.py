@@ -15,7 +15,7 @@ from repocomp.config import Config, DefinitionsConfig
 from repocomp.context.definitions import SCAN_CHARS, BufferState, Candidate, DefinitionFinder
 from repocomp.context.render import render_definition
 from repocomp.index import Index
-from repocomp.pipeline import Completer
+from repocomp.pipeline import Completer, CompletionOptions
 from repocomp.prompt.layout import BlockSource, DefinitionSource, DefinitionsSection, Place, build_prompt
 
 LAYERS = '''\
@@ -286,7 +286,7 @@ def test_context_entries_are_exact_shown_runs(repo: Path, index: Index) -> None:
     completer = Completer(index, resolve_config(Config().replace("prompt", max_blocks=0)))  # definitions only: all of them show
     text = APP
     lines = text.split("\n")
-    res = completer.complete("app.py", text, 12, 0, trace=True)
+    res = completer.complete("app.py", text, 12, 0, CompletionOptions(trace=True))
     assert any(b.kind == "definition" for b in res.context)
     for b in res.context:
         file_lines = (repo / b.path).read_text().split("\n")
@@ -313,7 +313,7 @@ def test_nothing_at_or_after_the_cursor_reaches_the_definitions(repo: Path, inde
     cursor = next(i for i, ln in enumerate(lines) if ln == "        later(")
     completer = Completer(index, resolve_config(_one_block()))
     try:
-        res = completer.complete("app.py", text, cursor, len(lines[cursor]), trace=True)
+        res = completer.complete("app.py", text, cursor, len(lines[cursor]), CompletionOptions(trace=True))
         assert PLANT not in res.prompt
         assert all(not (b.path == "app.py" and b.end_line > cursor) for b in res.context)
         assert all(PLANT not in b.text for b in res.context)
@@ -325,9 +325,10 @@ def test_nothing_at_or_after_the_cursor_reaches_the_definitions(repo: Path, inde
 
 def test_no_definitions_and_plain_repocoder(index: Index) -> None:
     completer = Completer(index, resolve_config(_one_block()))
-    on = completer.complete("app.py", APP, 12, 0, trace=True)
-    off = completer.complete("app.py", APP, 12, 0, definitions=False, trace=True)
-    plain = Completer(index, resolve_config(_one_block().plain_repocoder())).complete("app.py", APP, 12, 0, trace=True)
+    on = completer.complete("app.py", APP, 12, 0, CompletionOptions(trace=True))
+    off = completer.complete("app.py", APP, 12, 0, CompletionOptions(definitions=False, trace=True))
+    plain = Completer(index, resolve_config(_one_block().plain_repocoder())).complete("app.py", APP, 12, 0,
+                                                                                      CompletionOptions(trace=True))
     assert any(b.kind == "definition" for b in on.context)
     assert not any(b.kind == "definition" for b in off.context + plain.context)
     assert "# Here are definitions" in on.prompt and "# Here are definitions" not in off.prompt
@@ -358,7 +359,8 @@ async def test_a_buffer_synced_while_a_completion_awaits_the_model_leaves_it_con
     lines = APP.split("\n")
     cursor = next(i for i, ln in enumerate(lines) if ln == "        self.enc.lay")
     try:
-        task = asyncio.create_task(completer.acomplete("app.py", APP, cursor, len(lines[cursor]), trace=True))
+        task = asyncio.create_task(completer.acomplete("app.py", APP, cursor, len(lines[cursor]),
+                                                       CompletionOptions(trace=True)))
         await asyncio.wait_for(backend.entered.wait(), 30)
         index.update_file("pkg/layers.py", text="SCALE = 4\n")  # helper and Encoder are gone
         backend.go.set()

@@ -59,8 +59,8 @@ class FakeCompleter:
     def __init__(self, index: FakeIndex, script: dict):
         self.index, self.script, self.asked = index, script, []
 
-    async def acomplete(self, path, text, line, col, **kw):
-        self.asked.append((path, line, text, dict(self.index.state), kw))
+    async def acomplete(self, path, text, line, col, options):
+        self.asked.append((path, line, text, dict(self.index.state), options))
         prediction, blocks = self.script.get((path, line), ("", []))
         return Result(text=prediction, context=blocks)
 
@@ -138,8 +138,8 @@ def test_each_task_sees_its_file_only_up_to_the_hole_and_the_file_is_restored(tm
         assert text == "".join(f"line{i} = {i}\n" for i in range(line))  # the buffer ends at the hole
         assert state["a.py"] == text  # ... and so does the indexed file at that moment
     assert index.calls[-1] == ("a.py", None)  # restored from disk after the file's last task
-    kw = completer.asked[0][4]
-    assert kw["mode"] == "repocoder" and "fragrel" not in kw and kw["kind"] == "line"
+    options = completer.asked[0][4]
+    assert options.mode == "repocoder" and options.kind == "line"
 
 
 def test_resume_skips_done_tasks_and_survives_a_torn_line(tmp_path):

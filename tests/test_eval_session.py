@@ -311,7 +311,7 @@ def test_runner_replays_state_and_memory(history, tmp_path, monkeypatch):
         def __init__(self, index):
             self.index = index
 
-        async def acomplete(self, path, text, line, col, **kw):
+        async def acomplete(self, path, text, line, col, options):
             seen.append((path, text, line, dict(self.index.state), set(self.index.removed), self.memory))
             from types import SimpleNamespace
             return SimpleNamespace(text=text.splitlines()[-1] if text else "", context=[], prompt_tokens=1,

@@ -196,7 +196,7 @@ async def test_local_model_completes_held_in_lines_in_six_languages(local_model:
     from repocomp.backends import make_backend
     from repocomp.backends.model_defaults import resolve_config
     from repocomp.index import Index
-    from repocomp.pipeline import Completer
+    from repocomp.pipeline import Completer, CompletionOptions
 
     for rel, (before, _) in HELD_IN.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -209,7 +209,8 @@ async def test_local_model_completes_held_in_lines_in_six_languages(local_model:
     try:
         for rel, (before, _) in HELD_IN.items():
             lines = before.split("\n")
-            result = await completer.acomplete(rel, before, len(lines) - 1, len(lines[-1]), kind="line")
+            result = await completer.acomplete(rel, before, len(lines) - 1, len(lines[-1]),
+                                               CompletionOptions(kind="line"))
             assert result.backend == "transformers" and not result.error, (rel, result.backend, result.error)
             got[rel] = result.text.split("\n")[0].strip()
     finally:

@@ -10,7 +10,7 @@ from repocomp.backends.hf import TransformersBackend
 from repocomp.backends.model_defaults import is_resolved, resolve_config, resolve_for_model, resolve_prompt
 from repocomp.config import BackendConfig, Config, PromptConfig
 from repocomp.index import Index
-from repocomp.pipeline import Completer
+from repocomp.pipeline import Completer, CompletionOptions
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "content_repo"
 
@@ -47,7 +47,7 @@ def test_a_completer_on_the_cpu_model_runs_one_round_unless_told(tiny_model_dir:
 
     def rounds(cfg: Config) -> int:
         completer = Completer(index, resolve_config(cfg), TransformersBackend(model=str(tiny_model_dir), device="cpu"))
-        result = completer.complete(path, text, 13, len("    total_cents = "), trace=True)
+        result = completer.complete(path, text, 13, len("    total_cents = "), CompletionOptions(trace=True))
         return sum(1 for k in result.timings_ms if k.startswith("generate_"))
 
     assert rounds(config) == 1
@@ -75,7 +75,7 @@ def test_a_completer_on_the_cpu_model_shows_definitions_only_with_the_budget(tin
 
     def definitions(cfg: Config) -> list[str]:
         completer = Completer(index, resolve_config(cfg), TransformersBackend(model=str(tiny_model_dir), device="cpu"))
-        result = completer.complete(path, text, 13, len("    total_cents = "), trace=True)
+        result = completer.complete(path, text, 13, len("    total_cents = "), CompletionOptions(trace=True))
         return [d.name for d in result.definitions]
 
     assert definitions(config) == []

@@ -12,7 +12,7 @@ from repocomp.backends import Generation, GenerationRequest
 from repocomp.backends.model_defaults import resolve_config
 from repocomp.context.retrieval import next_query
 from repocomp.errors import RepocompError
-from repocomp.pipeline import Completer
+from repocomp.pipeline import Completer, CompletionOptions
 
 
 @dataclass
@@ -73,7 +73,7 @@ def test_next_query_rule() -> None:
 
 def test_repocoder_two_rounds_round2_query_uses_draft() -> None:
     idx, comp, backend = make(iterations=2, alpha=0.0)
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert len(res.rounds) == 2 and len(backend.requests) == 2
     # round 1: last `window` (4) lines before the cursor, the partial line included
     assert res.rounds[0].query == "def main(path):\n    with open(path) as fh:\n        data = fh.read()\n    cfg = "
@@ -89,15 +89,16 @@ def test_repocoder_two_rounds_round2_query_uses_draft() -> None:
 def test_every_round_carries_the_documents_cache_key() -> None:
     """The key names the document whose prompts a backend may reuse the prefix of; none unless given."""
     _, comp, backend = make(iterations=2, alpha=0.0)
-    comp.complete("hole.py", HOLE, 5, len("    cfg = "), cache_key="folder\0file:///hole.py", trace=True)
-    comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    comp.complete("hole.py", HOLE, 5, len("    cfg = "),
+                  CompletionOptions(cache_key="folder\0file:///hole.py", trace=True))
+    comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert [r.cache_key for r in backend.requests] == ["folder\0file:///hole.py"] * 2 + [None, None]
 
 
 def test_rounds_say_which_draft_the_time_limit_cut() -> None:
     _, comp, backend = make(iterations=2, alpha=0.0)
     backend.cut = frozenset({1})
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert [r.at_time_limit for r in res.rounds] == [True, False]  # what `bench complete` counts
     # the round-2 prompt is what the backend saw last, without the space after `cfg =` (the model writes it);
     # blocks in prompt order, best last
@@ -111,36 +112,38 @@ def test_a_line_cut_by_the_time_limit_never_ends_inside_an_identifier() -> None:
     """The time limit stops a generation wherever it is: a half-written name (`parse_con`) is not offered."""
     _, comp, backend = make(["parse_config(data).get_val"], iterations=1, alpha=0.0)
     backend.cut = frozenset({1})
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert res.text == "parse_config(data)." and res.cut_by_time
     # the same text not cut by the limit is the model's own: kept whole
     _, comp, backend = make(["parse_config(data).get_val"], iterations=1, alpha=0.0)
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert res.text == "parse_config(data).get_val" and not res.cut_by_time
     # the token cap stops a run-on line the same way (the scripted backend is a model: its drafts are counted)
     _, comp, backend = make(["parse_config(data).get_value_of_the_key_named"], iterations=1, alpha=0.0)
     comp.config = comp.config.replace("backend", max_new_tokens=8)  # the draft: 6 tokens by the estimate
-    assert comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True).text == "parse_config(data)."
+    assert comp.complete("hole.py", HOLE, 5, len("    cfg = "),
+                         CompletionOptions(trace=True)).text == "parse_config(data)."
     # a cut after the line was finished changed nothing: kept whole
     _, comp, backend = make(["parse_config(data)\n    pri"], iterations=1, alpha=0.0)
     backend.cut = frozenset({1})
-    assert comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True).text == "parse_config(data)"
+    assert comp.complete("hole.py", HOLE, 5, len("    cfg = "),
+                         CompletionOptions(trace=True)).text == "parse_config(data)"
 
 
 def test_space_typed_before_the_cursor_is_left_to_the_model_and_not_doubled() -> None:
     # A BPE model continues `cfg =` with the token ` parse_config`; the answer must not repeat the typed space.
     _, comp, backend = make([" parse_config(data)\n"], iterations=1)
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), mode="vanilla", trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(mode="vanilla", trace=True))
     assert backend.requests[0].prompt.endswith("    cfg =") and res.text == "parse_config(data)"
     # pure indentation stays in the prompt: there the next token starts the code itself
     _, comp, backend = make(["log(cfg)\n"], iterations=1)
-    res = comp.complete("hole.py", HOLE, 6, len("    "), mode="vanilla", trace=True)
+    res = comp.complete("hole.py", HOLE, 6, len("    "), CompletionOptions(mode="vanilla", trace=True))
     assert backend.requests[0].prompt.endswith("\n    ") and res.text == "log(cfg)"
 
 
 def test_first_round_blocks_show_what_follows_the_match_and_hole_file_is_excluded() -> None:
     idx, comp, backend = make(iterations=1, alpha=0.0)
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), mode="vanilla", trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(mode="vanilla", trace=True))
     top = res.rounds[0].blocks[0]
     assert top.path == "lib.py"
     # the best window is lib.py [0,4) (it shares 'with open(path) as fh' and 'data = fh.read()'); shifted by
@@ -153,11 +156,12 @@ def test_first_round_blocks_show_what_follows_the_match_and_hole_file_is_exclude
 
 def test_later_rounds_and_oracle_are_not_shifted() -> None:
     idx, comp, _ = make(iterations=2, alpha=0.0)
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     for b in res.rounds[1].blocks:
         frag = idx.fragments[b.fragment_id]
         assert frag is not None and b.text == frag.text
-    oracle = comp.complete("hole.py", HOLE, 5, 0, mode="oracle", oracle_text="def parse_config(text):", trace=True)
+    oracle = comp.complete("hole.py", HOLE, 5, 0,
+                           CompletionOptions(mode="oracle", oracle_text="def parse_config(text):", trace=True))
     assert oracle.rounds[0].query == "def parse_config(text):" and len(oracle.rounds) == 1
     top = oracle.rounds[0].blocks[0]
     assert "def parse_config(text):" in top.text
@@ -167,28 +171,29 @@ def test_later_rounds_and_oracle_are_not_shifted() -> None:
 
 def test_infile_mode_and_retrieval_only() -> None:
     idx, comp, backend = make()
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), mode="infile", trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(mode="infile", trace=True))
     assert res.prompt == "\n".join(HOLE.split("\n")[:5]) + "\n    cfg = " and res.context == []
     no_llm = Completer(idx, comp.config, backend=None)
-    r = no_llm.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    r = no_llm.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert r.text == "" and r.backend == "none" and r.context
-    bare = Completer(None, comp.config, backend=None).complete("x.py", "a = 1\nb = ", 1, 4, trace=True)
+    bare = Completer(None, comp.config, backend=None).complete("x.py", "a = 1\nb = ", 1, 4,
+                                                               CompletionOptions(trace=True))
     assert bare.prompt == "a = 1\nb = "
 
 
 def test_context_start_line_bounds_the_query() -> None:
     idx, comp, _ = make(iterations=1)
-    res = comp.complete("hole.py", HOLE, 5, 0, context_start_line=4, trace=True)
+    res = comp.complete("hole.py", HOLE, 5, 0, CompletionOptions(context_start_line=4, trace=True))
     assert res.rounds[0].query == "        data = fh.read()"
     assert not res.prompt.startswith("import lib")
 
 
 def test_live_buffer_updates_index_only_when_different() -> None:
     idx, comp, _ = make(iterations=1)
-    comp.complete("hole.py", HOLE, 5, 0, trace=True)
+    comp.complete("hole.py", HOLE, 5, 0, CompletionOptions(trace=True))
     assert idx.updates == []
     edited = HOLE.replace("import lib", "import lib, os")
-    comp.complete("hole.py", edited, 5, 0, trace=True)
+    comp.complete("hole.py", edited, 5, 0, CompletionOptions(trace=True))
     assert idx.updates == ["hole.py"]
     assert idx.file_lines("hole.py") == edited.split("\n")
 
@@ -196,13 +201,13 @@ def test_live_buffer_updates_index_only_when_different() -> None:
 def test_bad_input_raises_repocomp_error() -> None:
     idx, comp, _ = make()
     with pytest.raises(RepocompError, match="line 99"):
-        comp.complete("hole.py", HOLE, 98, 0, trace=True)
+        comp.complete("hole.py", HOLE, 98, 0, CompletionOptions(trace=True))
     with pytest.raises(RepocompError, match="column"):
-        comp.complete("hole.py", HOLE, 0, 500, trace=True)
+        comp.complete("hole.py", HOLE, 0, 500, CompletionOptions(trace=True))
     with pytest.raises(RepocompError, match="inside"):
-        comp.complete("../outside.py", HOLE, 0, 0, trace=True)
+        comp.complete("../outside.py", HOLE, 0, 0, CompletionOptions(trace=True))
     with pytest.raises(RepocompError, match="mode"):
-        comp.complete("hole.py", HOLE, 0, 0, mode="magic", trace=True)
+        comp.complete("hole.py", HOLE, 0, 0, CompletionOptions(mode="magic", trace=True))
 
 
 def test_explain_fills_edge_types() -> None:
@@ -212,7 +217,7 @@ def test_explain_fills_edge_types() -> None:
     assert cursor_frag is not None
     idx._rel_pairs = {(lib0, cursor_frag): 0.5}
     idx._rebuild_w()
-    res = comp.complete("hole.py", HOLE, 5, 0, explain=True, trace=True)
+    res = comp.complete("hole.py", HOLE, 5, 0, CompletionOptions(explain=True, trace=True))
     by_id = {b.fragment_id: b for b in res.rounds[0].blocks}
     assert by_id[lib0].relations == ["call"]
 
@@ -226,13 +231,13 @@ def test_with_real_index(tmp_path: Path) -> None:
     idx = index_mod.Index.build(tmp_path, cfg)
     backend = ScriptedBackend(["parse_config(data)", "parse_config(data)"])
     comp = Completer(idx, resolve_config(cfg), backend)
-    res = comp.complete("hole.py", HOLE + "\n", 5, len("    cfg = "), explain=True, trace=True)
+    res = comp.complete("hole.py", HOLE + "\n", 5, len("    cfg = "), CompletionOptions(explain=True, trace=True))
     assert res.rounds[0].blocks and res.rounds[0].blocks[0].path == "lib.py"
     assert all(b.path != "hole.py" for r in res.rounds for b in r.blocks)
     assert "parse_config(data)" in res.rounds[1].query
     # a live edit of the buffer is indexed before retrieval
     edited = HOLE.replace("import lib", "import lib  # edited") + "\n"
-    comp.complete("hole.py", edited, 5, 0, trace=True)
+    comp.complete("hole.py", edited, 5, 0, CompletionOptions(trace=True))
     assert idx.file_lines("hole.py")[0] == "import lib  # edited"  # type: ignore[index]
 
 
@@ -331,15 +336,16 @@ def test_consecutive_requests_of_a_document_keep_the_previous_block_order() -> N
     _scripted_retrieval(comp, [["a", "b", "c", "d"], ["a", "c", "b", "d"], ["a", "c", "b", "d"],
                                ["a", "c", "b", "d"]])
     col = len("    cfg = ")
-    first = comp.complete("hole.py", HOLE, 5, col, cache_key="doc1", trace=True)
+    first = comp.complete("hole.py", HOLE, 5, col, CompletionOptions(cache_key="doc1", trace=True))
     assert _block_order(first.prompt) == ["d", "c", "b", "a"]  # best (a) last
-    second = comp.complete("hole.py", HOLE + "x", 5, col, cache_key="doc1", trace=True)
+    second = comp.complete("hole.py", HOLE + "x", 5, col, CompletionOptions(cache_key="doc1", trace=True))
     assert _block_order(second.prompt) == ["d", "c", "b", "a"]  # b and c swapped ranks; the order stays
     assert second.prompt == backend.requests[-1].prompt + " "  # what the backend got (less the trailing space)
     assert [b.path for b in second.context] == ["d.py", "c.py", "b.py", "a.py"]  # context follows the prompt
-    other = comp.complete("hole.py", HOLE, 5, col, cache_key="doc2", trace=True)
+    other = comp.complete("hole.py", HOLE, 5, col, CompletionOptions(cache_key="doc2", trace=True))
     assert _block_order(other.prompt) == ["d", "b", "c", "a"]  # plain rank order
-    plain = comp.complete("hole.py", HOLE, 5, col, trace=True)  # no key (CLI, evaluation): never reordered
+    plain = comp.complete("hole.py", HOLE, 5, col,
+                          CompletionOptions(trace=True))  # no key (CLI, evaluation): never reordered
     assert _block_order(plain.prompt) == ["d", "b", "c", "a"]
     assert sorted(second.prompt) == sorted(other.prompt)  # the same characters: only the order differs
 
@@ -348,12 +354,16 @@ def test_the_best_block_stays_last_and_a_far_cursor_gets_the_plain_order() -> No
     _, comp, _ = make(iterations=1, alpha=0.0)
     _scripted_retrieval(comp, [["a", "b", "c"], ["b", "a", "c"], ["b", "a", "c"], ["b", "c", "a"]])
     col = len("    cfg = ")
-    assert _block_order(comp.complete("hole.py", HOLE, 5, col, cache_key="k", trace=True).prompt) == ["c", "b", "a"]
+    assert _block_order(comp.complete("hole.py", HOLE, 5, col,
+                                      CompletionOptions(cache_key="k", trace=True)).prompt) == ["c", "b", "a"]
     # a new best block (b) goes last even though the previous prompt had it earlier; c keeps its place
-    assert _block_order(comp.complete("hole.py", HOLE, 5, col, cache_key="k", trace=True).prompt) == ["c", "a", "b"]
-    assert _block_order(comp.complete("hole.py", HOLE, 5, col, cache_key="k", trace=True).prompt) == ["c", "a", "b"]
+    assert _block_order(comp.complete("hole.py", HOLE, 5, col,
+                                      CompletionOptions(cache_key="k", trace=True)).prompt) == ["c", "a", "b"]
+    assert _block_order(comp.complete("hole.py", HOLE, 5, col,
+                                      CompletionOptions(cache_key="k", trace=True)).prompt) == ["c", "a", "b"]
     # the cursor moved three lines: RepoCoder's order again
-    assert _block_order(comp.complete("hole.py", HOLE, 2, 0, cache_key="k", trace=True).prompt) == ["a", "c", "b"]
+    assert _block_order(comp.complete("hole.py", HOLE, 2, 0,
+                                      CompletionOptions(cache_key="k", trace=True)).prompt) == ["a", "c", "b"]
 
 
 def test_paging_pages_in_what_the_draft_uses_and_the_prompt_does_not_define(tmp_path: Path) -> None:
@@ -370,19 +380,22 @@ def test_paging_pages_in_what_the_draft_uses_and_the_prompt_does_not_define(tmp_
     idx = Index.build(tmp_path, cfg.replace("index", dir=str(tmp_path / ".idx")))
     col = len("    cfg = ")
     backend = ScriptedBackend(["normalize_items(data)", "normalize_items(data, strict=True)"])
-    res = Completer(idx, resolve_config(cfg), backend).complete("hole.py", hole, 6, col, definitions=False, trace=True)
+    res = Completer(idx, resolve_config(cfg), backend).complete("hole.py", hole, 6, col,
+                                                                CompletionOptions(definitions=False, trace=True))
     assert len(backend.requests) == 2 and [r.paged for r in res.rounds] == [(), ("normalize_items",)]
     assert "def normalize_items" not in backend.requests[0].prompt
     assert "# def normalize_items(raw, strict=False):" in backend.requests[1].prompt
     assert res.text == "normalize_items(data, strict=True)" and res.prompt == backend.requests[1].prompt + " "
     # `main` is defined in view, `dict` is no repository name: one round
     backend = ScriptedBackend(["dict(main(path))"])
-    res = Completer(idx, resolve_config(cfg), backend).complete("hole.py", hole, 6, col, definitions=False, trace=True)
+    res = Completer(idx, resolve_config(cfg), backend).complete("hole.py", hole, 6, col,
+                                                                CompletionOptions(definitions=False, trace=True))
     assert len(backend.requests) == 1 and [r.paged for r in res.rounds] == [()]
     # paging off (the default): one round whatever the draft uses
     backend = ScriptedBackend(["normalize_items(data)"])
     off = cfg.replace("retrieval", paging=False)
-    Completer(idx, resolve_config(off), backend).complete("hole.py", hole, 6, col, definitions=False, trace=True)
+    Completer(idx, resolve_config(off), backend).complete("hole.py", hole, 6, col,
+                                                          CompletionOptions(definitions=False, trace=True))
     assert len(backend.requests) == 1
 
 

@@ -8,7 +8,7 @@ from test_retrieval import FakeIndex, small_config
 
 from repocomp.backends.model_defaults import resolve_config
 from repocomp.context.retrieval_decision import decide
-from repocomp.pipeline import Completer
+from repocomp.pipeline import Completer, CompletionOptions
 
 # the file above the cursor repeats the shape being typed, with its own names
 REPEATS = "\n".join([
@@ -41,7 +41,7 @@ def _completer(files: dict[str, str]) -> Completer:
 
 def test_no_retrieved_code_where_the_file_above_explains_the_line() -> None:
     comp = _completer({"lib.py": LIB, "hole.py": REPEATS})
-    res = comp.complete("hole.py", REPEATS, 10, len("        return "), trace=True)
+    res = comp.complete("hole.py", REPEATS, 10, len("        return "), CompletionOptions(trace=True))
     assert res.retrieval is not None and not res.retrieval.retrieve
     assert res.retrieval.in_file >= res.retrieval.repository > 0
     assert not [b for b in res.context if b.kind == "similar"] and "parse_config" not in res.prompt
@@ -49,7 +49,7 @@ def test_no_retrieved_code_where_the_file_above_explains_the_line() -> None:
 
 def test_retrieved_code_where_only_the_repository_has_it() -> None:
     comp = _completer({"lib.py": LIB, "hole.py": HOLE})  # only lib.py has code like the lines above the cursor
-    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), trace=True)
+    res = comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert res.retrieval is not None and res.retrieval.retrieve
     assert res.retrieval.repository > res.retrieval.in_file
     assert "parse_config(data)" in res.prompt
@@ -58,5 +58,5 @@ def test_retrieved_code_where_only_the_repository_has_it() -> None:
 def test_off_by_default_the_prompt_always_shows_retrieved_code() -> None:
     cfg = small_config(window=4, stride=2, iterations=1)
     comp = Completer(FakeIndex({"lib.py": LIB, "hole.py": REPEATS}, cfg), resolve_config(cfg), ScriptedBackend(["x"]))
-    res = comp.complete("hole.py", REPEATS, 10, len("        return "), trace=True)
+    res = comp.complete("hole.py", REPEATS, 10, len("        return "), CompletionOptions(trace=True))
     assert res.retrieval is None and "parse_config" in res.prompt

@@ -111,7 +111,7 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
     """(results, model load and warm-up in ms, the typed requests, the backend's counters: prefix reuse under
     "cache_stats", the output head under "output_head_stats")."""
     from repocomp.backends import load_and_warm, make_backend
-    from repocomp.pipeline import Completer
+    from repocomp.pipeline import Completer, CompletionOptions
 
     backend = make_backend(config.backend)
     t = time.perf_counter()
@@ -129,7 +129,7 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
             previous = results[-1].prompt
             for k in range(1, min(typing, len(line_text) - col) + 1):  # the line's own next characters, one at a time
                 t0 = time.perf_counter()
-                res = await completer.acomplete(path, texts[path], line, col + k, cache_key=path)
+                res = await completer.acomplete(path, texts[path], line, col + k, CompletionOptions(cache_key=path))
                 ms = (time.perf_counter() - t0) * 1e3
                 typed.append(_typed(ms, res.text, res.prompt, previous, above, line_text[:col + k],
                                     completer.count_tokens))

@@ -120,7 +120,7 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     """The completion, and why `path` is not in the index (None when it is)."""
     from repocomp.backends import make_backend
     from repocomp.index import Index
-    from repocomp.pipeline import Completer
+    from repocomp.pipeline import Completer, CompletionOptions
 
     told = False
 
@@ -140,9 +140,9 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
         left_out = partial[0] if partial else ("left out by the walk's rules (.gitignore, [index] exclude, its "
                                               "language, size or encoding), or added since the index was built")
     try:
-        return await completer.acomplete(path, text, line, col, mode=args.mode,
-                                          explain=args.explain, trace=args.json,
-                                          definitions=False if args.no_definitions else None), left_out
+        options = CompletionOptions(mode=args.mode, explain=args.explain, trace=args.json,
+                                    definitions=False if args.no_definitions else None)
+        return await completer.acomplete(path, text, line, col, options), left_out
     finally:
         await completer.aclose()
 

@@ -151,6 +151,8 @@ class RepoEvaluator:
             self._flush_restores()
 
     async def _run_file(self, path: str, group: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
+        from repocomp.pipeline import CompletionOptions  # loaded with the completer
+
         disk, why = _read_disk_lines(Path(self.index.root) / path)
         if disk is None:  # nothing to complete against: an error, never a score
             for task in group:
@@ -170,11 +172,11 @@ class RepoEvaluator:
                     current = text
                 t1 = time.perf_counter()
                 try:
-                    result = await self.completer.acomplete(
-                        path, text, line, 0, mode=self.options.mode,
+                    result = await self.completer.acomplete(path, text, line, 0, CompletionOptions(
+                        mode=self.options.mode,
                         oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
                         kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno,
-                        trace=True)
+                        trace=True))
                 except RepocompError as exc:  # a slow or dead backend fails this task, not the run
                     log.warning("%s: %s", task.task_id, exc)
                     on_record(error_record(task, self.options, str(exc)))

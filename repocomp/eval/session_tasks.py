@@ -602,6 +602,8 @@ class SessionEvaluator:
         return decode_source(data)[0] if data is not None else None
 
     async def run(self, tasks: list[Task], on_record: Callable[[dict[str, Any]], None]) -> None:
+        from repocomp.pipeline import CompletionOptions  # loaded with the completer
+
         try:
             for task in sorted(tasks, key=lambda t: (_session(t)["commit"], _session(t)["hunk"], t.line_no)):
                 t0 = time.perf_counter()
@@ -624,11 +626,11 @@ class SessionEvaluator:
                     self.completer.memory = memory
                     summary_ms = await self._summarize(memory)
                     t1 = time.perf_counter()
-                    result = await self.completer.acomplete(
-                        task.path, buffer, task.line_no, 0, mode=self.options.mode,
+                    result = await self.completer.acomplete(task.path, buffer, task.line_no, 0, CompletionOptions(
+                        mode=self.options.mode,
                         oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
                         kind=COMPLETION_KIND.get(task.kind, "line"), context_start_line=task.context_start_lineno,
-                        trace=True)
+                        trace=True))
                 except RepocompError as exc:
                     on_record({**error_record(task, self.options, str(exc)),
                                **session_fields(task, self.options, False, 0)})
