@@ -25,8 +25,7 @@ import contextlib
 import functools
 import logging
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import PurePosixPath
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from repocomp.backends import Generation, GenerationRequest
@@ -37,9 +36,8 @@ from repocomp.context.paging import paged_definitions
 from repocomp.context.render import DefinitionRenderer
 from repocomp.context.retrieval import Hit, Retriever, round_query, session_relation
 from repocomp.context.retrieval_decision import RetrievalDecision, decide
-from repocomp.errors import RepocompError
 from repocomp.prompt.block_order import BlockOrders
-from repocomp.prompt.cursor import Cut, Hole
+from repocomp.prompt.cursor import Cut
 from repocomp.prompt.layout import (
     BlockSource,
     DefinitionSource,
@@ -54,6 +52,14 @@ from repocomp.prompt.layout import (
 )
 from repocomp.prompt.postprocess import drop_cut_word, is_finished, postprocess
 from repocomp.prompt.trailing_space import drop_space, split_trailing_space
+from repocomp.request import (
+    DEFAULT_OPTIONS,
+    CompletionOptions,
+    Request,
+    RoundsSoFar,
+    Timings,
+    check_request,
+)
 from repocomp.results import (
     CompletionResult,
     ContextBlock,
@@ -64,7 +70,7 @@ from repocomp.results import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from contextlib import AbstractAsyncContextManager
 
     from repocomp.backends import Backend
@@ -80,99 +86,6 @@ log = logging.getLogger(__name__)
 # A backend past the deadline gets this much longer to report its own error (and its fallback to answer) before
 # the round is cancelled: only backends that ignore `GenerationRequest.deadline` ever see the cancellation.
 _DEADLINE_GRACE_S = 0.5
-
-
-@dataclass(frozen=True)
-class CompletionOptions:
-    """What one request asks of the engine beside the buffer and its cursor; each caller builds it once."""
-
-    mode: str = "repocoder"  # one of MODES
-    oracle_text: str | None = None  # the ground-truth window, for mode "oracle"
-    kind: str = "auto"  # the completion kind post-processing cuts to
-    context_start_line: int = 0  # where the in-file context starts (a task's own rule)
-    explain: bool = False  # the result carries each round's fragments, scores and relations
-    # the result carries what the final prompt showed (`context`) and the ranked definitions; an editor needs neither
-    trace: bool = False
-    definitions: bool | None = None  # overrides `[definitions] enabled` for this request
-    # each round's generation runs inside `generating()`: the language server hands its lock on the index back
-    # there, so that updates need not wait for a model (a round reads all it needs from the index before)
-    generating: Callable[[], AbstractAsyncContextManager[None]] | None = None
-    cache_key: str | None = None  # the document whose consecutive prompts a backend may reuse the prefix of
-
-
-DEFAULT_OPTIONS = CompletionOptions()
-
-
-@dataclass(frozen=True)
-class _Request:
-    """One completion request, checked: the hole and what this request asks for."""
-
-    hole: Hole
-    mode: str
-    kind: str  # the completion kind postprocessing cuts to
-    oracle_text: str | None
-    rounds: int
-    definitions: bool  # whether the prompt may carry the definitions the code before the cursor uses
-    explain: bool
-    trace: bool  # the result carries what the prompt showed and the ranked definitions
-    timeout_s: float
-    deadline: float  # time.monotonic() by which the whole completion must be answered
-    cache_key: str | None = None  # the document whose prompts a backend may reuse the prefix of
-
-
-@dataclass
-class _Run:
-    """What the rounds have produced so far."""
-
-    draft: str = ""
-    prompt: Prompt | None = None
-    ranked: list[RankedDefinition] = field(default_factory=list)
-    def_sources: list[DefinitionSource] = field(default_factory=list)
-    backend_name: str = "none"
-    written: bool = False  # a model wrote the draft (not copied from retrieved code)
-    fell_back: bool = False
-    error: str = ""
-    emptied_by_deadline: bool = False
-    rounds: list[RoundTrace] = field(default_factory=list)
-    memory: MemoryDecision | None = None
-    retrieval: RetrievalDecision | None = None  # the last round's, with `[retrieval] selective`
-
-    def take(self, answer: Generation) -> None:
-        self.draft, self.backend_name, self.error = answer.text, answer.backend, answer.error
-        self.written, self.fell_back = not answer.copied, answer.fell_back
-
-    def note(self, message: str) -> None:
-        self.error = _join(self.error, message)
-
-
-class _Timings(dict[str, float]):
-    """Milliseconds per stage, timed with `with timings("stage"):`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._started = time.perf_counter()
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self[name] = (time.perf_counter() - t) * 1e3
-
-    def elapsed_ms(self) -> float:
-        return (time.perf_counter() - self._started) * 1e3
-
-
-def _join(error: str, note: str) -> str:
-    return f"{error}; {note}" if error else note
-
-
-def _normalize_path(path: str) -> str:
-    p = PurePosixPath(path.replace("\\", "/"))
-    if p.is_absolute() or ".." in p.parts or str(p) in ("", "."):
-        raise RepocompError(f"path {path!r} must be relative to the repository root and inside it")
-    return str(p)
 
 
 _CAP_SLACK = 4  # tokens: a draft this close to max_new_tokens was stopped by the cap
@@ -286,10 +199,10 @@ class Completer:
         The stages: check the request; put the live buffer into the index; scan
         the code before the cursor for the names it uses; then per round retrieve similar code, rank
         definitions, lay out the prompt and generate; post-process the last draft."""
-        req = self._request(path, cut, options)
+        req = check_request(path, cut, options, self.config)
         generating = options.generating
-        timings = _Timings()
-        run = _Run()
+        timings = Timings()
+        run = RoundsSoFar()
         with timings("sync"):
             if self.index is not None and req.mode != "infile" and self.sync_buffers:
                 self._sync_buffer(req.hole.path, cut.text)
@@ -331,23 +244,7 @@ class Completer:
 
     # -- stages ---------------------------------------------------------------------------------------------
 
-    def _request(self, path: str, cut: Cut, options: CompletionOptions) -> _Request:
-        """The request checked (a RepocompError says what is wrong)."""
-        mode, oracle_text, context_start_line = options.mode, options.oracle_text, options.context_start_line
-        if mode not in MODES:
-            raise RepocompError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        if mode == "oracle" and oracle_text is None:
-            raise RepocompError("mode 'oracle' needs oracle_text (the ground-truth window)")
-        if not 0 <= context_start_line <= cut.line:
-            raise RepocompError(f"context_start_line {context_start_line} must be in 0..{cut.line}")
-        rounds = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": self.config.retrieval.iterations}[mode]
-        definitions = self.config.definitions.enabled if options.definitions is None else options.definitions
-        timeout_s = self.config.backend.timeout_s
-        return _Request(Hole(_normalize_path(path), cut, context_start_line), mode, options.kind, oracle_text, rounds,
-                        definitions and mode != "infile", options.explain, options.trace or options.explain,
-                        timeout_s, time.monotonic() + timeout_s, options.cache_key)
-
-    def _scan_definitions(self, req: _Request, timings: _Timings) -> BufferState | None:
+    def _scan_definitions(self, req: Request, timings: Timings) -> BufferState | None:
         """The names the code before the cursor uses (None when definitions are off or cannot be found)."""
         if not req.definitions or self.finder is None:
             return None
@@ -355,7 +252,7 @@ class Completer:
         with timings("definitions_scan"):
             return self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
 
-    def _retrieve(self, req: _Request, r: int, draft: str, timings: _Timings) -> tuple[str, list[ContextBlock]]:
+    def _retrieve(self, req: Request, r: int, draft: str, timings: Timings) -> tuple[str, list[ContextBlock]]:
         """Round r's query and the similar code it retrieves (RepoCoder's rule for the query)."""
         if req.mode == "infile" or self.retriever is None:
             return "", []
@@ -372,7 +269,7 @@ class Completer:
         timings.update({f"{k}_{r}": v for k, v in res.timings_ms.items()})
         return query, blocks
 
-    def _decide(self, req: _Request, query: str, blocks: list[ContextBlock]) -> RetrievalDecision:
+    def _decide(self, req: Request, query: str, blocks: list[ContextBlock]) -> RetrievalDecision:
         """Whether the prompt shows the retrieved code: not when the file in view above the query holds code as
         similar to it (context/retrieval_decision.py)."""
         assert self.index is not None
@@ -382,7 +279,7 @@ class Completer:
         texts = [f.text for f in (self.index.fragments[b.fragment_id] for b in blocks) if f is not None]
         return decide(query, above, texts, window)
 
-    def _rank_definitions(self, req: _Request, state: BufferState, blocks: list[ContextBlock],
+    def _rank_definitions(self, req: Request, state: BufferState, blocks: list[ContextBlock],
                           ) -> tuple[BufferState, list[RankedDefinition], list[DefinitionSource]]:
         """The definitions the prompt may show, ranked with this round's blocks; the scan redone if the index
         changed since."""
@@ -393,7 +290,7 @@ class Completer:
         ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
         return state, ranked, self._renderer.sources(ranked, hole.path, hole.line)
 
-    def _prompt(self, req: _Request, blocks: list[ContextBlock], def_sources: list[DefinitionSource],
+    def _prompt(self, req: Request, blocks: list[ContextBlock], def_sources: list[DefinitionSource],
                 memory: MemoryDecision | None, max_definitions: int | None = None) -> Prompt:
         sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
         hole = req.hole
@@ -406,14 +303,14 @@ class Completer:
                             definitions=DefinitionsSection.of(def_sources, self.config.definitions, max_definitions),
                             recent=recent)
 
-    def _keep_order(self, req: _Request, r: int, prompt: Prompt) -> Prompt:
+    def _keep_order(self, req: Request, r: int, prompt: Prompt) -> Prompt:
         """The prompt in the block order that shares the longest prefix with its document's previous one
         (`repocomp.prompt.block_order`); requests without a key (the CLI, evaluation) keep RepoCoder's order."""
         return prompt if req.cache_key is None else self._orders.keep((req.cache_key, r), req.hole.line, prompt)
 
-    async def _page(self, req: _Request, run: _Run, state: BufferState | None,
+    async def _page(self, req: Request, run: RoundsSoFar, state: BufferState | None,
                     generating: Callable[[], AbstractAsyncContextManager[None]] | None,
-                    timings: _Timings) -> None:
+                    timings: Timings) -> None:
         """MemGPT's model-directed paging: the repository names the last draft uses that its prompt does not
         define are paged in from the archive (the index: their definitions) for one more round on the last round's
         blocks, whose draft becomes the answer; a draft using no such name costs nothing more."""
@@ -441,7 +338,7 @@ class Completer:
         run.prompt, run.def_sources = prompt, sources
         run.rounds.append(RoundTrace("", run.draft, blocks, at_time_limit=answer.at_time_limit, paged=names))
 
-    def _paged_definitions(self, req: _Request, run: _Run, state: BufferState | None) -> list[DefinitionSource]:
+    def _paged_definitions(self, req: Request, run: RoundsSoFar, state: BufferState | None) -> list[DefinitionSource]:
         if self.finder is None or self._renderer is None or run.prompt is None:
             return []
         hole = req.hole
@@ -449,7 +346,7 @@ class Completer:
                                    self.config.retrieval.paging_max)
         return self._renderer.sources(ranked, hole.path, hole.line)  # at most one per ranked name
 
-    def _current(self, req: _Request, state: BufferState | None) -> BufferState:
+    def _current(self, req: Request, state: BufferState | None) -> BufferState:
         """The scan of the code before the cursor, redone when the index changed since (or never made)."""
         assert self.finder is not None
         hole = req.hole
@@ -457,7 +354,7 @@ class Completer:
             state = self.finder.buffer_state(hole.path, hole.lines, hole.line, hole.col)
         return state
 
-    def _recall(self, req: _Request) -> MemoryDecision | None:
+    def _recall(self, req: Request) -> MemoryDecision | None:
         """The session memory's controller (SCM) for this cursor: whether the session is consulted, what it shows
         and within how many tokens; None without a memory or with `[memory] enabled = false`."""
         if self.memory is None or not self.config.memory.enabled or req.mode == "infile":
@@ -470,9 +367,9 @@ class Completer:
             if mc.relations and self.index is not None and self.retriever is not None else None
         return self.memory.select(hole.path, hole.line, in_view, budget, self.count_tokens, relation)
 
-    async def _generate_round(self, req: _Request, r: int, prompt: Prompt, blocks: list[ContextBlock],
+    async def _generate_round(self, req: Request, r: int, prompt: Prompt, blocks: list[ContextBlock],
                               generating: Callable[[], AbstractAsyncContextManager[None]] | None,
-                              run: _Run) -> Generation | None:
+                              run: RoundsSoFar) -> Generation | None:
         """Round r's draft; None when the deadline passed in a later round (the previous draft stands)."""
         try:
             async with generating() if generating is not None else contextlib.nullcontext():
@@ -486,7 +383,7 @@ class Completer:
             run.emptied_by_deadline = True
             return Generation("", getattr(self.backend, "name", "none"), late)
 
-    def _result(self, req: _Request, run: _Run, timings: _Timings) -> CompletionResult:
+    def _result(self, req: Request, run: RoundsSoFar, timings: Timings) -> CompletionResult:
         """The last draft post-processed for the completion kind, with what the final prompt showed."""
         prompt, hole = run.prompt, req.hole
         assert prompt is not None
@@ -504,7 +401,7 @@ class Completer:
                                 cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory,
                                 retrieval=run.retrieval)
 
-    def _at_a_limit(self, run: _Run, last: RoundTrace) -> bool:
+    def _at_a_limit(self, run: RoundsSoFar, last: RoundTrace) -> bool:
         """Whether the last draft was stopped by the time limit or the token cap (a model's tokens, counted again
         with its tokenizer: a few tokens of slack for merges when the text is tokenized anew); the extractive
         backend cuts at whole tokens itself."""
