@@ -49,6 +49,7 @@ from lsp_server.request import CompletionRequest, DocumentRef, file_of, locate
 from lsp_server.sessions import ACCEPT_COMMAND, Sessions, text_edit
 from lsp_server.stats import STATS_METHOD, RequestStats, file_rss_bytes, rss_bytes
 from lsp_server.summaries import SummaryWriter
+from lsp_server.workspace_folders import WorkspaceFolders
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.errors import BackendError, RepocompError
 
@@ -85,6 +86,7 @@ class RepocompServer(LanguageServer):
         self.stats = RequestStats()
         self.buffers = BufferSyncs(lambda: self.indexes, self.text_of)
         self.index_progress = IndexProgress(self, self.messages.call_on_loop)
+        self.folders = WorkspaceFolders(self)
 
     # ----- what the protocol asks of the server (lsp_server.protocol.ProtocolHooks) -----
 
@@ -276,87 +278,6 @@ class RepocompServer(LanguageServer):
                 memory.closed(rel)
         self.buffers.drop(doc)
 
-    # ----- workspace folders and their indexes -----
-
-    def start_indexing(self) -> None:
-        """Register every workspace folder, start their builds and the file watcher (never blocks)."""
-        self.messages.bind(asyncio.get_running_loop())
-        self.indexes = WorkspaceIndexes(
-            on_progress=lambda folder, *progress: self.index_progress.report(folder.root, *progress),
-            on_state=self._on_index_state, debounce_s=self.options.server.debounce_ms / 1000)
-        for root in self.folder_roots():
-            self.add_folder(root)
-
-    def add_folder(self, root: Path) -> None:
-        assert self.indexes is not None
-        root = root.resolve()
-        if not root.is_dir():
-            self.warn_once("folder", f"workspace folder {root} does not exist; completing in-file only there")
-            return
-        folder = self.indexes.add_folder(root, self.engines.load_folder(root))
-        if self.build_index:
-            self.index_progress.begin(folder.root)
-            self.indexes.start(folder)
-        watch = self.options.server.watch_files if self.watch_override is None else self.watch_override
-        if watch:
-            self.indexes.watch([folder])
-
-    def remove_folder(self, root: Path) -> None:
-        """The folder left the workspace: its files complete in-file only, its engines let go of its index."""
-        assert self.indexes is not None
-        self.indexes.remove_folder(root)
-        self.engines.forget_folder(root.resolve())
-
-    def folder_roots(self) -> list[Path]:
-        roots = self._local_paths([folder.uri for folder in self.workspace.folders.values()])
-        if not roots and self.workspace.root_uri:
-            roots = self._local_paths([self.workspace.root_uri])
-        return roots
-
-    def _local_paths(self, uris: list[str]) -> list[Path]:
-        roots: list[Path] = []
-        for uri in uris:
-            try:
-                roots.append(convert.uri_to_path(uri))
-            except convert.ConversionError as exc:
-                self.warn_once("scheme", str(exc))
-        return roots
-
-    def _on_index_state(self, folder: FolderIndex) -> None:
-        """A folder's index became ready or failed (called from its build thread)."""
-
-        def done() -> None:
-            if self.indexes is not None and self.indexes.folders.get(folder.root) is folder:  # not removed since
-                self.engines.index_changed(folder)
-            if folder.state == "ready":
-                partial = any("indexed partially" in n for n in folder.notices)
-                message = "index ready, part of the folder left out" if partial else "index ready"
-                self.messages.log(types.MessageType.Info, f"repocomp: index of {folder.root} ready")
-                for notice in folder.notices:  # e.g. a stored index that was not the folder's own, set aside
-                    self.warn_once(f"index:{notice}", notice)
-            else:
-                message = f"indexing failed: {folder.error}"
-                self.warn_once("index", f"indexing {folder.root} failed ({folder.error}); completing in-file only")
-            self.index_progress.end(folder.root, message)
-
-        self.messages.call_on_loop(done)
-
-    async def register_file_watchers(self) -> None:
-        caps = self.client_capabilities.workspace
-        watched = caps.did_change_watched_files if caps is not None else None
-        if watched is None or not watched.dynamic_registration:
-            return
-        registration = types.Registration(
-            id="repocomp-watched-files",
-            method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
-            register_options=types.DidChangeWatchedFilesRegistrationOptions(
-                watchers=[types.FileSystemWatcher(glob_pattern="**/*")]),
-        )
-        try:
-            await self.client_register_capability_async(types.RegistrationParams(registrations=[registration]))
-        except Exception:
-            logger.info("client refused the file watcher registration; relying on the server's own watcher")
-
     # ----- stats and shutdown -----
 
     def stats_payload(self) -> dict[str, Any]:
@@ -417,9 +338,9 @@ def _lifecycle_features(server: RepocompServer) -> None:
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: RepocompServer, params: types.InitializedParams) -> None:
-        ls.start_indexing()
+        ls.folders.start_indexing()
         ls.warm_up()
-        await ls.register_file_watchers()
+        await ls.folders.register_file_watchers()
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: RepocompServer, params: None) -> None:
@@ -501,6 +422,6 @@ def _workspace_features(server: RepocompServer) -> None:
         if ls.indexes is None:
             return
         for root in filter(None, (file_of(removed.uri) for removed in params.event.removed)):
-            ls.remove_folder(root)
+            ls.folders.remove(root)
         for root in filter(None, (file_of(added.uri) for added in params.event.added)):
-            ls.add_folder(root)
+            ls.folders.add(root)
