@@ -379,13 +379,14 @@ async def test_the_server_answers_within_a_second_while_a_backtracking_folder_in
     assert answered_while_building > 0  # the requests did overlap the indexing
 
 
+@pytest.mark.parametrize("limit", ["max_files = 20", "max_memory_mb = 1"])
 async def test_the_server_says_once_that_a_folder_over_its_limits_is_indexed_partially(
-        client: LanguageClient, tmp_path: Path) -> None:
+        client: LanguageClient, tmp_path: Path, limit: str) -> None:
     big = tmp_path / "big"
     big.mkdir()
-    for i in range(60):
-        (big / f"m{i}.py").write_text(f"def f{i}():\n    return {i}\n")
-    (big / "repocomp.toml").write_text("[index]\nmax_files = 20\n")  # a folder may lower its own limits
+    for i in range(60):  # 60 files of 3,000 characters: past 20 files, and past what 1 MB of memory admits
+        (big / f"m{i}.py").write_text(f"def f{i}():\n    return {i}\n" + f"# {i:04d}{'.' * 90}\n" * 30)
+    (big / "repocomp.toml").write_text(f"[index]\n{limit}\n")  # a folder may lower its own limits
     await _initialize(client, [big], {"backend": {"name": "extractive"}})
     await _wait_ready(client, "big")
     deadline = time.monotonic() + 5
