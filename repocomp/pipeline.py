@@ -76,7 +76,8 @@ if TYPE_CHECKING:
     from repocomp.backends import Backend
     from repocomp.context.definitions import BufferState, RankedDefinition
     from repocomp.index import Index
-    from repocomp.memory.session import MemoryDecision, SessionMemory
+    from repocomp.memory.controller import MemoryDecision
+    from repocomp.memory.session import SessionMemory
 
 __all__ = ["CompletionOptions", "CompletionResult", "Completer", "ContextBlock", "DefinitionTrace", "RoundTrace",
            "MODES"]

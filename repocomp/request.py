@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from repocomp.backends import Generation
     from repocomp.context.definitions import RankedDefinition
     from repocomp.context.retrieval_decision import RetrievalDecision
-    from repocomp.memory.session import MemoryDecision
+    from repocomp.memory.controller import MemoryDecision
     from repocomp.prompt.layout import DefinitionSource, Prompt
     from repocomp.results import RoundTrace
 

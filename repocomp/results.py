@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from repocomp.context.definitions import RankedDefinition
     from repocomp.context.retrieval_decision import RetrievalDecision
-    from repocomp.memory.session import MemoryDecision
+    from repocomp.memory.controller import MemoryDecision
     from repocomp.prompt.layout import DefinitionSource, Prompt
 
 __all__ = ["CompletionResult", "ContextBlock", "DefinitionTrace", "RoundTrace", "definition_traces",

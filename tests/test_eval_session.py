@@ -388,7 +388,7 @@ def test_eval_end_to_end_extractive(history, tmp_path, monkeypatch):
 
 
 def test_memory_gt_hit_reads_the_entries_shown():
-    from repocomp.memory.session import MemoryDecision, MemoryEntry
+    from repocomp.memory.controller import MemoryDecision, MemoryEntry
 
     def decision(consulted, *lines):
         entry = MemoryEntry("hunk", "a.py", 3, list(lines), "\n".join(lines), 1.0, ())

@@ -12,8 +12,9 @@ from test_memory_thoughts import ORDERS
 from repocomp.backends.local_model import LocalModel
 from repocomp.bench.memory import memory_bench
 from repocomp.config import MemoryConfig, PromptConfig
+from repocomp.memory.controller import prompt_form
 from repocomp.memory.events import TextEdit
-from repocomp.memory.session import SessionMemory, prompt_form
+from repocomp.memory.session import SessionMemory
 from repocomp.tokenize import code_tokens
 
 STRINGS = '''\
@@ -237,7 +238,7 @@ def test_ten_thousand_edits_keep_the_session_under_its_caps():
     s = mem.stats()
     assert s["hunks"] <= 40 and s["hunk_bytes"] <= 8_000 and s["recall_bytes"] <= 30_000
     assert s["recall_hunks"] > 0 and s["edits"] == 10_000
-    assert len(mem._thoughts) <= 256
+    assert len(mem.all_thoughts) <= 256
     d = mem.select("shop/orders.py", 3, ["def checkout(cart, user):", "    amount = total("], 200, count)
     assert d.budget_tokens <= 200
 

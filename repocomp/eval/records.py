@@ -30,7 +30,7 @@ from repocomp.eval.tasks import Task
 
 if TYPE_CHECKING:
     from repocomp.eval.runner import EvalOptions
-    from repocomp.memory.session import MemoryDecision
+    from repocomp.memory.controller import MemoryDecision
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,10 @@ Plain events in (`TextEdit`, opened/closed files, shown and accepted completions
 (`SessionMemory.select` -> `MemoryDecision`). Nothing here knows LSP.
 """
 
+from repocomp.memory.controller import MemoryDecision, MemoryEntry
 from repocomp.memory.events import TextEdit
 from repocomp.memory.hunks import Hunk, HunkTracker
-from repocomp.memory.session import MemoryDecision, MemoryEntry, SessionMemory
+from repocomp.memory.session import SessionMemory
 from repocomp.memory.store import RecallStore
 from repocomp.memory.thoughts import Thought, think
 
