@@ -195,23 +195,109 @@ def index_symbols(sym: FileSymbols) -> None:
 
 
 # -- resolution ---------------------------------------------------------------------------------------------------
+class LangModules:
+    """Where a module or package named in an import is, per language (TypeScript paths and package subpaths, Java
+    packages, Go import paths and package folders, Rust module paths), from the resolver's name tables; each key
+    looked up is recorded in `consulted` (what an update must re-resolve when it changes)."""
+
+    def __init__(self, resolver: Resolver, consulted: set[str]) -> None:
+        self.r = resolver
+        self.consulted = consulted
+        self._sorted: dict[str, list[str]] = {}  # godir key -> its files, preferred first
+
+    def paths(self, key: str) -> list[str]:
+        self.consulted.add(key)
+        return self.r._names.get(key, [])
+
+    def files(self, key: str) -> list[FileSymbols]:
+        return [self.r.files[p] for p in self.paths(key)]
+
+    def ts_module(self, sym: FileSymbols, spec: str) -> Mod | None:
+        if not spec.startswith("."):
+            return self.ts_package_module(spec)
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(sym.path), spec))
+        for ext in (*_TS_EXTS, ".d.ts"):
+            if target.endswith(ext) and ext != ".d.ts":
+                target = target[: -len(ext)]
+                break
+        paths = self.paths("ts:" + target)
+        if not paths:
+            return None
+        best = min(paths, key=_ts_rank)
+        return Mod((best,), "ts")
+
+    def ts_package_module(self, spec: str) -> Mod | None:
+        """A bare specifier with a subpath, `pkg/a/b` (`@scope/pkg/a/b`): the one module of the repository whose
+        path ends with `a/b` (a package importing itself by name, a monorepo's sibling package); a bare package
+        name, or a subpath that several modules end with, is not resolved."""
+        segs = spec.split("/")
+        sub = segs[2 if spec.startswith("@") else 1:]
+        if not sub or len(sub) > _MAX_SUBPATH or any(s in ("", ".", "..") for s in sub):
+            return None
+        last = sub[-1]
+        for ext in _TS_EXTS:
+            if last.endswith(ext):
+                sub[-1] = last[: -len(ext)]
+                break
+        paths = self.paths("tssub:" + "/".join(sub))
+        if not paths or len({ts_stems(p)[0].removesuffix("/index") for p in paths}) != 1:
+            return None
+        return Mod((min(paths, key=_ts_rank),), "ts")
+
+    def java_package(self, name: str) -> Mod | None:
+        paths = self.paths("jpkg:" + name)
+        return Mod(tuple(paths), "java", name) if paths else None
+
+    def go_import(self, path: str) -> Target:
+        segs = path.split("/")
+        for k in range(1, len(segs)):
+            folder = "/".join(segs[k:])
+            paths = self.paths("godir:" + folder)
+            if paths and "." in segs[0]:
+                return Mod(tuple(sorted(paths, key=go_rank)), "go")
+        if len(segs) > 1 and "." in segs[0]:
+            paths = self.paths("godir:")
+            if paths and any(self.r.files[p].package == segs[-1] for p in paths):
+                return Mod(tuple(sorted(paths, key=go_rank)), "go")
+        return None
+
+    def go_files(self, folder: str) -> list[str]:
+        """The files of a Go package, those without a platform suffix first (memoized per resolver)."""
+        key = "godir:" + folder
+        if key not in self._sorted:
+            self._sorted[key] = sorted(self.paths(key), key=go_rank)
+        return self._sorted[key]
+
+    def go_package_name(self, sym: FileSymbols, name: str) -> Target:
+        return self.go_in_package(sym.path.rpartition("/")[0], name, exclude=sym.path)
+
+    def go_in_package(self, folder: str, name: str, exclude: str = "") -> Target:
+        paths = self.go_files(folder)
+        return self.go_in_package_paths(tuple(p for p in paths if p != exclude), name)
+
+    def go_in_package_paths(self, paths: tuple[str, ...], name: str) -> Target:
+        for path in paths:
+            sym = self.r.files.get(path)
+            if sym is not None and name in sym.top:
+                return Def(path, sym.top[name])
+        return None
+
+    def rust_mod(self, root: str, mods: tuple[str, ...]) -> Mod | None:
+        paths = self.paths(f"rsmod:{root}|{'::'.join(mods)}")
+        return Mod((sorted(paths)[0],), "rust") if paths else None
+
+
+
 class LangResolver:
     """Resolution for one call or dotted name of a file (holds the keys consulted)."""
 
     def __init__(self, resolver: Resolver, consulted: set[str]) -> None:
         self.r = resolver
         self.consulted = consulted  # shared by everything this instance answers (and its memo)
+        self.modules = LangModules(resolver, consulted)
         self._depth = 0  # variable types being resolved now (`x := x.Next()` would loop)
         self._memo: dict[tuple[str, int, str], Target] = {}
-        self._sorted: dict[str, list[str]] = {}  # godir key -> its files, preferred first
         self._bound: dict[tuple[str, object], Target] = {}  # (file, import) -> where it leads
-
-    def _paths(self, key: str) -> list[str]:
-        self.consulted.add(key)
-        return self.r._names.get(key, [])
-
-    def _files(self, key: str) -> list[FileSymbols]:
-        return [self.r.files[p] for p in self._paths(key)]
 
     # -- entry points ------------------------------------------------------------------------------------------
     def call(self, sym: FileSymbols, node: int, parts: tuple[str, ...]) -> tuple[str, int] | None:
@@ -267,7 +353,7 @@ class LangResolver:
             found = self.binding(sym, imp)
             return found if found is not None else EXTERNAL
         if fam == "go":
-            found = self._go_package_name(sym, name)
+            found = self.modules.go_package_name(sym, name)
             if found is not None:
                 return found
         elif fam == "java":
@@ -277,10 +363,10 @@ class LangResolver:
         elif fam == "rust":
             root, mods = rust_module(sym.path)
             if name == "crate":
-                return self._rust_mod(root, ())
+                return self.modules.rust_mod(root, ())
             if name == "super":
-                return self._rust_mod(root, mods[:-1])
-            child = self._rust_mod(root, mods + (name,))
+                return self.modules.rust_mod(root, mods[:-1])
+            child = self.modules.rust_mod(root, mods + (name,))
             if child is not None:
                 return child
             for star in sym.stars:
@@ -290,7 +376,7 @@ class LangResolver:
                     if isinstance(found, Def):
                         return found
         if name[:1].isupper() and not called:  # a type name: the repository's only one, or outside it
-            paths = self._paths(f"name:{sym.parsed.language}:{name}")
+            paths = self.modules.paths(f"name:{sym.parsed.language}:{name}")
             if not paths:
                 return EXTERNAL
             tops = [(p, self.r.files[p].top[name]) for p in paths if name in self.r.files[p].top]
@@ -379,7 +465,7 @@ class LangResolver:
                 (name in ("new", "default") or name.startswith(("new_", "with_", "from"))):
             return self._inst(prev)
         if owner.parsed.language == "go" and name.startswith("New") and len(name) > 3:
-            found = self._go_in_package(owner.path.rpartition("/")[0], name[3:])
+            found = self.modules.go_in_package(owner.path.rpartition("/")[0], name[3:])
             if isinstance(found, Def):
                 return self._inst(found)
         return None
@@ -430,7 +516,7 @@ class LangResolver:
             return None
         if fam == "go":
             folder = owner.path.rpartition("/")[0]
-            files = [self.r.files[p] for p in self._go_files(folder)]
+            files = [self.r.files[p] for p in self.modules.go_files(folder)]
             for f in files:
                 method = f.type_methods.get(name, {}).get(attr)
                 if method is not None:
@@ -441,7 +527,7 @@ class LangResolver:
             return None
         if fam == "rust":
             root, _ = rust_module(owner.path)
-            files = self._files(f"rsimpl:{root}|{name}")
+            files = self.modules.files(f"rsimpl:{root}|{name}")
             found = [(m in f.trait_impl, f.path != owner.path, f.path, m) for f in files
                      if (m := f.type_methods.get(name, {}).get(attr)) is not None]
             if found:
@@ -449,7 +535,7 @@ class LangResolver:
                 return Def(path, method)
             for trait in sorted({b for f in files for k, n, a, b in f.parsed.facts if k == "owner" and a == name
                                  and b}):  # a default method of a trait the type implements
-                for f in self._files(f"rsimpl:{root}|{trait}"):
+                for f in self.modules.files(f"rsimpl:{root}|{trait}"):
                     method = f.type_methods.get(trait, {}).get(attr)
                     if method is not None and f.parsed.kinds[int(f.parsed.parent[method])] == "trait_item":
                         return Def(f.path, method)
@@ -460,7 +546,7 @@ class LangResolver:
 
     def _module_member(self, mod: Mod, name: str, depth: int) -> Target:
         if mod.lang == "go":
-            return self._go_in_package_paths(mod.paths, name)
+            return self.modules.go_in_package_paths(mod.paths, name)
         if mod.lang == "java":
             return self._java_class(f"{mod.name}.{name}")
         for path in mod.paths:
@@ -487,7 +573,7 @@ class LangResolver:
             return found if found is not None else None
         if fam == "rust":
             root, mods = rust_module(sym.path)
-            child = self._rust_mod(root, mods + (name,))
+            child = self.modules.rust_mod(root, mods + (name,))
             if child is not None:
                 return child
         for star in sym.stars:
@@ -510,7 +596,7 @@ class LangResolver:
     def _binding(self, sym: FileSymbols, imp, depth: int) -> Target:
         fam = family(sym.parsed.language)
         if fam == "ts":
-            mod = self._ts_module(sym, imp.module)
+            mod = self.modules.ts_module(sym, imp.module)
             if mod is None:
                 return None
             if imp.name is None or imp.name == "*":
@@ -521,11 +607,11 @@ class LangResolver:
             if cls is not None:
                 return cls
             if imp.name == "*":
-                return self._java_package(imp.module) or self._java_class(imp.module)
+                return self.modules.java_package(imp.module) or self._java_class(imp.module)
             outer = self._java_class(imp.module)  # static import or nested class
             return self.member(outer, imp.name) if outer is not None else None
         if fam == "go":
-            return self._go_import(imp.module)
+            return self.modules.go_import(imp.module)
         if fam == "rust":
             base = self._rust_path(sym, imp.module.split("::"), depth)
             if base is None or imp.name is None or imp.name == "*":
@@ -533,54 +619,18 @@ class LangResolver:
             return self.member(base, imp.name) if not isinstance(base, External) else None
         return None
 
-    def _ts_module(self, sym: FileSymbols, spec: str) -> Mod | None:
-        if not spec.startswith("."):
-            return self._ts_package_module(spec)
-        target = posixpath.normpath(posixpath.join(posixpath.dirname(sym.path), spec))
-        for ext in (*_TS_EXTS, ".d.ts"):
-            if target.endswith(ext) and ext != ".d.ts":
-                target = target[: -len(ext)]
-                break
-        paths = self._paths("ts:" + target)
-        if not paths:
-            return None
-        best = min(paths, key=_ts_rank)
-        return Mod((best,), "ts")
-
-    def _ts_package_module(self, spec: str) -> Mod | None:
-        """A bare specifier with a subpath, `pkg/a/b` (`@scope/pkg/a/b`): the one module of the repository whose
-        path ends with `a/b` (a package importing itself by name, a monorepo's sibling package); a bare package
-        name, or a subpath that several modules end with, is not resolved."""
-        segs = spec.split("/")
-        sub = segs[2 if spec.startswith("@") else 1:]
-        if not sub or len(sub) > _MAX_SUBPATH or any(s in ("", ".", "..") for s in sub):
-            return None
-        last = sub[-1]
-        for ext in _TS_EXTS:
-            if last.endswith(ext):
-                sub[-1] = last[: -len(ext)]
-                break
-        paths = self._paths("tssub:" + "/".join(sub))
-        if not paths or len({ts_stems(p)[0].removesuffix("/index") for p in paths}) != 1:
-            return None
-        return Mod((min(paths, key=_ts_rank),), "ts")
-
     def _java_class(self, dotted: str) -> Target:
-        paths = self._paths("jcls:" + dotted)
+        paths = self.modules.paths("jcls:" + dotted)
         if paths:
             owner = self.r.files[paths[0]]
             name = dotted.rsplit(".", 1)[-1]
             return Def(owner.path, owner.top[name]) if name in owner.top else None
         outer, _, name = dotted.rpartition(".")
         if outer and "." in outer:
-            paths = self._paths("jcls:" + outer)
+            paths = self.modules.paths("jcls:" + outer)
             if paths:
                 return self.member(self._java_class(outer), name)
         return None
-
-    def _java_package(self, name: str) -> Mod | None:
-        paths = self._paths("jpkg:" + name)
-        return Mod(tuple(paths), "java", name) if paths else None
 
     def _java_visible(self, sym: FileSymbols, name: str) -> Target:
         found = self._java_class(f"{sym.package}.{name}" if sym.package else name)
@@ -601,44 +651,6 @@ class LangResolver:
             at = int(sym.parsed.parent[at])
         return None
 
-    def _go_import(self, path: str) -> Target:
-        segs = path.split("/")
-        for k in range(1, len(segs)):
-            folder = "/".join(segs[k:])
-            paths = self._paths("godir:" + folder)
-            if paths and "." in segs[0]:
-                return Mod(tuple(sorted(paths, key=go_rank)), "go")
-        if len(segs) > 1 and "." in segs[0]:
-            paths = self._paths("godir:")
-            if paths and any(self.r.files[p].package == segs[-1] for p in paths):
-                return Mod(tuple(sorted(paths, key=go_rank)), "go")
-        return None
-
-    def _go_files(self, folder: str) -> list[str]:
-        """The files of a Go package, those without a platform suffix first (memoized per resolver)."""
-        key = "godir:" + folder
-        if key not in self._sorted:
-            self._sorted[key] = sorted(self._paths(key), key=go_rank)
-        return self._sorted[key]
-
-    def _go_package_name(self, sym: FileSymbols, name: str) -> Target:
-        return self._go_in_package(sym.path.rpartition("/")[0], name, exclude=sym.path)
-
-    def _go_in_package(self, folder: str, name: str, exclude: str = "") -> Target:
-        paths = self._go_files(folder)
-        return self._go_in_package_paths(tuple(p for p in paths if p != exclude), name)
-
-    def _go_in_package_paths(self, paths: tuple[str, ...], name: str) -> Target:
-        for path in paths:
-            sym = self.r.files.get(path)
-            if sym is not None and name in sym.top:
-                return Def(path, sym.top[name])
-        return None
-
-    def _rust_mod(self, root: str, mods: tuple[str, ...]) -> Mod | None:
-        paths = self._paths(f"rsmod:{root}|{'::'.join(mods)}")
-        return Mod((sorted(paths)[0],), "rust") if paths else None
-
     def _rust_path(self, sym: FileSymbols, segs: list[str], depth: int) -> Target:
         """A `use` path's module part, from `sym`'s module."""
         root, mods = rust_module(sym.path)
@@ -656,20 +668,20 @@ class LangResolver:
         target: Target = None
         if base is not None:
             for k in range(len(rest), -1, -1):  # the longest module path that is a file, then its members
-                target = self._rust_mod(root, base + tuple(rest[:k]))
+                target = self.modules.rust_mod(root, base + tuple(rest[:k]))
                 if target is not None:
                     rest = rest[k:]
                     break
             if target is None:
                 return None
         else:
-            target = self._rust_mod(root, mods + (first,))
+            target = self.modules.rust_mod(root, mods + (first,))
             if target is None and first in sym.top:
                 target = Def(sym.path, sym.top[first])
             if target is None and depth < _MAX_HOPS and first in sym.bindings:
                 target = self.binding(sym, sym.bindings[first], depth + 1)
             if target is None:
-                target = self._rust_mod(root, (first,))  # 2015-style path from the crate root
+                target = self.modules.rust_mod(root, (first,))  # 2015-style path from the crate root
             if target is None:
                 return EXTERNAL  # another crate (std, a dependency)
         for seg in rest:
@@ -683,7 +695,7 @@ class LangResolver:
         for node, def_name, _ in sym.parsed.defs:
             if def_name == name:
                 return sym.path, sym.top.get(name, node)
-        paths = self._paths(f"name:{sym.parsed.language}:{name}")
+        paths = self.modules.paths(f"name:{sym.parsed.language}:{name}")
         if family(sym.parsed.language) == "go" and len(paths) > 1 and \
                 len({p.rpartition("/")[0] for p in paths}) == 1:
             paths = sorted(paths, key=go_rank)[:1]
@@ -694,7 +706,7 @@ class LangResolver:
         return None
 
     def unique_method(self, sym: FileSymbols, name: str) -> tuple[str, int] | None:
-        paths = self._paths(f"name:{sym.parsed.language}:{name}")
+        paths = self.modules.paths(f"name:{sym.parsed.language}:{name}")
         if len(paths) != 1:
             return None
         other = self.r.files[paths[0]]
@@ -709,7 +721,7 @@ class LangResolver:
             return None  # overrides a method every value of the language has
         if node in other.trait_impl:
             trait = next((b for k, n, _, b in other.parsed.facts if k == "owner" and n == cls), "")
-            if not self._paths(f"name:{sym.parsed.language}:{trait}"):
+            if not self.modules.paths(f"name:{sym.parsed.language}:{trait}"):
                 return None  # implements a trait from outside the repository
         return other.path, node
 
