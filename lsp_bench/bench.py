@@ -216,7 +216,7 @@ def _plain(value: Any) -> Any:
 
 def python_files(repo: Path, limit_bytes: int = 200_000) -> list[Path]:
     """The Python files the index indexes (the build's own walk), small enough to type into."""
-    from repocomp.config import Config
+    from repocomp.config.schema import Config
     from repocomp.index.walk import walk_repository
 
     walked = walk_repository(repo, Config())

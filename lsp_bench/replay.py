@@ -37,7 +37,7 @@ from typing import Any
 from lsp_bench.nvim import run_plan
 from lsp_bench.slow_backend import SlowBackend
 from repocomp.bench.complete import cpu_flags
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "content_repo"

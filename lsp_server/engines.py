@@ -25,7 +25,8 @@ from lsp_server.options import Options, apply_options
 from lsp_server.request import CompletionRequest
 from lsp_server.sessions import Sessions
 from repocomp.backends import Backend, load_and_warm
-from repocomp.config import BackendConfig, Config, load_config
+from repocomp.config.loading import load_config
+from repocomp.config.schema import BackendConfig, Config
 from repocomp.errors import RepocompError
 
 if TYPE_CHECKING:

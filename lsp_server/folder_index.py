@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from repocomp.config import Config
+from repocomp.config.schema import Config
 
 if TYPE_CHECKING:
     from repocomp.index import Index

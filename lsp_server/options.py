@@ -1,6 +1,6 @@
 """Server options from `initializationOptions` and `workspace/didChangeConfiguration`.
 
-One schema: the engine options are the config's own sections (`repocomp.config`: their fields, types and rules),
+One schema: the engine options are the config's own sections (`repocomp.config.schema`: their fields, types and rules),
 so an editor may set any key of `[backend]`, `[retrieval]`, `[prompt]` and `[memory]`, read by the config's
 converter and checked by the config's rules; only the server's own knobs (`ServerOptions`) are declared here. Keys may be
 camelCase (editor convention) or snake_case. An unknown key or a value of the wrong type is reported when the
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from repocomp.config import Config, build_section, check_setting, coerce_setting
+from repocomp.config.coerce import build_section, coerce_setting
+from repocomp.config.schema import Config, check_setting
 from repocomp.errors import ConfigError
 
 ENGINE_SECTIONS = ("backend", "retrieval", "prompt", "memory")  # the config sections an editor may set

@@ -19,7 +19,7 @@ from lsprotocol import types
 from lsp_server import convert
 
 if TYPE_CHECKING:
-    from repocomp.config import Config
+    from repocomp.config.schema import Config
     from repocomp.memory.events import TextEdit
     from repocomp.memory.session import SessionMemory
 

@@ -24,7 +24,7 @@ from lsp_server.change_worker import SAVE_AFTER_S, ChangeWorker
 from lsp_server.folder_index import FolderIndex, FolderRegistry, RWLock, StateCallback
 from lsp_server.fs_watcher import FsWatcher
 from lsp_server.index_builder import IndexBuilder, ProgressCallback
-from repocomp.config import Config
+from repocomp.config.schema import Config
 
 __all__ = ["FolderIndex", "ProgressCallback", "RWLock", "StateCallback", "WorkspaceIndexes"]
 

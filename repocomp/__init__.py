@@ -1,6 +1,7 @@
 """repocomp: repository-level code completion (FragRel relations + iterative RepoCoder retrieval)."""
 
-from repocomp.config import Config, load_config
+from repocomp.config.loading import load_config
+from repocomp.config.schema import Config
 from repocomp.errors import (
     BackendError,
     ConfigError,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from repocomp.backends import Generation, GenerationRequest
 from repocomp.backends.model_defaults import QWEN_STOP_TOKENS, is_resolved
-from repocomp.config import MODES, Config
+from repocomp.config.schema import MODES, Config
 from repocomp.context.definitions import DefinitionFinder
 from repocomp.context.paging import paged_definitions
 from repocomp.context.render import DefinitionRenderer

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from repocomp.config import MODES, Config
+from repocomp.config.schema import MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.prompt.cursor import Cut, Hole
 

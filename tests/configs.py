@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from repocomp.backends.model_defaults import resolve_prompt
-from repocomp.config import BackendConfig, PromptConfig
+from repocomp.config.schema import BackendConfig, PromptConfig
 
 
 def prompt_config(**overrides: Any) -> PromptConfig:

@@ -13,7 +13,7 @@ import pytest
 
 from repocomp.backends import GenerationRequest, make_backend
 from repocomp.backends.hf import TransformersBackend
-from repocomp.config import BackendConfig
+from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 
 

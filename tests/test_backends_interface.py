@@ -30,7 +30,7 @@ from repocomp.backends.extractive import ExtractiveBackend
 from repocomp.backends.hf import TransformersBackend
 from repocomp.backends.llama_cpp import LlamaCppBackend
 from repocomp.backends.vllm import VLLMBackend
-from repocomp.config import BackendConfig
+from repocomp.config.schema import BackendConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "x = compute("

@@ -13,7 +13,7 @@ import pytest
 from repocomp.backends import GenerationRequest, make_backend
 from repocomp.backends.llama_cpp import CHUNK, LlamaCppBackend, gguf_path
 from repocomp.backends.local_model import LocalModel
-from repocomp.config import BackendConfig
+from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 
 pytestmark = [pytest.mark.local_model, pytest.mark.slow]

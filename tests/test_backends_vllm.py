@@ -17,7 +17,7 @@ import pytest
 
 from repocomp.backends import Generation, GenerationRequest, make_backend
 from repocomp.backends.vllm import VLLMBackend
-from repocomp.config import BackendConfig
+from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 
 LONG = 16000  # tokens: the fixture serves the tiny model with --max-model-len 16384

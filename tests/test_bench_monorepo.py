@@ -61,7 +61,7 @@ def test_bench_index_says_a_builds_peak_per_character_beside_the_admission_rule(
     characters it indexed."""
     import json
 
-    from repocomp.config import INDEX_BYTES_PER_SOURCE_CHAR
+    from repocomp.config.schema import INDEX_BYTES_PER_SOURCE_CHAR
 
     repo = tmp_path / "repo"
     repo.mkdir()

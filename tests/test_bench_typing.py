@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lsp_bench import replay
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 
 TEXT = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"

@@ -11,7 +11,7 @@ from configs import prompt_config
 
 from graph.lookup import DefRef
 from repocomp.backends.model_defaults import resolve_config
-from repocomp.config import Config, DefinitionsConfig
+from repocomp.config.schema import Config, DefinitionsConfig
 from repocomp.context.definitions import SCAN_CHARS, BufferState, Candidate, DefinitionFinder
 from repocomp.context.render import render_definition
 from repocomp.index import Index

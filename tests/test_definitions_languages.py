@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from repocomp.config import Config, DefinitionsConfig
+from repocomp.config.schema import Config, DefinitionsConfig
 from repocomp.context.definitions import DefinitionFinder
 from repocomp.index import Index
 

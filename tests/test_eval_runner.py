@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 from repocomp.eval.records import gt_line_attainable, read_results, summarize
 from repocomp.eval.runner import EvalOptions, editor_buffer, eval_config, run_eval, task_buffer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.eval.metrics import edit_similarity
 from repocomp.eval.records import memory_gt_hit, read_results
 from repocomp.eval.runner import EvalOptions, run_eval

@@ -5,7 +5,7 @@ from __future__ import annotations
 from repocomp.backends import Backend, Generation, GenerationRequest, make_backend
 from repocomp.backends.extractive import ExtractiveBackend, extract_continuation
 from repocomp.backends.model_defaults import resolve_config
-from repocomp.config import Config
+from repocomp.config.schema import Config
 
 CAND_A = """\
 def load(path):

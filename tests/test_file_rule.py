@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.workspace_index import WorkspaceIndexes
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 from repocomp.eval.tasks import iter_python_files
 from repocomp.index import Index

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from graph.code_graph import EDGE_TYPES
-from repocomp.config import Config, config_from_dict
+from repocomp.config.loading import config_from_dict
+from repocomp.config.schema import Config
 from repocomp.index import Index
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "index_repo"

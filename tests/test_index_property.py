@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.context.retrieval import Retriever
 from repocomp.index import Index
 

@@ -13,7 +13,7 @@ import pytest
 
 from graph.parsing import ParsedFile, parse_source
 from repocomp.cli import main
-from repocomp.config import config_from_dict, load_config
+from repocomp.config.loading import config_from_dict, load_config
 from repocomp.errors import ConfigError, IndexCorruptError, IndexStaleError, RepocompError
 from repocomp.index import Index, fragment_store, stored_parse
 from repocomp.index import codec as index_codec

@@ -25,7 +25,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from repocomp.backends import local_model as lm
 from repocomp.backends.model_defaults import resolve_backend
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from lsprotocol import types
 
 from lsp_server import convert
 from lsp_server.options import Options, apply_options, parse_options
-from repocomp.config import Config
+from repocomp.config.schema import Config
 
 LINE = '    s = "价格🙂x" + fmt'  # CJK (1 UTF-16 unit each, 3 UTF-8 bytes) and an emoji (2 UTF-16 units, 4 bytes)
 

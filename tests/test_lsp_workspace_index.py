@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from lsp_server.folder_index import FolderRegistry, RWLock
 from lsp_server.fs_watcher import FsWatcher
 from lsp_server.workspace_index import WorkspaceIndexes
-from repocomp.config import Config
+from repocomp.config.schema import Config
 
 
 class RecordingIndex:

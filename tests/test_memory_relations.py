@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from repocomp.backends.model_defaults import resolve_config
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.context.retrieval import Retriever, session_relation
 from repocomp.index import Index
 from repocomp.prompt.cursor import Cut, Hole

@@ -11,7 +11,7 @@ from test_memory_thoughts import ORDERS
 
 from repocomp.backends.local_model import LocalModel
 from repocomp.bench.memory import memory_bench
-from repocomp.config import MemoryConfig, PromptConfig
+from repocomp.config.schema import MemoryConfig, PromptConfig
 from repocomp.memory.controller import prompt_form
 from repocomp.memory.events import TextEdit
 from repocomp.memory.session import SessionMemory

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_memory_hunks import CART
 
-from repocomp.config import MemoryConfig
+from repocomp.config.schema import MemoryConfig
 from repocomp.memory.events import TextEdit
 from repocomp.memory.hunks import Hunk
 from repocomp.memory.session import SessionMemory

@@ -11,7 +11,7 @@ import pytest
 
 from repocomp.backends import local_model as lm
 from repocomp.backends.model_defaults import prompt_format, resolve_backend
-from repocomp.config import BackendConfig, Config, PromptConfig
+from repocomp.config.schema import BackendConfig, Config, PromptConfig
 from repocomp.errors import RepocompError
 
 

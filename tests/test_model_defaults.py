@@ -8,7 +8,7 @@ import pytest
 
 from repocomp.backends.hf import TransformersBackend
 from repocomp.backends.model_defaults import is_resolved, resolve_config, resolve_for_model, resolve_prompt
-from repocomp.config import BackendConfig, Config, PromptConfig
+from repocomp.config.schema import BackendConfig, Config, PromptConfig
 from repocomp.index import Index
 from repocomp.pipeline import Completer, CompletionOptions
 

@@ -10,7 +10,7 @@ from configs import prompt_config
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repocomp.config import PromptConfig
+from repocomp.config.schema import PromptConfig
 from repocomp.errors import RepocompError
 from repocomp.prompt.layout import (
     BlockSource,

@@ -308,7 +308,7 @@ def _index_targets(index, path: str) -> set[tuple[str, str]]:
 
 
 def test_index_updates_an_importers_edges_and_round_trips_the_facts(tmp_path):
-    from repocomp.config import Config
+    from repocomp.config.schema import Config
     from repocomp.index import Index
 
     for rel, text in {**TS, **{p: t for p, t in GO.items() if p.endswith(".go")}}.items():
@@ -376,7 +376,7 @@ def test_c_calls_resolve_to_the_definition_in_another_file_not_the_headers_proto
 
 
 def test_c_calls_resolve_through_the_index(tmp_path):
-    from repocomp.config import Config
+    from repocomp.config.schema import Config
     from repocomp.index import Index
 
     for rel, text in C.items():

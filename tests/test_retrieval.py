@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.context.retrieval import FileWindows, RetrievalIndex, Retriever
 from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Fragment, Location, window_spans

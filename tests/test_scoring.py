@@ -78,7 +78,7 @@ def test_eq9_matches_a_dense_reference_after_updates(tmp_path) -> None:
     import shutil
     from pathlib import Path
 
-    from repocomp.config import Config
+    from repocomp.config.schema import Config
     from repocomp.index import Index
 
     repo = tmp_path / "repo"

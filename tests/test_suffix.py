@@ -76,7 +76,7 @@ def test_suffix_lines_bound_what_is_read():
 
 
 def test_settings_are_checked():
-    from repocomp.config import PromptConfig
+    from repocomp.config.schema import PromptConfig
 
     with pytest.raises(ValueError, match="fim_at"):
         PromptConfig(fim_at="sometimes").validate()

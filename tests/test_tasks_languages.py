@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.eval.tasks import load_tasks, make_tasks, pick_languages, write_tasks
 
 PLANT = "zqxplanted"

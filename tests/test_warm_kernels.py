@@ -69,7 +69,7 @@ def test_warm_kernels_compiles_what_the_first_edit_of_a_loaded_index_needs(tmp_p
 def test_a_failed_warm_up_is_logged_and_leaves_the_kernels_to_the_first_edit(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     import graph.maxproduct
-    from repocomp.config import Config
+    from repocomp.config.schema import Config
     from repocomp.index import warm
 
     def no_temporary_directory(*args: object, **kwargs: object) -> None:

@@ -10,7 +10,7 @@ import logging
 
 from repocomp.backends.base import Backend, GenerationRequest
 from repocomp.backends.fallback import FallbackBackend
-from repocomp.config import BackendConfig
+from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 
 __all__ = ["load_and_warm", "make_backend"]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
 from repocomp.backends.local_model import cpu_has_native_bf16
-from repocomp.config import BackendConfig
+from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.text import encodable
 

@@ -33,7 +33,7 @@ import numpy as np
 from repocomp.backends.alignment import aligned_end, reusable
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
 from repocomp.backends.llama_runtime import Runtime, load
-from repocomp.config import BackendConfig
+from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.text import encodable
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repocomp.config import user_cache_dir
+from repocomp.config.paths import user_cache_dir
 from repocomp.errors import RepocompError
 
 __all__ = ["LocalModel", "default_model_dir", "hint", "hint_once", "prepare", "prepared", "runtime_missing",

@@ -37,7 +37,7 @@ import re
 from pathlib import Path
 
 from repocomp.backends.local_model import MODELS, default_model_dir, prepared, runtime_missing
-from repocomp.config import BackendConfig, Config, PromptConfig
+from repocomp.config.schema import BackendConfig, Config, PromptConfig
 from repocomp.errors import RepocompError
 
 __all__ = ["CODE_LLAMA_CONTEXT", "LOCAL_CPU_BUDGET", "QWEN_STOP_TOKENS", "is_resolved", "model_budget",

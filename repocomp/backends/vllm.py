@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest
-from repocomp.config import BackendConfig, check_endpoint
+from repocomp.config.schema import BackendConfig, check_endpoint
 from repocomp.errors import BackendError
 from repocomp.text import encodable
 

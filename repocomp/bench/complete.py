@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from repocomp.bench.retrieve import _positions, _stats
-from repocomp.config import BACKEND_NAMES
+from repocomp.config.schema import BACKEND_NAMES
 from repocomp.errors import RepocompError
 
 __all__ = ["CompleteBenchResult", "register", "run_complete_bench"]
@@ -199,7 +199,7 @@ def format_table(res: CompleteBenchResult) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from repocomp.config import load_config
+    from repocomp.config.loading import load_config
 
     root = args.path.expanduser().resolve()
     if not root.is_dir():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repocomp.config import INDEX_BYTES_PER_SOURCE_CHAR
+from repocomp.config.schema import INDEX_BYTES_PER_SOURCE_CHAR
 
 _CHILD = r"""
 import json, resource, sys, time

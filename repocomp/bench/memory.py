@@ -37,7 +37,7 @@ def memory_bench(n_hunks: int = 1000, requests: int = 300, max_hunks: int | None
     """p50/p95/max ms (wall clock; `cpu_*`: the thread's CPU time, which a loaded machine disturbs less) of `select` in a session holding `n_hunks` hunks (the queue's `max_hunks`, default the
     config's 200, the rest in recall storage; every other hunk retypes a line), `requests` requests at random places
     of 20 open files, a third of them where a line was retyped lately (the code replaced at the cursor is shown)."""
-    from repocomp.config import MemoryConfig
+    from repocomp.config.schema import MemoryConfig
 
     rng = random.Random(seed)
     cfg = MemoryConfig(enabled=True, persist=False, relations=relation,

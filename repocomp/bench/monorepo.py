@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from graph.languages import EXTENSIONS
-from repocomp.config import IndexConfig, user_cache_dir
+from repocomp.config.paths import user_cache_dir
+from repocomp.config.schema import IndexConfig
 from repocomp.index.walk import ALWAYS_SKIPPED_DIRS
 
 _SKIPPED_DIRS = ALWAYS_SKIPPED_DIRS | {IndexConfig.dir}  # what the walk skips, and the index folders

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from repocomp.config import SIMILARITIES
+from repocomp.config.schema import SIMILARITIES
 from repocomp.errors import RepocompError
 
 __all__ = ["register", "run_retrieve_bench", "RetrieveBenchResult"]
@@ -147,7 +147,7 @@ def format_table(res: RetrieveBenchResult) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from repocomp.config import load_config
+    from repocomp.config.loading import load_config
 
     root = args.path.expanduser().resolve()
     if not root.is_dir():

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repocomp.config import BACKEND_NAMES, MODES
+from repocomp.config.schema import BACKEND_NAMES, MODES
 from repocomp.errors import RepocompError
 from repocomp.text import encodable
 
@@ -65,7 +65,7 @@ def find_root(start: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from repocomp.config import load_config
+    from repocomp.config.loading import load_config
 
     file, line1, col1 = parse_position(args.position)
     file = file.expanduser().resolve()

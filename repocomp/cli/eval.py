@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from graph.languages import available
-from repocomp.config import EVAL_BACKENDS, MODES
+from repocomp.config.schema import EVAL_BACKENDS, MODES
 from repocomp.errors import RepocompError
 from repocomp.text import encodable
 
@@ -134,7 +134,8 @@ _EVAL_TIMEOUT_S = 600.0  # a completion's deadline in an evaluation, unless the 
 
 
 def _evaluate(a: argparse.Namespace) -> int:
-    from repocomp.config import BackendConfig, Config, load_config
+    from repocomp.config.loading import load_config
+    from repocomp.config.schema import BackendConfig, Config
     from repocomp.eval.runner import EvalOptions, run_eval
     from repocomp.eval.tasks import load_tasks
 

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from repocomp.config import Config, load_config
+from repocomp.config.loading import load_config
+from repocomp.config.schema import Config
 from repocomp.errors import IndexUnusableError
 from repocomp.index import Index
 from repocomp.index.relation_upkeep import Progress

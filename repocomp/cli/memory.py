@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from repocomp.config import load_config
+from repocomp.config.loading import load_config
 from repocomp.errors import RepocompError
 from repocomp.text import encodable
 

@@ -38,7 +38,7 @@ from graph.facts import family
 from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef, Resolution, SymbolLookup
 from graph.maxproduct import max_product_strengths
-from repocomp.config import DefinitionsConfig
+from repocomp.config.schema import DefinitionsConfig
 
 if TYPE_CHECKING:
     from repocomp.index import Index

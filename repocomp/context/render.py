@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef
 from graph.parsing import ParsedFile
-from repocomp.config import DefinitionsConfig
+from repocomp.config.schema import DefinitionsConfig
 from repocomp.context.skeleton import skeleton_lines
 from repocomp.prompt.layout import DefinitionSource
 

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.languages import family_for
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.context.scoring import SemanticSums, fragrel_scores
 from repocomp.context.semantic import SemanticRelations, relations_for
 from repocomp.index.fragments import Fragment, Location

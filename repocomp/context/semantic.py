@@ -28,7 +28,7 @@ import numpy as np
 from repocomp.errors import RepocompError
 
 if TYPE_CHECKING:
-    from repocomp.config import Config
+    from repocomp.config.schema import Config
 
 __all__ = ["MIN_POOL", "POOL", "TokenEmbedder", "SemanticRelations", "embedder_for", "relations_for", "semantic_weights"]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repocomp.backends.model_defaults import resolve_config
-from repocomp.config import EVAL_BACKENDS, MODES, Config
+from repocomp.config.schema import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
 from repocomp.eval.records import (
     append_record,

@@ -59,7 +59,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graph.languages import language_for
-from repocomp.config import Config, user_cache_dir
+from repocomp.config.paths import user_cache_dir
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 from repocomp.eval.records import error_record, make_record, memory_fields, session_fields
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, _non_code_rows, _parser, _prompt_for

@@ -25,7 +25,7 @@ from graph.languages import CLASS_KINDS, DEFINITION_KINDS, available, language_f
 from graph.lookup import DefRef, SymbolLookup
 from graph.parsing import ParsedFile, parse_source
 from graph.resolve import Resolver, make_symbols
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 from repocomp.index.walk import FileRule, addressable, open_regular, walk_repository
 

@@ -26,7 +26,8 @@ from graph.code_graph import EDGE_TYPES, CodeGraph
 from graph.parse_pool import parsed_files
 from graph.parsing import MAX_DEPTH, ParsedFile
 from graph.resolve import Resolver, make_symbols
-from repocomp.config import Config, load_config
+from repocomp.config.loading import load_config
+from repocomp.config.schema import Config
 from repocomp.errors import (
     IndexCorruptError,
     IndexMissingError,

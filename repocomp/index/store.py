@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.lib.format as npy
 
-from repocomp.config import user_cache_dir
+from repocomp.config.paths import user_cache_dir
 from repocomp.errors import (
     IndexCorruptError,
     IndexMissingError,

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.csr_rows import replace_rows
-from repocomp.config import SIMILARITIES
+from repocomp.config.schema import SIMILARITIES
 from repocomp.index.store import Chunks
 from repocomp.index.vocabulary import StoredVocabulary, term_ids, vocabulary_arrays
 from repocomp.tokenize import code_tokens

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from graph.languages import language_for
-from repocomp.config import Config
+from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 from repocomp.index.ignore import Limits, PatternSet
 

@@ -25,7 +25,7 @@ from repocomp.memory.summaries import SessionSummary
 from repocomp.memory.thoughts import Thought, think, visible
 
 if TYPE_CHECKING:
-    from repocomp.config import MemoryConfig
+    from repocomp.config.schema import MemoryConfig
 
 __all__ = ["SessionMemory"]
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from repocomp.config import user_cache_dir
+from repocomp.config.paths import user_cache_dir
 from repocomp.memory.hunks import Hunk
 from repocomp.memory.thoughts import MAX_IDS, MAX_PATHS, MAX_THOUGHTS, Thought
 

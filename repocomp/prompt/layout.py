@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repocomp.config import FIM_FORMATS, DefinitionsConfig, PromptConfig
+from repocomp.config.schema import FIM_FORMATS, DefinitionsConfig, PromptConfig
 from repocomp.errors import RepocompError
 from repocomp.prompt.languages import rules_for, rules_for_path
 from repocomp.prompt.suffix import reads_suffix, suffix_lines

@@ -20,13 +20,8 @@ from lsp_helpers import end_of, initialize, inline, open_doc, wait_ready
 from pytest_lsp import LanguageClient
 from test_index_trust import audited
 
-from repocomp.config import (
-    MAX_CONFIG_BYTES,
-    MAX_FRAGMENTS_PER_LINE,
-    MAX_REACH_X_TOP_K,
-    MAX_REPOSITORY_EXCLUDES,
-    load_config,
-)
+from repocomp.config.loading import load_config
+from repocomp.config.schema import MAX_CONFIG_BYTES, MAX_FRAGMENTS_PER_LINE, MAX_REACH_X_TOP_K, MAX_REPOSITORY_EXCLUDES
 
 # docs/security.md's figures ("Bounds on hostile input") and the bounds here, about three and five times them
 MAX_RSS_BYTES = 3 * 271 << 20  # a sparse 1.5 GiB repocomp.toml: 271 MB peak RSS for `index` (the excludes' too)
@@ -50,7 +45,7 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
 
 
 def _warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "repocomp.config"]
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("repocomp.config")]
 
 
 # ------------------------------------------------------------------------------------------------ the file

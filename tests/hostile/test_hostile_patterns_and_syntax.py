@@ -178,7 +178,7 @@ def test_350k_exclude_patterns_keep_the_first_ones_with_one_warning(tmp_path: Pa
         (root / f"m{i}.py").write_text(f"def f{i}():\n    return {i}\n")
     code = (
         "import json, time\nfrom pathlib import Path\n"
-        "from repocomp.config import config_from_dict\nfrom repocomp.index.walk import walk_repository\n"
+        "from repocomp.config.loading import config_from_dict\nfrom repocomp.index.walk import walk_repository\n"
         "excludes = ['m0.py'] + [f'*a*a*a*a*a*a*a*a*b{i}/' for i in range(350_000)] + ['m1.py']\n"
         "config = config_from_dict({'index': {'exclude': excludes}})\n"
         f"started = time.process_time()\nwalked = walk_repository(Path({str(root)!r}), config)\n"
@@ -238,7 +238,7 @@ def test_a_folder_just_over_its_memory_budget_is_indexed_partially_and_says_wher
     per character, measured by `repocomp bench index`): a folder just under it is indexed whole, one file more is
     indexed partially, said once in the log, in the summary with the first file left out, and by `complete
     --explain` for a file left out."""
-    from repocomp.config import INDEX_BYTES_PER_SOURCE_CHAR
+    from repocomp.config.schema import INDEX_BYTES_PER_SOURCE_CHAR
 
     budget = (1 << 20) // INDEX_BYTES_PER_SOURCE_CHAR  # characters that max_memory_mb = 1 admits
     root = tmp_path / "big"
@@ -286,7 +286,7 @@ def test_a_folder_of_many_entries_stops_the_walk_at_its_entry_budget(tmp_path: P
 
 
 def _walk_root(home: Path, config: dict) -> dict:
-    code = ("import json, time\nfrom pathlib import Path\nfrom repocomp.config import config_from_dict\n"
+    code = ("import json, time\nfrom pathlib import Path\nfrom repocomp.config.loading import config_from_dict\n"
             "from repocomp.index.walk import walk_repository\nstarted = time.process_time()\n"
             f"walked = walk_repository(Path('/'), config_from_dict({config!r}))\n"
             "print(json.dumps({'s': time.process_time() - started, 'files': [f.path for f in walked.files],"

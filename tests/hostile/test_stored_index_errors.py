@@ -20,7 +20,8 @@ import pytest
 from cli_run import repocomp
 
 from lsp_server.workspace_index import WorkspaceIndexes
-from repocomp.config import Config, config_from_dict
+from repocomp.config.loading import config_from_dict
+from repocomp.config.schema import Config
 from repocomp.errors import IndexCorruptError, IndexMissingError, IndexStaleError, IndexUnusableError
 from repocomp.index import Index
 from repocomp.index import codec as index_codec

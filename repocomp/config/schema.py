@@ -1,39 +1,18 @@
-"""All settings in one place: `[tool.repocomp]` in pyproject.toml or a repocomp.toml, validated on load.
-
-Every section is a frozen dataclass; `load_config` fills them from TOML, naming unknown keys and bad values
-(numbers must be finite and within sane bounds).
-
-Where a setting comes from matters: a repository is untrusted input (README, "Security model"). The user's
-own config file (`$XDG_CONFIG_HOME/repocomp/config.toml`), an explicit file the user names (`--config`), CLI
-flags and LSP initialization options may set anything. A repository's own `repocomp.toml`/`pyproject.toml` may
-not send code off the machine, make repocomp write outside the repository or raise its memory budget: there,
-`[backend] endpoints` other than loopback, an `[index] dir` outside the root and an `[index] max_memory_mb` above the
-default are dropped with a warning naming the file and key. No setting a repository may set points outside it: its
-path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken from its root and dropped with a warning when
-they lead out; its `[index] exclude` holds at most `MAX_REPOSITORY_EXCLUDES` patterns. The file itself is read only
-when it is a regular file inside the root (a symlink leading out is not read), of at most `MAX_CONFIG_BYTES`; one
-nested too deeply for the parser is a `ConfigError`, never a traceback. Settings whose product is the cost are validated together (window / stride,
-max_reach x top_k, cutoff with max_reach = 0 or with context_weight), each rule naming its number.
-"""
+"""The settings' schema: every section a frozen dataclass, validated on construction, with the fixed sets of names
+the CLI's choices and the language server's options read; settings whose product is the cost are validated together
+(window / stride, max_reach x top_k, cutoff with max_reach = 0 or with context_weight), each rule naming its number."""
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import logging
 import math
 import os
-import reprlib
-import stat
-import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from repocomp.errors import ConfigError
+from repocomp.config.coerce import build_section, shown
 
 # The fixed sets of names, each spelled once: validation, CLI choices and LSP options read these.
 MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle (ground truth as query) is eval-only
@@ -44,7 +23,6 @@ FIM_AT = ("inline", "continues", "always")  # where a FIM prompt reads the code 
 PROMPT_LAYOUTS = ("comments", "files")  # RepoCoder's commented blocks; Qwen2.5-Coder's repository files
 SIMILARITIES = ("jaccard", "bm25")
 
-log = logging.getLogger(__name__)
 
 _DAY_S = 86_400.0  # the longest any timeout may be
 MAX_CONFIG_BYTES = 1 << 20  # a config file larger than this is not read (a repository's is ignored, with a warning)
@@ -370,12 +348,12 @@ def check_endpoint(url: str) -> None:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:
-        raise ValueError(f"endpoint {_shown(url)} is not a valid URL ({exc})") from None
+        raise ValueError(f"endpoint {shown(url)} is not a valid URL ({exc})") from None
     check_setting(parts.scheme in ("http", "https") and bool(parts.hostname),
-           f"endpoint {_shown(url)} must be http(s)://HOST[:PORT]")
+           f"endpoint {shown(url)} must be http(s)://HOST[:PORT]")
 
 
-def _valid_endpoint(url: str) -> bool:
+def valid_endpoint(url: str) -> bool:
     try:
         check_endpoint(url)
     except ValueError:
@@ -425,283 +403,3 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _shown(value: Any) -> str:
-    """`value` for a one-line message: depth and length bounded (a repository's value may be nested thousands
-    deep or megabytes long; a plain repr of it raised RecursionError or filled the terminal)."""
-    shown = reprlib.Repr()
-    shown.maxlevel, shown.maxstring, shown.maxother, shown.maxlist, shown.maxdict = 3, 80, 80, 6, 6
-    return shown.repr(value)
-
-
-def _names(names: list[str], limit: int = 10) -> str:
-    """A bounded list of names for a message (a file may hold thousands of unknown keys)."""
-    more = f" and {len(names) - limit:,} more" if len(names) > limit else ""
-    return ", ".join(_shown(n) if not n.isidentifier() else n for n in names[:limit]) + more
-
-
-def coerce_setting(tp: Any, value: Any, where: str) -> Any:
-    """`value` as a setting of type `tp` (a ConfigError naming `where` otherwise): the one converter of settings
-    from TOML files and from editors' options."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):  # `X | None`: None, or an X
-        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
-        return None if value is None else coerce_setting(inner, value, where)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}: expected a finite number, got {_shown(value)}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {_shown(value)}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {_shown(value)}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {_shown(value)}")
-        return value
-    if origin is tuple:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {_shown(value)}")
-        (item_tp, _) = typing.get_args(tp)
-        return tuple(coerce_setting(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
-    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover - schema bug
-
-
-def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
-    """A settings dataclass from a table of its fields, converted and checked by its `validate()` rules."""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"unknown key(s) in [{where}]: {_names(unknown)} (known: {', '.join(sorted(names))})")
-    values = {k: coerce_setting(hints[k], v, f"{where}.{k}") for k, v in data.items()}
-    obj = cls(**values)
-    try:
-        obj.validate()
-    except ValueError as exc:
-        raise ConfigError(f"bad value in [{where}]: {exc}") from None
-    return obj
-
-
-def config_from_dict(data: dict[str, Any], where: str = "tool.repocomp") -> Config:
-    if not isinstance(data, dict):
-        raise ConfigError(f"[{where}] must be a table")
-    sections = {f.name: f for f in dataclasses.fields(Config)}
-    unknown = sorted(set(data) - set(sections))
-    if unknown:
-        raise ConfigError(f"unknown section(s) in [{where}]: {_names(unknown)} (known: {', '.join(sections)})")
-    built = {}
-    for name, value in data.items():
-        if not isinstance(value, dict):
-            raise ConfigError(f"[{where}.{name}] must be a table, got {_shown(value)}")
-        built[name] = build_section(typing.get_type_hints(Config)[name], value, f"{where}.{name}")
-    return Config(**built)
-
-
-def _read_toml(path: Path, repository: Path | None = None) -> dict[str, Any] | None:
-    """The TOML document of a config file: a regular file of at most `MAX_CONFIG_BYTES`, parsed whatever its
-    nesting (a RecursionError of the parser is a `ConfigError`).
-
-    `repository`: the file is the repository's own (untrusted): a symbolic link is followed only to a file inside
-    that root, and a file that is not regular, leads out or is too large is ignored with a warning (None)."""
-    where = path
-    if repository is not None:
-        root = repository.resolve()
-        resolved: Path | None
-        try:
-            resolved = path.resolve()
-        except (OSError, RuntimeError):  # a symlink loop
-            resolved = None
-        if resolved is None or not resolved.is_relative_to(root):
-            _warn_once(path, "file", f"{path} is a symbolic link leading outside the repository; not read")
-            return None
-        where = resolved
-    try:
-        # O_NONBLOCK: a FIFO swapped in after the check neither blocks the open nor is read (fstat below)
-        fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-                     | (os.O_NOFOLLOW if repository is not None else 0))
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise ConfigError(f"config {path} is not a regular file")
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    except ConfigError:
-        if repository is None:
-            raise
-        _warn_once(path, "file", f"{path} is not a regular file; not read")
-        return None
-    if len(data) > MAX_CONFIG_BYTES:
-        too_big = f"{path} is larger than {MAX_CONFIG_BYTES:,} bytes; not read"
-        if repository is None:
-            raise ConfigError(f"config {too_big}")
-        _warn_once(path, "file", f"{too_big}: using the other settings")
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"config {path} is not UTF-8 text; TOML files must be UTF-8") from None
-    if max(line.count(".") for line in text.split("\n")) > MAX_DOTS_PER_LINE:
-        raise ConfigError(f"config {path} is nested too deeply to read (a line with more than {MAX_DOTS_PER_LINE} "
-                          "dots); flatten its keys")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
-    except (RecursionError, MemoryError):  # `a = [[[[...` thousands deep: the parser recurses per level
-        raise ConfigError(f"config {path} is nested too deeply to read; flatten its arrays and tables") from None
-
-
-def _tool_table(data: dict[str, Any], path: Path, required: bool) -> dict[str, Any] | None:
-    """`[tool.repocomp]` of a TOML document; with `required=False`, the whole document when it has no `tool`."""
-    if "tool" not in data:
-        return None if required else data
-    tool = data["tool"]
-    if not isinstance(tool, dict):
-        raise ConfigError(f"{path}: `tool` must be a table (holding [tool.repocomp]), got {_shown(tool)}")
-    if "repocomp" not in tool:
-        return None if required else data
-    return tool["repocomp"]
-
-
-def user_cache_dir() -> Path:
-    """repocomp's folder in the user's cache (`$XDG_CACHE_HOME/repocomp`, by default ~/.cache/repocomp): the local
-    model, indexes of repositories that cannot be written, session memories, evaluation trees."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "repocomp"
-
-
-def user_config_file() -> Path:
-    """The user's own settings (trusted): `$XDG_CONFIG_HOME/repocomp/config.toml`, by default under ~/.config."""
-    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(base) / "repocomp" / "config.toml"
-
-
-_warned: set[tuple[str, str]] = set()
-
-
-def _warn_once(path: Path, key: str, message: str) -> None:
-    if (str(path), key) not in _warned:
-        _warned.add((str(path), key))
-        log.warning("%s", message)
-
-
-def _inside(value: str, root: Path, names_ok: bool) -> str | None:
-    """A path-valued setting of a repository: as an absolute path inside `root` (a relative one is taken from the
-    root, not the process's folder), or unchanged when `names_ok` and it is a name (`org/model`) with no such
-    path in the repository; None when it points elsewhere (absolute, `~`, `..` leading out, a link out)."""
-    if value == "":
-        return value
-    if value.startswith("~"):
-        return None
-    parts = Path(value).parts
-    if names_ok and not Path(value).is_absolute() and not {".", ".."} & set(parts) \
-            and not os.path.lexists(root / value):
-        return value
-    try:
-        full = (root / value).resolve()
-    except (OSError, RuntimeError):
-        return None
-    return str(full) if full.is_relative_to(root) else None
-
-
-def _distrust(table: Any, path: Path, repo_root: Path) -> Any:
-    """A repository's own table without the settings it may not choose; says so once per file and key."""
-    if not isinstance(table, dict):
-        return table
-    dropped: list[tuple[str, str]] = []
-    backend = table.get("backend")
-    if isinstance(backend, dict) and isinstance(backend.get("endpoints"), (list, tuple)):
-        remote = [e for e in backend["endpoints"] if isinstance(e, str) and _valid_endpoint(e) and not is_loopback(e)]
-        if remote:
-            dropped.append(("backend.endpoints", f"{_shown(remote[0])} is not a loopback address; a repository may "
-                            "only name endpoints on this machine"))
-    root = Path(repo_root).resolve()
-    index = table.get("index")
-    if isinstance(index, dict) and isinstance(index.get("dir"), str):
-        if not (root / index["dir"]).resolve().is_relative_to(root):
-            dropped.append(("index.dir", f"{_shown(index['dir'])} is outside the repository"))
-    budget = index.get("max_memory_mb") if isinstance(index, dict) else None
-    if isinstance(budget, int) and budget > IndexConfig.max_memory_mb:  # a repository may lower it, not raise it
-        dropped.append(("index.max_memory_mb", f"{budget:,} is above the default {IndexConfig.max_memory_mb:,}"))
-    if isinstance(index, dict) and isinstance(index.get("exclude"), (list, tuple)) \
-            and len(index["exclude"]) > MAX_REPOSITORY_EXCLUDES:  # each is matched against every path
-        dropped.append(("index.exclude", f"{len(index['exclude']):,} patterns, at most "
-                        f"{MAX_REPOSITORY_EXCLUDES:,} from a repository"))
-    # path-valued settings: read from the repository only, anchored at its root
-    anchored: dict[str, str] = {}
-    for key, names_ok in (("prompt.tokenizer", False), ("backend.model", True)):
-        section, name = key.split(".")
-        value = table.get(section, {}).get(name) if isinstance(table.get(section), dict) else None
-        if isinstance(value, str):
-            inside = _inside(value, root, names_ok)
-            if inside is None:
-                dropped.append((key, f"{_shown(value)} is outside the repository"))
-            elif inside != value:
-                anchored[key] = inside
-    if not dropped and not anchored:
-        return table
-    table = {k: dict(v) if isinstance(v, dict) else v for k, v in table.items()}
-    for key, value in anchored.items():
-        section, name = key.split(".")
-        table[section][name] = value
-    for key, why in dropped:
-        section, name = key.split(".")
-        del table[section][name]
-        _warn_once(path, key, f"{path}: [{section}] {name} ignored: {why}; set it in {user_config_file()}, with "
-                   "--config or in the editor's settings")
-    return table
-
-
-def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """Section-wise: `top`'s keys over `base`'s."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
-    for section, values in top.items():
-        if isinstance(values, dict) and isinstance(out.get(section), dict):
-            out[section] = out[section] | values
-        else:
-            out[section] = values
-    return out
-
-
-def load_config(repo_root: Path | None = None, config_file: Path | None = None) -> Config:
-    """The user's config file, overlaid with an explicit `config_file` or else the repository's own settings.
-
-    Repository settings: `repocomp.toml` (sections at top level or under [tool.repocomp]), else
-    `[tool.repocomp]` in pyproject.toml; they are untrusted (see the module doc). `config_file` is trusted:
-    pass only a file the user named (the CLI's --config). A repocomp.toml or explicit file holds the sections at
-    top level, or under [tool.repocomp].
-    """
-    layers: list[tuple[str, Any]] = []
-    user = user_config_file()
-    if user.is_file():
-        layers.append((str(user), _tool_table(_read_toml(user) or {}, user, required=False)))
-    if config_file is not None:
-        own = Path(config_file)
-        layers.append((str(own), _tool_table(_read_toml(own) or {}, own, required=False)))
-    elif repo_root is not None:
-        local, pyproject = Path(repo_root) / "repocomp.toml", Path(repo_root) / "pyproject.toml"
-        # a link is judged by `_read_toml` (inside the root or not read); a FIFO or folder is passed over unopened
-        source = next((f for f in (local, pyproject) if f.is_symlink() or f.is_file()), None)
-        document = _read_toml(source, Path(repo_root)) if source is not None else None
-        if source is not None and document is not None:
-            table = _tool_table(document, source, required=source is pyproject)
-            if table is not None:
-                label = str(source) if source is local else f"{source}: tool.repocomp"
-                layers.append((label, _distrust(table, source, Path(repo_root))))
-    if not layers:
-        return Config()
-    for where, table in layers:
-        if not isinstance(table, dict):
-            raise ConfigError(f"[{where}] must be a table, got {_shown(table)}")
-    merged: dict[str, Any] = {}
-    for _, table in layers:
-        merged = _merge(merged, table)
-    return config_from_dict(merged, " + ".join(where for where, _ in layers))
