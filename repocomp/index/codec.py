@@ -88,9 +88,9 @@ def _paged(chunks: Chunks, index: Index, every: int = 1 << 26) -> Chunks:
             yield piece
             since += len(piece) if isinstance(piece, bytes) else piece.nbytes
             if since >= every:
-                page_out(index._mapped)
+                page_out(index.mapped)
                 since = 0
-        page_out(index._mapped)
+        page_out(index.mapped)
     return Chunks(chunks.dtype, lambda: chunks.length, pieces)  # (a length still to count is counted when written)
 
 

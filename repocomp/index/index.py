@@ -109,7 +109,7 @@ class Index:
         self.epoch = 0  # compactions so far (ids before one mean nothing after it)
         self._text_chars: int | None = None  # the files' text in characters (as the walk counts it), once counted
         self._store_dir: Path | None = None  # set when the index lives in the user's cache instead
-        self._mapped: mmap.mmap | None = None  # the map of the index file a loaded index reads in place
+        self.mapped: mmap.mmap | None = None  # the map of the index file a loaded index reads in place
         # what the user is told about how this index came to be (a stored one set aside, the cache used instead):
         # logged as warnings where they happen; the language server shows them too
         self.notices: list[str] = []
@@ -352,7 +352,7 @@ class Index:
         if self._text_chars is None:
             self._text_chars = sum(len(e.source) if isinstance(e.source, str) else _chars(e.source)
                                    for e in self.files.values())
-            page_out(self._mapped)
+            page_out(self.mapped)
         return self._text_chars
 
     def update_files(self, changes: dict[str, str | None], removed: bool = False,
@@ -441,7 +441,7 @@ class Index:
         needs it meanwhile makes the same), all of the fragments' texts: those pages go back to the kernel after
         (an update reads again the few it needs)."""
         self.fragments.index_texts()
-        page_out(self._mapped)
+        page_out(self.mapped)
 
     # -- relations (kept by `upkeep`) ----------------------------------------------------------------------------
     @property
@@ -509,7 +509,7 @@ class Index:
         if self.summary.pending_files == 0:
             self.refresh_relations()
         t = time.perf_counter()
-        page_out(self._mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
+        page_out(self.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
         meta, arrays = index_codec.encode(self)
         folder = self.index_dir
         if self._index_dir_leads_out():
@@ -524,8 +524,8 @@ class Index:
         del arrays  # what the write still held (the large tables went as written; read_back trims) before reading
         # from now on read in place from what was written: what building and updating held in memory goes
         index_codec.read_back(self, meta, written)
-        page_out(self._mapped)  # the file read before: what the parsed files still read from it stays readable
-        self._mapped = file_map(written["text"])
+        page_out(self.mapped)  # the file read before: what the parsed files still read from it stays readable
+        self.mapped = file_map(written["text"])
         heap.trim(every_s=0)
         self.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
         self.summary.index_bytes = target.stat().st_size
@@ -589,7 +589,7 @@ class Index:
                                       "settings; rebuilding")
         try:
             index_codec.decode(self, meta, arrays)
-            self._mapped = file_map(arrays["text"])  # (its pages the checks touched are paged out by decode)
+            self.mapped = file_map(arrays["text"])  # (its pages the checks touched are paged out by decode)
         except index_codec.OtherVersionError as exc:
             raise IndexStaleError(f"{self.index_dir / INDEX_FILE} was written by another repocomp ({exc}); "
                                   "rebuilding") from None
@@ -615,7 +615,7 @@ class Index:
         changed = sum(len(b) for b in batches)
         del walked  # every file's text: the unchanged ones' go now (given back with the pages compared), the
         heap.trim(every_s=0)  # changed ones' with each batch
-        page_out(self._mapped)
+        page_out(self.mapped)
         if gone:
             with writing():
                 self.update_files(dict.fromkeys(gone), removed=True)
