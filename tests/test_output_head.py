@@ -136,7 +136,7 @@ def test_tiny_model_kernel_bounds(dtype: torch.dtype) -> None:
 # code prompts cut inside functions of this project
 def code_prompts() -> list[str]:
     out = []
-    for name, cut in (("repocomp/backends/prefix_cache.py", 5200), ("repocomp/config.py", 4100),
+    for name, cut in (("repocomp/backends/prefix_cache.py", 5200), ("repocomp/config/schema.py", 4100),
                       ("repocomp/backends/hf.py", 6100)):
         text = (REPO_ROOT / name).read_text()
         out.append(text[max(0, cut - 1500):cut])
