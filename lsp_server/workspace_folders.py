@@ -14,6 +14,7 @@ from lsprotocol import types
 from lsp_server import convert
 from lsp_server.folder_index import FolderIndex
 from lsp_server.workspace_index import WorkspaceIndexes
+from repocomp.index.walk import partial_index
 
 if TYPE_CHECKING:
     from pygls.workspace import Workspace
@@ -105,7 +106,7 @@ class WorkspaceFolders:
             if self.server.indexes is not None and self.server.indexes.folders.get(folder.root) is folder:  # not removed since
                 self.server.engines.index_changed(folder)
             if folder.state == "ready":
-                partial = any("indexed partially" in n for n in folder.notices)
+                partial = partial_index(folder.notices) is not None
                 message = "index ready, part of the folder left out" if partial else "index ready"
                 self.server.messages.log(types.MessageType.Info, f"repocomp: index of {folder.root} ready")
                 for notice in folder.notices:  # e.g. a stored index that was not the folder's own, set aside

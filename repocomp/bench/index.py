@@ -200,14 +200,15 @@ def run(args: argparse.Namespace) -> int:
     phases = sorted({k for b in builds for k in b["phases_s"]}, key=list(builds[0]["phases_s"]).index)
     med = {k: statistics.median(b["phases_s"].get(k, 0.0) for b in builds) for k in phases}
     last = builds[-1]
+    peak_mb = max(b["peak_rss_mb"] for b in builds)
     result = {
         "path": str(args.path), "runs": args.runs, "lines": last["lines"], "files": last["files"],
         "fragments": last["fragments"], "warnings": last["warnings"],
         "nodes": last["nodes"], "phase_median_s": med,
         "total_median_s": statistics.median(b["total_s"] for b in builds),
-        "peak_rss_mb_max": max(b["peak_rss_mb"] for b in builds), "chars": last["chars"],
+        "peak_rss_mb_max": peak_mb, "chars": last["chars"],
         # what `[index] max_memory_mb` assumes a build takes per character it admits, against what this one took
-        "peak_bytes_per_char": max(b["peak_rss_mb"] for b in builds) * 2**20 / max(1, last["chars"]),
+        "peak_bytes_per_char": peak_mb * 2**20 / max(1, last["chars"]),
         "admission_bytes_per_char": INDEX_BYTES_PER_SOURCE_CHAR,
         "relation_bytes_per_fragment": last["relation_bytes"] / max(1, last["fragments"]),
         "index_mb": last["index_bytes"] / 1e6,

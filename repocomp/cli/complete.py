@@ -120,6 +120,7 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     """The completion, and why `path` is not in the index (None when it is)."""
     from repocomp.backends import make_backend
     from repocomp.index import Index
+    from repocomp.index.walk import partial_index
     from repocomp.pipeline import Completer, CompletionOptions
 
     told = False
@@ -136,9 +137,9 @@ async def _complete(root: Path, config: Any, path: str, text: str, line: int, co
     completer = Completer(index, config, backend, memory=session_memory(root, config))
     left_out = None
     if path not in index.files:  # the request still reads the file itself; the repository's code cannot relate to it
-        partial = [n for n in index.summary.warnings if "indexed partially" in n]
-        left_out = partial[0] if partial else ("left out by the walk's rules (.gitignore, [index] exclude, its "
-                                              "language, size or encoding), or added since the index was built")
+        left_out = partial_index(index.summary.warnings) or (
+            "left out by the walk's rules (.gitignore, [index] exclude, its language, size or encoding), or added "
+            "since the index was built")
     try:
         options = CompletionOptions(mode=args.mode, explain=args.explain, trace=args.json,
                                     definitions=False if args.no_definitions else None)

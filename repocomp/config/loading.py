@@ -1,20 +1,10 @@
-"""Reading the settings: `[tool.repocomp]` in pyproject.toml or a repocomp.toml, validated on load.
+"""Reading the settings: `[tool.repocomp]` in pyproject.toml or a repocomp.toml, layered and built into a `Config`.
 
-Every section is a frozen dataclass; `load_config` fills them from TOML, naming unknown keys and bad values
-(numbers must be finite and within sane bounds).
-
-Where a setting comes from matters: a repository is untrusted input (README, "Security model"). The user's
-own config file (`$XDG_CONFIG_HOME/repocomp/config.toml`), an explicit file the user names (`--config`), CLI
-flags and LSP initialization options may set anything. A repository's own `repocomp.toml`/`pyproject.toml` may
-not send code off the machine, make repocomp write outside the repository or raise its memory budget: there,
-`[backend] endpoints` other than loopback, an `[index] dir` outside the root and an `[index] max_memory_mb` above the
-default are dropped with a warning naming the file and key. No setting a repository may set points outside it: its
-path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken from its root and dropped with a warning when
-they lead out; its `[index] exclude` holds at most `MAX_REPOSITORY_EXCLUDES` patterns. The file itself is read only
-when it is a regular file inside the root (a symlink leading out is not read), of at most `MAX_CONFIG_BYTES`; one
-nested too deeply for the parser is a `ConfigError`, never a traceback. Settings whose product is the cost are validated together (window / stride,
-max_reach x top_k, cutoff with max_reach = 0 or with context_weight), each rule naming its number.
-"""
+The user's own config file (`$XDG_CONFIG_HOME/repocomp/config.toml`), an explicit file the user names (`--config`),
+CLI flags and LSP initialization options may set anything; a repository's own file is untrusted and loses what
+`repocomp.config.trust` says it may not set. A repository's file is read only when it is a regular file inside the
+root (a symlink leading out is not read), of at most `MAX_CONFIG_BYTES`; one nested too deeply for the parser is a
+`ConfigError`, never a traceback. Unknown keys and bad values are named (`repocomp.config.coerce`)."""
 
 from __future__ import annotations
 

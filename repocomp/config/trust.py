@@ -5,7 +5,6 @@ above the default are dropped with a warning naming the file and key. No setting
 outside it: its path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken from its root and dropped with a
 warning when they lead out; its `[index] exclude` holds at most `MAX_REPOSITORY_EXCLUDES` patterns."""
 
-
 from __future__ import annotations
 
 import logging

@@ -32,6 +32,7 @@ from repocomp.index.ignore import Limits, PatternSet
 
 _ENTRIES_PER_FILE = 20  # directory entries the walk looks at per allowed file ([index] max_files)
 _WALK_ORDER = "in walk order: a folder's files, then its folders, by name"
+_PARTIAL = "indexed partially"  # what each warning of a limit reached says (`partial_index`)
 _MAX_GITIGNORE_BYTES = 1 << 20  # the start of a larger .gitignore is read, the rest ignored (with a warning)
 
 log = logging.getLogger(__name__)
@@ -335,6 +336,12 @@ def _shown(rel: str) -> str:
     return rel if addressable(rel) else repr(rel)
 
 
+def partial_index(warnings: list[str]) -> str | None:
+    """The warning of a walk (or of the index it built) that says a limit left part of the folder out; None when
+    the folder was indexed whole."""
+    return next((w for w in warnings if _PARTIAL in w), None)
+
+
 class _Walk:
     """The folder's limits as the walk goes: entries looked at, files and bytes kept."""
 
@@ -357,7 +364,7 @@ class _Walk:
             with os.scandir(folder) as it:
                 for entry in it:
                     if self.entries_left <= 0:
-                        self._stop(f"{self.root}: indexed partially: the walk looked at "
+                        self._stop(f"the walk looked at "
                                    f"{_ENTRIES_PER_FILE * self.max_files:,} entries ({_ENTRIES_PER_FILE} per file "
                                    f"of [index] max_files); the rest of the folder is left out")
                         break
@@ -375,12 +382,12 @@ class _Walk:
         """Keep `source` if the limits allow; False once they are reached (the walk stops)."""
         files = len(self.result.files) + len(self.result.later)
         if files >= self.max_files:
-            self._stop(f"{self.root}: indexed partially: the first {self.max_files:,} files ([index] max_files); "
+            self._stop(f"the first {self.max_files:,} files ([index] max_files); "
                        f"the rest of the folder is left out, from {_shown(source.path)} on ({_WALK_ORDER})")
             return False
         size = len(source.text)  # decoded characters: what the index holds (and what an update counts)
         if self.bytes + size > self.max_bytes:
-            self._stop(f"{self.root}: indexed partially: {self.bytes:,} characters of source in "
+            self._stop(f"{self.bytes:,} characters of source in "
                        f"{files:,} files ([index] {self.bytes_setting}); the rest of the folder is left out, "
                        f"from {_shown(source.path)} on ({_WALK_ORDER}); a user config can raise the limit")
             return False
@@ -393,8 +400,9 @@ class _Walk:
             self.result.files.append(source)
         return True
 
-    def _stop(self, warning: str) -> None:
+    def _stop(self, why: str) -> None:
         if not self.full:
             self.full = True
+            warning = f"{self.root}: {_PARTIAL}: {why}"
             self.result.warnings.append(warning)
             log.info("%s", warning)  # the index says it once (Index.notice)
