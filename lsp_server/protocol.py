@@ -20,7 +20,10 @@ back to the file on disk), with one `window/showMessage`; its later changes are 
 
 pygls also files the future of every notification's handler (and of each step of its generator handlers) in
 `_request_futures` under a made-up id that only a response would remove: one future per keystroke, kept for
-the whole session. `_execute_handler` forgets those once they finish.
+the whole session. `_execute_handler` forgets those once they finish. pygls' `shutdown` cancels the futures still
+pending while iterating that dict, and cancelling one runs its callbacks at once, which remove it: "dictionary
+changed size during iteration" answered a `shutdown` sent while a notification's handler was still running.
+`lsp_shutdown` cancels over a copy.
 
 The protocol knows nothing of the server beyond `ProtocolHooks`, the few callbacks it makes (the server sets
 `hooks`); the transport reads `exit_code` to know when the session is over.
@@ -221,6 +224,17 @@ class RepocompProtocol(LanguageServerProtocol):
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Generator[Any, Any, None]:
         self.oversized.discard(document_key(params.text_document.uri))
         yield from super().lsp_text_document__did_close(params)
+
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
+        """pygls' shutdown, cancelling the pending handlers over a copy of the dict their callbacks change."""
+        if (user_handler := self.fm.features.get(types.SHUTDOWN)) is not None:
+            yield user_handler, args, None
+        current_id = self.msg_id  # the shutdown request's own future must stay: its response is still to send
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current_id and not future.done():
+                future.cancel()
+        self._shutdown = True
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:

@@ -178,3 +178,24 @@ async def test_a_second_initialize_is_refused_and_the_session_goes_on(client: La
     # its options were not applied: completions are still on
     uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
     assert (await inline(client, uri, end_of(CHECKOUT))).strip().startswith(EXPECTED)
+
+
+def test_shutdown_while_notification_handlers_run_cancels_them_and_answers() -> None:
+    """A `shutdown` that arrives while notifications' handlers still run: cancelling each runs its callbacks at
+    once, which forget it (the protocol's bookkeeping); pygls iterated the live dict and answered the shutdown
+    with "dictionary changed size during iteration"."""
+    from concurrent.futures import Future
+
+    from lsp_server.server import create_server
+
+    protocol = create_server(build_index=False).protocol
+    pending = {f"note-{i}": Future() for i in range(3)}
+    for msg_id, future in pending.items():
+        protocol._request_futures[msg_id] = future
+        future.add_done_callback(lambda _, msg_id=msg_id: protocol._request_futures.pop(msg_id, None))
+    steps = protocol.lsp_shutdown()
+    assert next(steps)[0] is protocol.fm.features[types.SHUTDOWN]  # the server's own handler runs first
+    with pytest.raises(StopIteration):
+        steps.send(None)
+    assert all(future.cancelled() for future in pending.values())
+    assert protocol._request_futures == {} and protocol.shutdown_received
