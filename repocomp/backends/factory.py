@@ -59,8 +59,13 @@ def make_backend(config: BackendConfig) -> Backend:
             from repocomp.backends.llama_cpp import LlamaCppBackend
 
             primary = LlamaCppBackend.from_config(config)
+        elif config.name == "openvino":
+            from repocomp.backends.openvino import OpenVINOBackend
+
+            primary = OpenVINOBackend.from_config(config)
         else:
-            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm, transformers or llamacpp")
+            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm, transformers, llamacpp or "
+                               "openvino")
     except BackendError:
         if config.fallback != "extractive":
             raise

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from repocomp.backends.openvino_weights import OPENVINO_GGUF, requantize
 from repocomp.config.paths import user_cache_dir
 from repocomp.errors import RepocompError
 
@@ -233,6 +234,22 @@ def _write_manifest(folder: Path, name: str, source: str) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
+def _add_runtime_files(folder: Path, spec: CatalogModel | None, say: Callable[[str], None]) -> bool:
+    """Write what the GGUF runtimes read and `folder` lacks: the shipped GGUF (llamacpp) of a catalog model, and its
+    Q8_0 copy (openvino) when that runtime is installed. Whether anything was written."""
+    added = False
+    if spec is not None and not (folder / GGUF).is_file():
+        say(f"adding the GGUF file for the llamacpp backend ({spec.size / 1e6:,.0f} MB, sha256-checked)...")
+        assemble(spec, folder / GGUF)
+        added = True
+    if (folder / GGUF).is_file() and not (folder / OPENVINO_GGUF).is_file() \
+            and importlib.util.find_spec("openvino_genai") is not None:
+        say("writing the weights the openvino backend reads (Q8_0; about half a minute on 2 cores)...")
+        requantize(folder / GGUF, folder / OPENVINO_GGUF)
+        added = True
+    return added
+
+
 def catalog_model(name: str) -> CatalogModel:
     try:
         return MODELS[name]
@@ -255,13 +272,11 @@ def prepare(source: Path | None = None, out: Path | None = None, *, model: str =
     out = default_model_dir(model if spec else DEFAULT_NAME) if out is None else out.expanduser()
     if not force:
         existing = prepared(out, verify=True)
-        if existing is not None and (spec is None or (out / GGUF).is_file()):
-            say(f"{existing.name} is already prepared and verified at {out}")
-            return existing
-        if existing is not None and spec is not None:  # prepared before the GGUF was kept: add it, nothing else
-            say(f"adding the GGUF file for the llamacpp backend ({spec.size / 1e6:,.0f} MB, sha256-checked)...")
-            assemble(spec, out / GGUF)
-            _write_manifest(out, existing.name, existing.source)
+        if existing is not None:
+            if _add_runtime_files(out, spec, say):  # prepared before a runtime's file was kept: add it only
+                _write_manifest(out, existing.name, existing.source)
+            else:
+                say(f"{existing.name} is already prepared and verified at {out}")
             return existing
     if out.exists() and not out.is_dir():
         raise RepocompError(f"{out} exists and is not a folder; remove it or choose another with --out")
@@ -274,12 +289,14 @@ def prepare(source: Path | None = None, out: Path | None = None, *, model: str =
             gguf = assemble(spec, staging / GGUF)  # kept: the llamacpp backend runs it as shipped
             say("converting to a standard checkpoint (bf16 safetensors; about a minute on 2 cores)...")
             _convert_gguf(gguf, staging)
+            _add_runtime_files(staging, spec, say)
         elif source is not None and source.suffix == ".gguf":
             if not source.is_file():
                 raise RepocompError(f"{source}: no such GGUF file")
             say(f"reading {source}...")
             _convert_gguf(source.expanduser().resolve(), staging)
             shutil.copyfile(source, staging / GGUF)
+            _add_runtime_files(staging, None, say)
         elif source is not None:
             if not source.is_dir():
                 raise RepocompError(f"{source}: not a .gguf file or a checkpoint folder")

@@ -55,7 +55,7 @@ LOCAL_CPU_MAX_NEW_TOKENS = 48
 QWEN_STOP_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
                     "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 _QWEN_FORMAT_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>")
-IN_PROCESS = ("auto", "transformers", "llamacpp")  # the names a local model's name or no model resolves for
+IN_PROCESS = ("auto", "transformers", "llamacpp", "openvino")  # the names a local model's name or no model resolves for
 _QWEN_CODER_NAME = re.compile(r"qwen2\.5-coder", re.IGNORECASE)
 
 
@@ -78,7 +78,7 @@ def prompt_format(prompt: PromptConfig, backend_name: str | None, backend: Backe
 
 
 def _local_cpu(backend_name: str | None, backend: BackendConfig) -> bool:
-    return backend_name == "llamacpp" or backend_name == "transformers" and backend.device == "cpu"
+    return backend_name in ("llamacpp", "openvino") or backend_name == "transformers" and backend.device == "cpu"
 
 
 def model_budget(backend_name: str | None, backend: BackendConfig) -> int:
@@ -130,7 +130,7 @@ def resolve_backend(config: Config) -> Config:
         config = config.replace("backend", name=local, model=str(model.path))
     elif backend.name == "auto" or (backend.name in IN_PROCESS and not backend.model):
         model = prepared()
-        if model is not None and (local == "llamacpp" or not runtime_missing()):
+        if model is not None and (local in ("llamacpp", "openvino") or not runtime_missing()):
             config = config.replace("backend", name=local, model=str(model.path))
         elif backend.name == "auto":
             config = config.replace("backend", name="extractive")
@@ -143,7 +143,7 @@ def resolve_backend(config: Config) -> Config:
 
 
 def _tokenizer_folder(backend: str, model: str) -> Path | None:
-    if backend in ("transformers", "llamacpp") and model:
+    if backend in ("transformers", "llamacpp", "openvino") and model:
         folder = Path(model).expanduser()
     elif backend == "vllm":
         # `repocomp model serve` serves a prepared model under its name: count with the same tokenizer.

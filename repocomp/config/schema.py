@@ -16,7 +16,7 @@ from repocomp.config.coerce import build_section, shown
 
 # The fixed sets of names, each spelled once: validation, CLI choices and LSP options read these.
 MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle (ground truth as query) is eval-only
-BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers", "llamacpp")
+BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers", "llamacpp", "openvino")
 EVAL_BACKENDS = ("none",) + tuple(n for n in BACKEND_NAMES if n != "auto")  # none: retrieval only
 FIM_FORMATS = ("none", "codellama", "starcoder", "qwen")
 FIM_AT = ("inline", "continues", "always")  # where a FIM prompt reads the code after the cursor (repocomp.prompt.suffix)
@@ -305,7 +305,7 @@ class MemoryConfig:
 @dataclass(frozen=True)
 class BackendConfig:
     # "auto": the local model in process when one is prepared (`repocomp model prepare`), else "extractive"
-    name: str = "auto"  # "auto", "extractive", "vllm", "transformers" or "llamacpp"
+    name: str = "auto"  # "auto", "extractive", "vllm", "transformers", "llamacpp" or "openvino"
     model: str = ""  # vllm: the served name ("" = ask the server); transformers: a folder ("" = the local model)
     endpoints: tuple[str, ...] = ("http://127.0.0.1:8000",)
     timeout_s: float = 30.0

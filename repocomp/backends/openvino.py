@@ -1,0 +1,189 @@
+"""In-process generation through OpenVINO GenAI, from the prepared model's Q8_0 GGUF (openvino_weights.py).
+
+Why this runtime: its prebuilt wheels choose their CPU kernels at run time and read the weights in 8 bits, where
+transformers reads them in bf16 or float32; it needs no torch at run time; and its continuous-batching pipeline
+keeps the keys and values of earlier prompts in blocks and reuses the longest cached prefix of a new one (prefix
+caching), which is what a keystroke's request needs: the same prompt up to the cursor. docs/performance.md, The
+local model, has its figures beside the other runtimes'.
+
+A pipeline is loaded once per process and shared by every backend naming the same file. Generation runs in a
+worker thread, one at a time (the pipeline serves one request here); the streamer callback sees the text after
+every token and stops the generation when the request is cancelled, its text is finished (the stop sequences, the
+request's `finished`) or its time is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
+from repocomp.backends.openvino_weights import OPENVINO_GGUF
+from repocomp.config.schema import BackendConfig
+from repocomp.errors import BackendError
+from repocomp.text import encodable
+
+__all__ = ["OpenVINOBackend", "openvino_gguf"]
+
+log = logging.getLogger(__name__)
+
+# the prefix cache's room for keys and values: about a hundred prompts of the local model's 1,024 tokens
+CACHE_SIZE_GB = 1
+
+
+def openvino_gguf(model: str) -> Path:
+    """The GGUF file the runtime reads for a `[backend] model`: the file itself, or the re-encoded one in a prepared
+    model folder."""
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path
+    if (path / OPENVINO_GGUF).is_file():
+        return path / OPENVINO_GGUF
+    raise BackendError(f"openvino: {model!r} has no {OPENVINO_GGUF}; run `repocomp model prepare` again (it writes "
+                       "the file once the openvino runtime is installed: pip install 'repocomp[local]')")
+
+
+@dataclass(eq=False)
+class _Pipeline:
+    pipeline: Any  # openvino_genai.LLMPipeline
+    stop_ids: frozenset[int]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_prompt: list[int] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: {"requests": 0, "hits": 0, "reused_tokens": 0,
+                                                             "prefilled_tokens": 0})
+
+
+_LOAD_LOCK = threading.Lock()
+_LOADED: weakref.WeakValueDictionary[str, _Pipeline] = weakref.WeakValueDictionary()
+
+
+def _load(path: Path) -> _Pipeline:
+    from repocomp.backends.model_defaults import QWEN_STOP_TOKENS
+
+    try:
+        import openvino_genai as og
+    except ImportError:
+        raise BackendError("openvino: the runtime is not installed: pip install 'repocomp[local]'") from None
+    scheduler = og.SchedulerConfig()
+    scheduler.enable_prefix_caching = True
+    scheduler.cache_size = CACHE_SIZE_GB
+    try:
+        pipeline = og.LLMPipeline(str(path), "CPU", scheduler_config=scheduler)
+    except RuntimeError as exc:
+        raise BackendError(f"openvino: cannot load {path}: {str(exc).splitlines()[0] if str(exc) else exc}; "
+                           "run `repocomp model prepare --force` to write it again") from None
+    tokenizer = pipeline.get_tokenizer()
+    stops = {tokenizer.get_eos_token_id()}
+    for text in QWEN_STOP_TOKENS:  # Qwen2.5-Coder ends an answer with <|endoftext|> or <|file_sep|>
+        ids = tokenizer.encode(text).input_ids.data.ravel().tolist()
+        if len(ids) == 1:
+            stops.add(int(ids[0]))
+    return _Pipeline(pipeline, frozenset(stops))
+
+
+class OpenVINOBackend:
+    name = "openvino"
+    capabilities = Capabilities(writes=True, in_process=True)
+
+    def __init__(self, model: str) -> None:
+        self.model_name = model
+        self._loaded: _Pipeline | None = None
+
+    @classmethod
+    def from_config(cls, config: BackendConfig) -> OpenVINOBackend:
+        return cls(model=config.model)
+
+    def _load_once(self) -> None:
+        path = openvino_gguf(self.model_name)
+        with _LOAD_LOCK:
+            loaded = _LOADED.get(str(path))
+            if loaded is None:
+                start = time.monotonic()
+                loaded = _load(path)
+                _LOADED[str(path)] = loaded
+                log.info("loaded %s through OpenVINO GenAI in %.1f s", path, time.monotonic() - start)
+            self._loaded = loaded
+
+    async def aload(self) -> None:
+        if self._loaded is None:
+            await asyncio.to_thread(self._load_once)
+
+    def _generate(self, request: GenerationRequest, cancelled: threading.Event) -> tuple[str, bool]:
+        """(text, whether the time limit stopped it); stops after the token at which `cancelled` is set."""
+        import openvino_genai as og
+
+        loaded = self._loaded
+        assert loaded is not None, "agenerate loads the model first"
+        prompt = encodable(request.prompt)
+        config = og.GenerationConfig()
+        config.max_new_tokens = max(1, request.max_new_tokens)
+        config.apply_chat_template = False  # the prompt is the model's whole input, FIM tokens and all
+        config.stop_token_ids = set(loaded.stop_ids)
+        if request.temperature > 0:
+            config.do_sample, config.temperature = True, request.temperature
+        else:
+            config.do_sample = False
+        stops = tuple(s for s in request.stop if s)
+        text, first_at, at_limit = "", 0.0, False
+
+        def on_text(piece: str) -> Any:
+            nonlocal text, first_at, at_limit
+            text += piece
+            now = time.monotonic()
+            first_at = first_at or now
+            at_limit = bool(request.max_time_s) and now - first_at >= (request.max_time_s or 0.0)
+            done = cancelled.is_set() or at_limit or any(s in text for s in stops) or \
+                (request.finished is not None and request.finished(text))
+            return og.StreamingStatus.STOP if done else og.StreamingStatus.RUNNING
+
+        with loaded.lock:
+            if cancelled.is_set():
+                return "", False
+            self._count_reuse(loaded, prompt)
+            try:
+                result = loaded.pipeline.generate([prompt], config, on_text)
+            except RuntimeError as exc:
+                raise BackendError(f"openvino: generation failed: {exc}") from None
+        return result.texts[0], at_limit
+
+    @staticmethod
+    def _count_reuse(loaded: _Pipeline, prompt: str) -> None:
+        """Prefix reuse as the runtime sees it, estimated: the prompt's tokens shared with the previous prompt
+        (the runtime's cache keeps more, in blocks; it does not report hits)."""
+        tokens = loaded.pipeline.get_tokenizer().encode(prompt).input_ids.data.ravel().tolist()
+        shared = len(os.path.commonprefix([loaded.last_prompt, tokens]))
+        loaded.last_prompt = tokens
+        counts = loaded.counts
+        counts["requests"] += 1
+        counts["hits"] += shared > 0
+        counts["reused_tokens"] += shared
+        counts["prefilled_tokens"] += len(tokens) - shared
+
+    async def agenerate(self, request: GenerationRequest) -> Generation:
+        await self.aload()
+        text, at_limit = await generate_in_thread(self._generate, request)
+        text, _ = apply_stops(text, request.stop)
+        return Generation(text=text, backend=self.name, at_time_limit=at_limit)
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[str]:
+        """One piece, the whole completion (as the other in-process backends)."""
+        yield (await self.agenerate(request)).text
+
+    def stats(self) -> dict[str, Any]:
+        """The model file, the runtime and prefix reuse (requests, hits, hit_rate, reused and prefilled tokens)."""
+        loaded = self._loaded
+        counts: dict[str, float] = dict(loaded.counts) if loaded is not None else \
+            {"requests": 0, "hits": 0, "reused_tokens": 0, "prefilled_tokens": 0}
+        counts["hit_rate"] = counts["hits"] / counts["requests"] if counts["requests"] else 0.0
+        return {"model": self.model_name, "runtime": "OpenVINO GenAI", "prefix_cache": counts}
+
+    async def aclose(self) -> None:
+        self._loaded = None  # the pipeline goes when no other backend holds it
