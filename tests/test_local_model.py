@@ -136,12 +136,14 @@ def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: lm.
 
 @pytest.mark.local_model
 @pytest.mark.slow
-def test_llama_cpp_writes_the_same_call_from_the_models_gguf(local_model: lm.LocalModel, hole_repo: Path) -> None:
-    proc = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", "--backend", "llamacpp", "--json", cwd=hole_repo,
+@pytest.mark.parametrize("backend", ["llamacpp", "openvino"])
+def test_the_gguf_runtimes_write_the_same_call_from_the_models_gguf(local_model: lm.LocalModel, hole_repo: Path,
+                                                                      backend: str) -> None:
+    proc = _cli("complete", f"ledger/refunds.py:{HOLE_LINE}", "--backend", backend, "--json", cwd=hole_repo,
                 env={"REPOCOMP_MODEL_DIR": str(local_model.path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
-    assert result["backend"] == "llamacpp" and not result["error"]
+    assert result["backend"] == backend and not result["error"]
     assert result["text"].strip() == EXPECTED
 
 

@@ -34,9 +34,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from importlib.util import find_spec
 from pathlib import Path
 
 from repocomp.backends.local_model import MODELS, default_model_dir, prepared, runtime_missing
+from repocomp.backends.openvino_weights import OPENVINO_GGUF
 from repocomp.config.schema import BackendConfig, Config, PromptConfig
 from repocomp.errors import RepocompError
 
@@ -113,24 +115,23 @@ def resolve_for_model(config: Config, backend_name: str | None) -> Config:
 def resolve_backend(config: Config) -> Config:
     """`config` with the backend made concrete and the prompt's tokenizer made the model's own.
 
-    - `name = "auto"`: the prepared local model in process when torch and transformers are installed, else
-      `extractive`;
-    - `name = "transformers"` or `"llamacpp"` (the in-process runtimes) with no `model`: the prepared local model;
-    - `name` "auto", "transformers" or "llamacpp" with a catalog model's name (`model list`): that model, which must
+    - `name = "auto"`: the prepared local model in process (`_runtime` picks the runtime), else `extractive`;
+    - an in-process runtime's name (`IN_PROCESS`) with no `model`: the prepared local model;
+    - `name` "auto" or an in-process runtime's with a catalog model's name (`model list`): that model, which must
       be prepared;
     - `[prompt] tokenizer = ""` and a model folder with a tokenizer: that tokenizer counts the prompt budget.
     """
     backend = config.backend
-    local = "transformers" if backend.name == "auto" else backend.name  # the in-process runtime that runs it
     if backend.name in IN_PROCESS and backend.model in MODELS:
         model = prepared(default_model_dir(backend.model))
         if model is None:
             raise RepocompError(f"the model {backend.model} is not prepared: run `repocomp model prepare "
                                 f"{backend.model}` (after pip install 'repocomp[{MODELS[backend.model].extra}]')")
-        config = config.replace("backend", name=local, model=str(model.path))
+        config = config.replace("backend", name=_runtime(backend, model.path), model=str(model.path))
     elif backend.name == "auto" or (backend.name in IN_PROCESS and not backend.model):
         model = prepared()
-        if model is not None and (local in ("llamacpp", "openvino") or not runtime_missing()):
+        local = _runtime(backend, model.path) if model is not None else "transformers"
+        if model is not None and (local != "transformers" or not runtime_missing()):
             config = config.replace("backend", name=local, model=str(model.path))
         elif backend.name == "auto":
             config = config.replace("backend", name="extractive")
@@ -140,6 +141,17 @@ def resolve_backend(config: Config) -> Config:
         if folder is not None:
             config = dataclasses.replace(config, prompt=dataclasses.replace(config.prompt, tokenizer=str(folder)))
     return config
+
+
+def _runtime(backend: BackendConfig, folder: Path) -> str:
+    """The in-process runtime that runs the prepared model in `folder`: the one named, or for "auto" OpenVINO GenAI
+    on a CPU where it is installed and the folder has its weights (sooner answers than transformers on a CPU, the
+    same answers within noise: docs/performance.md, docs/evaluation.md), else transformers."""
+    if backend.name != "auto":
+        return backend.name
+    if backend.device == "cpu" and (folder / OPENVINO_GGUF).is_file() and find_spec("openvino_genai") is not None:
+        return "openvino"
+    return "transformers"
 
 
 def _tokenizer_folder(backend: str, model: str) -> Path | None:
