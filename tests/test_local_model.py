@@ -25,6 +25,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from repocomp.backends import local_model as lm
 from repocomp.backends.model_defaults import resolve_backend
+from repocomp.backends.openvino_weights import OPENVINO_GGUF
 from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 
@@ -101,6 +102,10 @@ def test_auto_is_the_local_model_once_prepared_and_budgets_use_its_tokenizer(
     llama = resolve_backend(Config().replace("backend", name="llamacpp"))
     assert llama.backend.name == "llamacpp" and llama.backend.model == str(tmp_path / "model")
     assert llama.prompt.tokenizer == str(tmp_path / "model")
+    # the OpenVINO runtime once its weights are prepared (here a stand-in file: only its presence is read), on a CPU
+    (tmp_path / "model" / OPENVINO_GGUF).write_bytes(b"GGUF")
+    assert resolve_backend(Config()).backend.name == "openvino"
+    assert resolve_backend(Config().replace("backend", device="cuda")).backend.name == "transformers"
     # a user's explicit choice stays
     chosen = resolve_backend(Config().replace("backend", name="extractive"))
     assert chosen.backend.name == "extractive" and chosen.prompt.tokenizer == ""
@@ -129,7 +134,7 @@ def test_local_model_writes_the_call_it_finds_in_the_repository(local_model: lm.
                 env={"REPOCOMP_MODEL_DIR": str(local_model.path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
-    assert result["backend"] == "transformers" and not result["error"]
+    assert result["backend"] == "openvino" and not result["error"]  # the default runtime on a CPU
     # with retrieval the unusual name comes from invoices.py; from the file alone the model cannot know it
     assert (result["text"].strip() == EXPECTED) is exact, result["text"]
 
@@ -192,8 +197,9 @@ HELD_IN = {
 
 @pytest.mark.local_model
 @pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["transformers", "openvino"])
 async def test_local_model_completes_held_in_lines_in_six_languages(local_model: lm.LocalModel,
-                                                                   tmp_path: Path) -> None:
+                                                                   tmp_path: Path, runtime: str) -> None:
     """The real model through the engine (one index, one loaded model for every hole), a few new tokens each."""
     from repocomp.backends import make_backend
     from repocomp.backends.model_defaults import resolve_config
@@ -203,7 +209,7 @@ async def test_local_model_completes_held_in_lines_in_six_languages(local_model:
     for rel, (before, _) in HELD_IN.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(before)
-    config = resolve_config(Config().replace("backend", name="transformers", model=str(local_model.path),
+    config = resolve_config(Config().replace("backend", name=runtime, model=str(local_model.path),
                                              max_new_tokens=24, timeout_s=600.0, fallback=""))
     backend = make_backend(config.backend)
     completer = Completer(Index.build(tmp_path, config), config, backend=backend)
@@ -213,7 +219,7 @@ async def test_local_model_completes_held_in_lines_in_six_languages(local_model:
             lines = before.split("\n")
             result = await completer.acomplete(rel, before, len(lines) - 1, len(lines[-1]),
                                                CompletionOptions(kind="line"))
-            assert result.backend == "transformers" and not result.error, (rel, result.backend, result.error)
+            assert result.backend == runtime and not result.error, (rel, result.backend, result.error)
             got[rel] = result.text.split("\n")[0].strip()
     finally:
         await backend.aclose()
