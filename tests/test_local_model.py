@@ -340,6 +340,24 @@ def test_bench_complete_reports_request_and_generation_latency(hole_repo: Path, 
     assert result["output_head"] == {} and result["cache"] == {}  # counters of the in-process model only
 
 
+@pytest.mark.local_model
+@pytest.mark.slow
+def test_bench_complete_says_where_the_models_time_went(local_model: lm.LocalModel, hole_repo: Path,
+                                                       tmp_path: Path) -> None:
+    """Through the openvino backend: per request the time to the first token and the decoded tokens, which together
+    are the generation's time; the typed requests reuse the prompt computed for the previous key."""
+    proc = _cli("bench", "complete", str(hole_repo), "--positions", "2", "--typing", "2", "--backend", "openvino",
+                "--json", cwd=tmp_path, env={"REPOCOMP_MODEL_DIR": str(local_model.path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    spent, requests = result["model_time"], 2 + result["typing_ms"]["n"]
+    assert spent["requests"] == requests  # the warm-up generation is not counted
+    assert spent["decoded_tokens"] > 0 and spent["first_token_ms"] > 0 and spent["decode_ms"] > 0
+    generation_ms = result["generate_ms"]["mean"] * 2 + result["typing_ms"]["mean"] * (requests - 2)
+    assert spent["first_token_ms"] + spent["decode_ms"] <= generation_ms
+    assert result["cache"]["reused_tokens"] > result["cache"]["prefilled_tokens"]
+
+
 def test_bench_complete_typing_counts_the_prompts_that_only_change_from_the_cursor(hole_repo: Path,
                                                                                     tmp_path: Path) -> None:
     """Typing into a line keeps the prompt before the cursor's line (the same blocks, the same in-file window):

@@ -59,6 +59,9 @@ class _Pipeline:
     last_prompt: list[int] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"requests": 0, "hits": 0, "reused_tokens": 0,
                                                              "prefilled_tokens": 0})
+    # where the model's time went, summed over requests (the runtime's own measures)
+    time: dict[str, float] = field(default_factory=lambda: {"requests": 0, "first_token_ms": 0.0, "decode_ms": 0.0,
+                                                             "decoded_tokens": 0})
 
 
 _LOAD_LOCK = threading.Lock()
@@ -152,6 +155,7 @@ class OpenVINOBackend:
                 result = loaded.pipeline.generate([prompt], config, on_text)
             except RuntimeError as exc:
                 raise BackendError(f"openvino: generation failed: {exc}") from None
+            _add_time(loaded.time, result.perf_metrics)
         return result.texts[0], at_limit
 
     @staticmethod
@@ -178,12 +182,25 @@ class OpenVINOBackend:
         yield (await self.agenerate(request)).text
 
     def stats(self) -> dict[str, Any]:
-        """The model file, the runtime and prefix reuse (requests, hits, hit_rate, reused and prefilled tokens)."""
+        """The model file, the runtime, prefix reuse (requests, hits, hit_rate, reused and prefilled tokens) and
+        where the model's time went (`model_time`: requests, first_token_ms and decode_ms summed, decoded_tokens)."""
         loaded = self._loaded
         counts: dict[str, float] = dict(loaded.counts) if loaded is not None else \
             {"requests": 0, "hits": 0, "reused_tokens": 0, "prefilled_tokens": 0}
         counts["hit_rate"] = counts["hits"] / counts["requests"] if counts["requests"] else 0.0
-        return {"model": self.model_name, "runtime": "OpenVINO GenAI", "prefix_cache": counts}
+        time_spent = dict(loaded.time) if loaded is not None else {}
+        return {"model": self.model_name, "runtime": "OpenVINO GenAI", "prefix_cache": counts,
+                "model_time": time_spent}
 
     async def aclose(self) -> None:
         self._loaded = None  # the pipeline goes when no other backend holds it
+
+
+def _add_time(spent: dict[str, float], metrics: Any) -> None:
+    """Add one generation's time to the first token (the prompt's prefill) and its decoding to `spent`."""
+    tokens = int(metrics.get_num_generated_tokens())
+    first = float(metrics.get_ttft().mean)
+    spent["requests"] += 1
+    spent["first_token_ms"] += first
+    spent["decode_ms"] += max(0.0, float(metrics.get_generate_duration().mean) - first) if tokens > 1 else 0.0
+    spent["decoded_tokens"] += max(0, tokens - 1)

@@ -13,6 +13,8 @@ language server sends them (the document as cache key): their latency, how many 
 model computed for the previous keystroke (the in-process models reuse it up to a chunk boundary), how many
 prompts repeated the previous one up to the cursor's line (so that only the code from there on is new: the typed
 text and, with fill-in-the-middle, the code after the cursor), and how many tokens followed the common prefix.
+Where the backend measures it (openvino), the table also says where the model's time went: per request, the time to
+its first token (the prefill of what the prefix cache did not hold) and the decoded tokens with their time each.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class CompleteBenchResult:
     typing_ms: dict[str, float] = field(default_factory=dict)  # requests after each typed character (--typing)
     cache: dict[str, float] = field(default_factory=dict)  # the backend's prefix reuse (requests, hits, tokens)
     output_head: dict[str, float] = field(default_factory=dict)  # the fast output head's steps (accepted, fallbacks)
+    # where the model's time went, where the backend says (first_token_ms and decode_ms summed, decoded_tokens)
+    model_time: dict[str, float] = field(default_factory=dict)
     typed_answers: list[str] = field(default_factory=list)  # the typed requests' answers, in order (--typing)
     typed_same_to_cursor: int = 0  # typed prompts that repeat the previous one up to the cursor's line
     typed_new_tokens: dict[str, float] = field(default_factory=dict)  # prompt tokens after that common prefix
@@ -109,7 +113,8 @@ def _typed(ms: float, answer: str, prompt: str, previous: str, above: str, line:
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
                  typing: int = 0) -> tuple[list, float, list[_Typed], dict[str, dict[str, float]]]:
     """(results, model load and warm-up in ms, the typed requests, the backend's counters: prefix reuse under
-    "cache_stats", the output head under "output_head_stats")."""
+    "cache_stats", the output head under "output_head_stats", the model's time after the warm-up under
+    "model_time")."""
     from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer, CompletionOptions
 
@@ -119,6 +124,7 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
     completer = Completer(index, config, backend)
     completer.count_tokens  # noqa: B018 - the tokenizer loads here, as the language server loads it at start
     load = (time.perf_counter() - t) * 1e3
+    warm_up = backend.stats().get("model_time", {})
     texts = {p: "\n".join(index.file_lines(p) or []) for p, _, _ in positions}
     results, typed = [], []
     try:
@@ -135,7 +141,8 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
                                     completer.count_tokens))
                 previous = res.prompt
         stats = backend.stats()  # a fallback's are its primary's
-        counters = {"cache_stats": stats.get("prefix_cache", {}), "output_head_stats": stats.get("output_head", {})}
+        counters = {"cache_stats": stats.get("prefix_cache", {}), "output_head_stats": stats.get("output_head", {}),
+                    "model_time": {k: v - warm_up.get(k, 0) for k, v in stats.get("model_time", {}).items()}}
     finally:
         await completer.aclose()
     return results, load, typed, counters
@@ -162,7 +169,7 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         at_time_limit=sum(rnd.at_time_limit for r in results for rnd in r.rounds),
         answers=[r.text for r in results], typing_ms=_stats([t.ms for t in typed]) if typed else {},
         cache=dict(counters["cache_stats"]), output_head=dict(counters["output_head_stats"]),
-        typed_answers=[t.answer for t in typed], typed_same_to_cursor=sum(t.same_to_cursor for t in typed),
+        model_time=dict(counters["model_time"]), typed_answers=[t.answer for t in typed], typed_same_to_cursor=sum(t.same_to_cursor for t in typed),
         typed_new_tokens=_stats([t.new_tokens for t in typed]) if typed else {})
 
 
@@ -188,6 +195,11 @@ def format_table(res: CompleteBenchResult) -> str:
         c = res.cache
         lines.append(f"prefix reuse: {c['hits']:.0f} of {c['requests']:.0f} requests hit ({c['hit_rate']:.0%}); "
                      f"{c['reused_tokens']:.0f} prompt tokens reused, {c['prefilled_tokens']:.0f} computed")
+    if res.model_time.get("requests"):
+        m = res.model_time
+        lines.append(f"in the model, per request: {m['first_token_ms'] / m['requests']:.0f} ms to the first token (the "
+                     f"prefill of what was not reused), then {m['decoded_tokens'] / m['requests']:.1f} tokens at "
+                     f"{m['decode_ms'] / max(m['decoded_tokens'], 1):.1f} ms each")
     if res.output_head:
         h = res.output_head
         lines.append(f"fast output head: {h['accepted']:.0f} tokens certified, {h['fallbacks']:.0f} by the full layer"
