@@ -1,4 +1,4 @@
-"""The openvino backend: the weights it reads (re-encoded from a GGUF), a missing or corrupt file, and generation
+"""The openvino backend: the model it reads (re-encoded from a GGUF), a missing or corrupt one, and generation
 with the real local model (prepared by .ci/setup): prefix reuse gives a fresh prompt's answer, a cancelled request
 stops between tokens."""
 
@@ -16,7 +16,7 @@ from gguf.quants import dequantize, quantize
 from repocomp.backends import GenerationRequest, make_backend
 from repocomp.backends.local_model import LocalModel
 from repocomp.backends.openvino import OpenVINOBackend
-from repocomp.backends.openvino_weights import OPENVINO_GGUF, requantize
+from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR, requantize, write_openvino_model
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError, RepocompError
 
@@ -47,7 +47,7 @@ def _write_gguf(path: Path, rng: np.random.Generator) -> dict[str, np.ndarray]:
 def test_requantize_keeps_metadata_and_f32_and_writes_every_matrix_as_q8_0(tmp_path: Path) -> None:
     source = tmp_path / "model.gguf"
     held = _write_gguf(source, np.random.default_rng(0))
-    target = requantize(source, tmp_path / OPENVINO_GGUF)
+    target = requantize(source, tmp_path / "model-q8_0.gguf")
     reader = GGUFReader(target)
     assert reader.fields["general.file_type"].contents() == 7  # the runtime's int8 path
     assert reader.fields["tokenizer.ggml.tokens"].contents() == ["a", "b", "<|endoftext|>"]
@@ -66,11 +66,13 @@ def test_requantize_keeps_metadata_and_f32_and_writes_every_matrix_as_q8_0(tmp_p
                                   np.asarray({t.name: t for t in GGUFReader(source).tensors}["q8.weight"].data))
 
 
-def test_requantize_of_a_broken_file_says_so_and_leaves_nothing(tmp_path: Path) -> None:
+def test_a_broken_gguf_says_so_and_leaves_nothing(tmp_path: Path) -> None:
     source = tmp_path / "model.gguf"
     source.write_bytes(b"GGUF" + bytes(100))
     with pytest.raises(RepocompError, match="openvino backend"):
-        requantize(source, tmp_path / OPENVINO_GGUF)
+        requantize(source, tmp_path / "model-q8_0.gguf")
+    with pytest.raises(RepocompError, match="openvino backend"):
+        write_openvino_model(source, tmp_path / OPENVINO_DIR)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
 
 
@@ -80,7 +82,8 @@ async def test_a_missing_or_corrupt_model_names_the_fix_and_the_fallback_answers
                                 max_new_tokens=8)
     with pytest.raises(BackendError, match="repocomp model prepare"):
         await OpenVINOBackend(str(tmp_path)).agenerate(request)
-    (tmp_path / OPENVINO_GGUF).write_bytes(b"not a gguf file at all")
+    (tmp_path / OPENVINO_DIR).mkdir()
+    (tmp_path / OPENVINO_DIR / IR_MODEL).write_text("not an OpenVINO model at all")
     with pytest.raises(BackendError, match="repocomp model prepare --force"):
         await OpenVINOBackend(str(tmp_path)).agenerate(request)
     answer = await make_backend(BackendConfig(name="openvino", model=str(tmp_path))).agenerate(request)

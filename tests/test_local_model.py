@@ -25,7 +25,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from repocomp.backends import local_model as lm
 from repocomp.backends.model_defaults import resolve_backend
-from repocomp.backends.openvino_weights import OPENVINO_GGUF
+from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR
 from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
 
@@ -102,8 +102,9 @@ def test_auto_is_the_local_model_once_prepared_and_budgets_use_its_tokenizer(
     llama = resolve_backend(Config().replace("backend", name="llamacpp"))
     assert llama.backend.name == "llamacpp" and llama.backend.model == str(tmp_path / "model")
     assert llama.prompt.tokenizer == str(tmp_path / "model")
-    # the OpenVINO runtime once its weights are prepared (here a stand-in file: only its presence is read), on a CPU
-    (tmp_path / "model" / OPENVINO_GGUF).write_bytes(b"GGUF")
+    # the OpenVINO runtime once its model is prepared (here a stand-in file: only its presence is read), on a CPU
+    (tmp_path / "model" / OPENVINO_DIR).mkdir()
+    (tmp_path / "model" / OPENVINO_DIR / IR_MODEL).write_text("<net/>")
     assert resolve_backend(Config()).backend.name == "openvino"
     assert resolve_backend(Config().replace("backend", device="cuda")).backend.name == "transformers"
     # a user's explicit choice stays

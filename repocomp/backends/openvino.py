@@ -1,4 +1,4 @@
-"""In-process generation through OpenVINO GenAI, from the prepared model's Q8_0 GGUF (openvino_weights.py).
+"""In-process generation through OpenVINO GenAI, from the prepared model's OpenVINO files (openvino_weights.py).
 
 Why this runtime: its prebuilt wheels choose their CPU kernels at run time and read the weights in 8 bits, where
 transformers reads them in bf16 or float32; it needs no torch at run time; and its continuous-batching pipeline
@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
-from repocomp.backends.openvino_weights import OPENVINO_GGUF
+from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.text import encodable
 
-__all__ = ["OpenVINOBackend", "openvino_gguf"]
+__all__ = ["OpenVINOBackend", "openvino_model"]
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +39,16 @@ log = logging.getLogger(__name__)
 CACHE_SIZE_GB = 1
 
 
-def openvino_gguf(model: str) -> Path:
-    """The GGUF file the runtime reads for a `[backend] model`: the file itself, or the re-encoded one in a prepared
-    model folder."""
+def openvino_model(model: str) -> Path:
+    """What the runtime reads for a `[backend] model`: a GGUF file of the tensor types it reads, a folder of
+    OpenVINO's model files, or a prepared model folder with them in `openvino/`."""
     path = Path(model).expanduser()
-    if path.is_file():
+    if path.is_file() or (path / IR_MODEL).is_file():
         return path
-    if (path / OPENVINO_GGUF).is_file():
-        return path / OPENVINO_GGUF
-    raise BackendError(f"openvino: {model!r} has no {OPENVINO_GGUF}; run `repocomp model prepare` again (it writes "
-                       "the file once the openvino runtime is installed: pip install 'repocomp[local]')")
+    if (path / OPENVINO_DIR / IR_MODEL).is_file():
+        return path / OPENVINO_DIR
+    raise BackendError(f"openvino: {model!r} has no {OPENVINO_DIR}/{IR_MODEL}; run `repocomp model prepare` again "
+                       "(it writes them once the openvino runtime is installed: pip install 'repocomp[local]')")
 
 
 @dataclass(eq=False)
@@ -105,7 +105,7 @@ class OpenVINOBackend:
         return cls(model=config.model)
 
     def _load_once(self) -> None:
-        path = openvino_gguf(self.model_name)
+        path = openvino_model(self.model_name)
         with _LOAD_LOCK:
             loaded = _LOADED.get(str(path))
             if loaded is None:

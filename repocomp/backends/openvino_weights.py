@@ -1,4 +1,4 @@
-"""The prepared model's weights as the OpenVINO GenAI runtime reads them: the shipped GGUF re-encoded to Q8_0.
+"""The prepared model as the OpenVINO GenAI runtime reads it: OpenVINO's own model files, made from the shipped GGUF.
 
 OpenVINO GenAI builds its model straight from a GGUF file (no exporter, no torch at run time), but reads only F32,
 F16, Q4_0, Q4_1 and Q8_0 tensors: the catalog's Q4_K_M files also hold Q5_0, Q4_K and Q6_K ones, which it refuses
@@ -6,17 +6,23 @@ F16, Q4_0, Q4_1 and Q8_0 tensors: the catalog's Q4_K_M files also hold Q5_0, Q4_
 to Q8_0 (an 8-bit rounding of weights already rounded to 4-6 bits: the smallest second rounding that the runtime's
 int8 kernels read; Q4_0 decoded no faster on a 2-core AVX2 CPU). Metadata (the tokenizer, the chat template) is
 copied as it stands. Numpy only (the `gguf` package): ~25 s for the 0.5B model on 2 cores.
+
+`write_openvino_model` then has the runtime read that copy once and save what it built (OpenVINO's IR: the model,
+its tokenizer and detokenizer) into the model folder's `openvino/`: loading the IR took 3.4 s and 1.55 GB where
+building from the GGUF took 15.1 s and 1.95 GB, with the same answers.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from repocomp.errors import RepocompError
 
-__all__ = ["OPENVINO_GGUF", "requantize"]
+__all__ = ["IR_MODEL", "OPENVINO_DIR", "requantize", "write_openvino_model"]
 
-OPENVINO_GGUF = "model-q8_0.gguf"  # beside the shipped GGUF in a prepared model folder
+OPENVINO_DIR = "openvino"  # the runtime's model files, in a prepared model folder
+IR_MODEL = "openvino_model.xml"  # the model's graph (its weights beside it in openvino_model.bin)
 _Q8_0_FILE_TYPE = 7  # llama.cpp's file type "mostly Q8_0": the runtime picks its int8 path from it
 
 
@@ -58,4 +64,28 @@ def requantize(source: Path, target: Path) -> Path:
         raise RepocompError(f"cannot write {target.name} for the openvino backend from {source}: {exc}") from None
     finally:
         partial.unlink(missing_ok=True)
+    return target
+
+
+def write_openvino_model(gguf: Path, target: Path) -> Path:
+    """Write the model of `gguf`, re-encoded to Q8_0, as OpenVINO's IR into the folder `target`; built beside it and
+    renamed at the end, so an interrupted run leaves no `target`."""
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        q8 = requantize(gguf, staging / "model-q8_0.gguf")
+        try:
+            import openvino_genai as og
+
+            og.LLMPipeline(str(q8), "CPU", enable_save_ov_model=True)  # saves the IR beside the file it read
+        except (ImportError, RuntimeError) as exc:
+            raise RepocompError(f"OpenVINO GenAI could not read {q8.name}: {exc}") from None
+        q8.unlink()
+        if not (staging / IR_MODEL).is_file():
+            raise RepocompError(f"OpenVINO GenAI wrote no {IR_MODEL} from {gguf}")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target
