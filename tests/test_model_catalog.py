@@ -147,6 +147,8 @@ def test_a_model_prepared_without_its_gguf_gets_it_on_a_rerun_and_stays_verified
     assert (out / lm.GGUF).read_bytes() == b"".join(chunks)
     assert (out / "model.safetensors").stat().st_mtime_ns == weights  # not converted again
     assert lm.prepared(out, verify=True) is not None  # the manifest covers the GGUF too
+    # these chunks are no model the openvino runtime can read: said, nothing half-written, the rest kept
+    assert not any(p.name.startswith("openvino") for p in out.iterdir())
     (out / lm.GGUF).write_bytes(b"damaged")
     assert lm.prepared(out) is None
 

@@ -249,8 +249,11 @@ def _add_runtime_files(folder: Path, spec: CatalogModel | None, say: Callable[[s
     if (folder / GGUF).is_file() and not (folder / OPENVINO_DIR / IR_MODEL).is_file() \
             and importlib.util.find_spec("openvino_genai") is not None:
         say("writing the model the openvino backend reads (Q8_0; about 40 s on 2 cores)...")
-        write_openvino_model(folder / GGUF, folder / OPENVINO_DIR)
-        added = True
+        try:
+            write_openvino_model(folder / GGUF, folder / OPENVINO_DIR)
+            added = True
+        except RepocompError as exc:  # the model stays usable through transformers: say so, keep the rest
+            say(f"the openvino backend's model was not written ({exc}); completions run through transformers")
     return added
 
 
