@@ -57,7 +57,8 @@ LOCAL_CPU_MAX_NEW_TOKENS = 48
 QWEN_STOP_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
                     "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 _QWEN_FORMAT_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>")
-IN_PROCESS = ("auto", "transformers", "llamacpp", "openvino")  # the names a local model's name or no model resolves for
+# the names a local model's name or no model resolves for
+IN_PROCESS = ("auto", "transformers", "llamacpp", "openvino")
 _QWEN_CODER_NAME = re.compile(r"qwen2\.5-coder", re.IGNORECASE)
 
 
