@@ -23,9 +23,11 @@ __all__ = [
     "Capabilities",
     "Generation",
     "GenerationRequest",
+    "ReuseCounts",
     "StreamingBackend",
     "apply_stops",
     "generate_in_thread",
+    "should_stop",
 ]
 
 T = TypeVar("T")
@@ -108,6 +110,33 @@ def apply_stops(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     """Cut `text` before the earliest stop sequence; returns (text, whether a stop was found)."""
     cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def should_stop(text: str, stops: tuple[str, ...], finished: Callable[[str], bool] | None) -> bool:
+    """Whether a generation's text so far holds a stop sequence or is finished (the request's `finished`)."""
+    return any(s in text for s in stops) or (finished is not None and finished(text))
+
+
+@dataclass
+class ReuseCounts:
+    """Prefix reuse of an in-process model's prompts, summed over requests (its `stats()["prefix_cache"]`)."""
+
+    requests: int = 0
+    hits: int = 0  # requests that reused a prefix
+    reused_tokens: int = 0  # prompt tokens taken from what the model held
+    prefilled_tokens: int = 0  # prompt tokens computed
+
+    def add(self, reused: int, prompt: int) -> None:
+        """One request: `reused` of its `prompt` tokens were held already."""
+        self.requests += 1
+        self.hits += reused > 0
+        self.reused_tokens += reused
+        self.prefilled_tokens += prompt - reused
+
+    def as_stats(self) -> dict[str, float]:
+        return {"requests": self.requests, "hits": self.hits, "reused_tokens": self.reused_tokens,
+                "prefilled_tokens": self.prefilled_tokens,
+                "hit_rate": self.hits / self.requests if self.requests else 0.0}
 
 
 async def generate_in_thread(generate: Callable[[GenerationRequest, threading.Event], T],

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,15 @@ from typing import Any
 import numpy as np
 
 from repocomp.backends.alignment import aligned_end, reusable
-from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
+from repocomp.backends.base import (
+    Capabilities,
+    Generation,
+    GenerationRequest,
+    ReuseCounts,
+    apply_stops,
+    generate_in_thread,
+    should_stop,
+)
 from repocomp.backends.llama_runtime import Runtime, load
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
@@ -70,8 +78,7 @@ class _LoadedModel:
     lock: threading.Lock = field(default_factory=threading.Lock)  # one sequence, one thread at a time
     held: list[int] = field(default_factory=list)  # the prompt tokens whose keys and values the context holds
     held_key: str | None = None
-    counts: dict[str, int] = field(default_factory=lambda: {"requests": 0, "hits": 0, "reused_tokens": 0,
-                                                             "prefilled_tokens": 0})
+    counts: ReuseCounts = field(default_factory=ReuseCounts)
 
     def tokenize(self, text: str) -> list[int]:
         """The model's tokens for `text`, special tokens in it (the prompt format's) parsed as tokens."""
@@ -197,11 +204,7 @@ class LlamaCppBackend:
         keep = reusable(shared, len(loaded.held), CHUNK)
         loaded.forget_from(keep)
         loaded.held_key = key
-        counts = loaded.counts
-        counts["requests"] += 1
-        counts["hits"] += keep > 0
-        counts["reused_tokens"] += keep
-        counts["prefilled_tokens"] += len(tokens) - keep
+        loaded.counts.add(keep, len(tokens))
         loaded.decode(tokens[keep:aligned_end(len(tokens), CHUNK)], cancelled)
 
     def _generate(self, request: GenerationRequest, cancelled: threading.Event) -> tuple[str, int, bool]:
@@ -236,7 +239,7 @@ class LlamaCppBackend:
                     first_at = first_at or now
                     limit = request.max_time_s or 0.0
                     at_limit = limit > 0 and now - first_at >= limit
-                    if at_limit or generated >= request.max_new_tokens or _should_stop(text, stops, request.finished):
+                    if at_limit or generated >= request.max_new_tokens or should_stop(text, stops, request.finished):
                         break
                     pending = [token]
             finally:
@@ -260,9 +263,7 @@ class LlamaCppBackend:
         """The model file, the runtime and prefix reuse (requests, hits, hit_rate, reused and prefilled tokens, the
         prompt kept: entries and tokens)."""
         loaded = self._loaded
-        counts: dict[str, float] = dict(loaded.counts) if loaded is not None else \
-            {"requests": 0, "hits": 0, "reused_tokens": 0, "prefilled_tokens": 0}
-        counts["hit_rate"] = counts["hits"] / counts["requests"] if counts["requests"] else 0.0
+        counts = (loaded.counts if loaded is not None else ReuseCounts()).as_stats()
         held = len(loaded.held) if loaded is not None else 0
         counts["entries"], counts["tokens"] = int(held > 0), held  # one prompt kept, as transformers' entries
         return {"model": self.model_name, "runtime": "llama.cpp", "prefix_cache": counts}
@@ -278,6 +279,3 @@ def _next_token(logits: np.ndarray, temperature: float, rng: np.random.Generator
     probs = np.exp(scaled)
     return int(rng.choice(len(probs), p=probs / probs.sum()))
 
-
-def _should_stop(text: str, stops: tuple[str, ...], finished: Callable[[str], bool] | None) -> bool:
-    return any(s in text for s in stops) or (finished is not None and finished(text))

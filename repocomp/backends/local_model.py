@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR, write_openvino_model
+from repocomp.backends.openvino_weights import OPENVINO_DIR, prepared_openvino_model, write_openvino_model
 from repocomp.config.paths import user_cache_dir
 from repocomp.errors import RepocompError
 
@@ -246,7 +246,7 @@ def _add_runtime_files(folder: Path, spec: CatalogModel | None, say: Callable[[s
         say(f"adding the GGUF file for the llamacpp backend ({spec.size / 1e6:,.0f} MB, sha256-checked)...")
         assemble(spec, folder / GGUF)
         added = True
-    if (folder / GGUF).is_file() and not (folder / OPENVINO_DIR / IR_MODEL).is_file() \
+    if (folder / GGUF).is_file() and prepared_openvino_model(folder) is None \
             and importlib.util.find_spec("openvino_genai") is not None:
         say("writing the model the openvino backend reads (Q8_0; about 40 s on 2 cores)...")
         try:

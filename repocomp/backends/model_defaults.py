@@ -38,7 +38,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from repocomp.backends.local_model import MODELS, default_model_dir, prepared, runtime_missing
-from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR
+from repocomp.backends.openvino_weights import prepared_openvino_model
 from repocomp.config.schema import BackendConfig, Config, PromptConfig
 from repocomp.errors import RepocompError
 
@@ -150,8 +150,7 @@ def _runtime(backend: BackendConfig, folder: Path) -> str:
     same answers within noise: docs/performance.md, docs/evaluation.md), else transformers."""
     if backend.name != "auto":
         return backend.name
-    if backend.device == "cpu" and (folder / OPENVINO_DIR / IR_MODEL).is_file() \
-            and find_spec("openvino_genai") is not None:
+    if backend.device == "cpu" and prepared_openvino_model(folder) is not None and find_spec("openvino_genai"):
         return "openvino"
     return "transformers"
 

@@ -25,8 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
-from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR
+from repocomp.backends.base import (
+    Capabilities,
+    Generation,
+    GenerationRequest,
+    ReuseCounts,
+    apply_stops,
+    generate_in_thread,
+    should_stop,
+)
+from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR, prepared_openvino_model
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.text import encodable
@@ -45,8 +53,9 @@ def openvino_model(model: str) -> Path:
     path = Path(model).expanduser()
     if path.is_file() or (path / IR_MODEL).is_file():
         return path
-    if (path / OPENVINO_DIR / IR_MODEL).is_file():
-        return path / OPENVINO_DIR
+    prepared = prepared_openvino_model(path)
+    if prepared is not None:
+        return prepared
     raise BackendError(f"openvino: {model!r} has no {OPENVINO_DIR}/{IR_MODEL}; run `repocomp model prepare` again "
                        "(it writes them once the openvino runtime is installed: pip install 'repocomp[local]')")
 
@@ -57,10 +66,9 @@ class _Pipeline:
     stop_ids: frozenset[int]
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_prompt: list[int] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=lambda: {"requests": 0, "hits": 0, "reused_tokens": 0,
-                                                             "prefilled_tokens": 0})
+    counts: ReuseCounts = field(default_factory=ReuseCounts)
     # where the model's time went, summed over requests (the runtime's own measures)
-    time: dict[str, float] = field(default_factory=lambda: {"requests": 0, "first_token_ms": 0.0, "decode_ms": 0.0,
+    spent: dict[str, float] = field(default_factory=lambda: {"requests": 0, "first_token_ms": 0.0, "decode_ms": 0.0,
                                                              "decoded_tokens": 0})
 
 
@@ -143,8 +151,7 @@ class OpenVINOBackend:
             now = time.monotonic()
             first_at = first_at or now
             at_limit = bool(request.max_time_s) and now - first_at >= (request.max_time_s or 0.0)
-            done = cancelled.is_set() or at_limit or any(s in text for s in stops) or \
-                (request.finished is not None and request.finished(text))
+            done = cancelled.is_set() or at_limit or should_stop(text, stops, request.finished)
             return og.StreamingStatus.STOP if done else og.StreamingStatus.RUNNING
 
         with loaded.lock:
@@ -155,7 +162,7 @@ class OpenVINOBackend:
                 result = loaded.pipeline.generate([prompt], config, on_text)
             except RuntimeError as exc:
                 raise BackendError(f"openvino: generation failed: {exc}") from None
-            _add_time(loaded.time, result.perf_metrics)
+            _add_time(loaded.spent, result.perf_metrics)
         return result.texts[0], at_limit
 
     @staticmethod
@@ -165,11 +172,7 @@ class OpenVINOBackend:
         tokens = loaded.pipeline.get_tokenizer().encode(prompt).input_ids.data.ravel().tolist()
         shared = len(os.path.commonprefix([loaded.last_prompt, tokens]))
         loaded.last_prompt = tokens
-        counts = loaded.counts
-        counts["requests"] += 1
-        counts["hits"] += shared > 0
-        counts["reused_tokens"] += shared
-        counts["prefilled_tokens"] += len(tokens) - shared
+        loaded.counts.add(shared, len(tokens))
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         await self.aload()
@@ -185,12 +188,9 @@ class OpenVINOBackend:
         """The model file, the runtime, prefix reuse (requests, hits, hit_rate, reused and prefilled tokens) and
         where the model's time went (`model_time`: requests, first_token_ms and decode_ms summed, decoded_tokens)."""
         loaded = self._loaded
-        counts: dict[str, float] = dict(loaded.counts) if loaded is not None else \
-            {"requests": 0, "hits": 0, "reused_tokens": 0, "prefilled_tokens": 0}
-        counts["hit_rate"] = counts["hits"] / counts["requests"] if counts["requests"] else 0.0
-        time_spent = dict(loaded.time) if loaded is not None else {}
-        return {"model": self.model_name, "runtime": "OpenVINO GenAI", "prefix_cache": counts,
-                "model_time": time_spent}
+        counts = (loaded.counts if loaded is not None else ReuseCounts()).as_stats()
+        spent = dict(loaded.spent) if loaded is not None else {}
+        return {"model": self.model_name, "runtime": "OpenVINO GenAI", "prefix_cache": counts, "model_time": spent}
 
     async def aclose(self) -> None:
         self._loaded = None  # the pipeline goes when no other backend holds it

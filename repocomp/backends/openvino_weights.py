@@ -19,11 +19,17 @@ from pathlib import Path
 
 from repocomp.errors import RepocompError
 
-__all__ = ["IR_MODEL", "OPENVINO_DIR", "requantize", "write_openvino_model"]
+__all__ = ["IR_MODEL", "OPENVINO_DIR", "prepared_openvino_model", "requantize", "write_openvino_model"]
 
 OPENVINO_DIR = "openvino"  # the runtime's model files, in a prepared model folder
 IR_MODEL = "openvino_model.xml"  # the model's graph (its weights beside it in openvino_model.bin)
 _Q8_0_FILE_TYPE = 7  # llama.cpp's file type "mostly Q8_0": the runtime picks its int8 path from it
+
+
+def prepared_openvino_model(folder: Path) -> Path | None:
+    """The folder of OpenVINO's model files in a prepared model `folder`, or None when it has none."""
+    runtime = folder / OPENVINO_DIR
+    return runtime if (runtime / IR_MODEL).is_file() else None
 
 
 def requantize(source: Path, target: Path) -> Path:
