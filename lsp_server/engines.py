@@ -168,8 +168,9 @@ class Engines:
 
     # ----- one completion -----
 
-    async def answer(self, request: CompletionRequest, timeout_s: float) -> CompletionResult:
-        """The engine's completion: repository-wide when the folder's index is ready, in-file until then."""
+    async def answer(self, request: CompletionRequest, deadline: float) -> CompletionResult:
+        """The engine's completion by `deadline` (time.monotonic()): repository-wide when the folder's index is
+        ready, in-file until then."""
         folder = request.folder
         async with _reading(folder) as index:
             completer = self.completer_for(folder, index)
@@ -183,9 +184,8 @@ class Engines:
                 kind="line" if not request.cut.line_text.strip() else "auto",
                 # the lock is handed back while the model generates: updates need not wait for it
                 generating=folder.released if folder is not None else None,
-                cache_key=request.cache_key)
-            return await asyncio.wait_for(
-                completer.acomplete_at(request.engine_path(index is not None), request.cut, options), timeout_s)
+                cache_key=request.cache_key, deadline=deadline)
+            return await completer.acomplete_at(request.engine_path(index is not None), request.cut, options)
 
     # ----- stats -----
 

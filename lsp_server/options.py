@@ -39,7 +39,8 @@ ENGINE_SECTIONS = ("backend", "retrieval", "prompt", "memory")  # the config sec
 class ServerOptions:
     """The server's own knobs (not part of the engine config)."""
 
-    # a completion slower than this returns empty ("backend slow"); None: the backend's own deadline (timeout_s)
+    # each request's deadline, from when it arrives (the fallback's answer or nothing past it); None: the backend's
+    # timeout_s
     request_timeout_ms: int | None = None
     max_document_bytes: int = 1_000_000  # larger documents are not kept nor completed
     watch_files: bool = True  # watchdog observer for changes made outside the editor

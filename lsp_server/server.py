@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "repocomp"
-_ANSWER_MARGIN_S = 2.0  # past [backend] timeout_s: the pipeline gives a late backend 0.5 s, then the fallback answers
 
 __all__ = ["STATS_METHOD", "RepocompServer", "create_server"]
 
@@ -168,28 +167,29 @@ class RepocompServer(LanguageServer):
             return "", ""
         line_text = request.cut.line_text
         self.summaries.cancel_all()  # the model is the request's now
+        # The request's one deadline: the engine answers by it (an earlier round's draft, the fallback's or
+        # nothing), whatever the waits for the debounce, the index and the model took of it.
         timeout_ms = self.options.server.request_timeout_ms
-        # By default a little past the completion's own deadline, so the engine's answer at the deadline (the
-        # fallback's, or an earlier round's draft) reaches the editor instead of an empty one.
-        timeout_s = timeout_ms / 1000 if timeout_ms is not None else \
-            self.engines.config_for(request.root).backend.timeout_s + _ANSWER_MARGIN_S
+        timeout_s = (timeout_ms / 1000 if timeout_ms is not None
+                     else self.engines.config_for(request.root).backend.timeout_s)
+        deadline = time.monotonic() + timeout_s
         try:
             served = await self.generations.run(request.key, Site.of(request.cut, request.index_stamp),
-                                                lambda: self.engines.answer(request, timeout_s),
+                                                lambda: self.engines.answer(request, deadline),
                                                 lambda: self._version(request.key) != request.version)
         except asyncio.CancelledError:
             self.stats.cancelled += 1
             raise
         except Exception as exc:  # never crash the server on one request
             self.stats.failed += 1
-            self._report_failure(exc, timeout_s, uri, position)
+            self._report_failure(exc, uri, position)
             return "", line_text
         finally:
             self._summarize_when_idle(request.folder)
         if served is None:
             self.stats.superseded += 1
             return "", line_text
-        self._report_answer(served, request, time.perf_counter() - started)
+        self._report_answer(served, request, time.perf_counter() - started, timeout_s)
         text = convert.fit_completion(served.text, request.cut.partial)
         session = self._session(request.folder, request.rel) if text.strip() else None
         if session is not None:
@@ -212,11 +212,9 @@ class RepocompServer(LanguageServer):
             self.warn_once(exc.kind, str(exc))
             return None
 
-    def _report_failure(self, exc: Exception, timeout_s: float, uri: str, position: types.Position) -> None:
+    def _report_failure(self, exc: Exception, uri: str, position: types.Position) -> None:
         """One message per kind of failure; the details go to the log."""
-        if isinstance(exc, TimeoutError):
-            self.warn_once("backend-slow", f"no completion within {timeout_s:g} s; the backend is slow or stuck")
-        elif isinstance(exc, BackendError):
+        if isinstance(exc, BackendError):
             self.warn_once("backend", f"backend failed: {exc}")
         elif isinstance(exc, RepocompError):
             self.warn_once("engine", str(exc))
@@ -224,17 +222,19 @@ class RepocompServer(LanguageServer):
             logger.error("completion at %s:%d:%d failed", uri, position.line, position.character, exc_info=exc)
             self.warn_once("internal", f"internal error: {type(exc).__name__}: {exc} (see the log)")
 
-    def _report_answer(self, served: Served[CompletionResult], request: CompletionRequest, elapsed_s: float) -> None:
+    def _report_answer(self, served: Served[CompletionResult], request: CompletionRequest, elapsed_s: float,
+                       timeout_s: float) -> None:
         """Stats, and what the user should know about an answer: a fallback answered, or time ran out."""
         result = served.result
-        config = self.engines.resolved(request.root)  # its backend: what "auto" became
-        configured = config.backend.name
-        if result.fell_back:
-            self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
-        if self.stats.answered(result, served.text, elapsed_s, config.backend.timeout_s):
+        configured = self.engines.resolved(request.root).backend.name  # what "auto" became
+        emptied = self.stats.answered(result, served.text, elapsed_s, timeout_s)
+        if emptied or (result.fell_back and result.cut_by_time):
             # the model ran out of time, not out of ideas: say so once
-            self.warn_once("deadline", f"no completion within the {config.backend.timeout_s:g} s deadline: the "
-                                       "model is slow on this machine or busy (raise [backend] timeout_s)")
+            fallback = f" ({result.backend!r} answered)" if result.fell_back else ""
+            self.warn_once("deadline", f"no completion within the {timeout_s:g} s deadline{fallback}: the model is "
+                                       "slow on this machine or busy (raise [backend] timeout_s)")
+        elif result.fell_back:
+            self.warn_once("backend-down", f"backend {configured!r} failed; answering with {result.backend!r}")
 
     # ----- documents -----
 

@@ -8,9 +8,11 @@ Modes:
   non-blank lines of round r's draft.
 - "oracle": one round queried with the ground-truth window (`oracle_text`), as RepoCoder's upper bound.
 
-`[backend] timeout_s` bounds the whole completion, all rounds together: each round's request carries the
-completion's deadline, and a round that would start after it is skipped, so the previous round's draft is the
-answer and `CompletionResult.error` says why (a dead endpoint used to cost iterations x timeout_s).
+One deadline bounds the whole completion, all rounds together (`CompletionOptions.deadline`, made where the
+request enters; `[backend] timeout_s` from now without one): each round's generation is cancelled at it and a
+round that would start after it is skipped, so the previous round's draft is the answer; a first round cut
+short is answered by the backend's fallback (`[backend] fallback`, at once) or empty, and `CompletionResult.error`
+says why.
 
 First-round blocks (vanilla/repocoder) show the `stride` lines that follow the matched window, as RepoCoder
 does: with a query made only of code before the hole, the code after a matching window is what the hole most
@@ -28,7 +30,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from repocomp.backends import Generation, GenerationRequest
+from repocomp.backends import FallbackBackend, Generation, GenerationRequest
+from repocomp.backends.base import loop_deadline
 from repocomp.backends.model_defaults import QWEN_STOP_TOKENS, is_resolved
 from repocomp.config.schema import MODES, Config
 from repocomp.context.definitions import DefinitionFinder
@@ -84,11 +87,6 @@ __all__ = ["CompletionOptions", "CompletionResult", "Completer", "ContextBlock",
 
 log = logging.getLogger(__name__)
 
-# A backend past the deadline gets this much longer to report its own error (and its fallback to answer) before
-# the round is cancelled: only backends that ignore `GenerationRequest.deadline` ever see the cancellation.
-_DEADLINE_GRACE_S = 0.5
-
-
 _CAP_SLACK = 4  # tokens: a draft this close to max_new_tokens was stopped by the cap
 _IN_VIEW_LINES = 100  # the memory skips hunks already in view: at most the in-file context's lines
 _MEMO_CHARS = 400  # token counts of texts up to this long are memoized (a line; not a whole context)
@@ -110,6 +108,8 @@ class Completer:
         self.memory = memory
         self.config = config
         self.backend = backend
+        # answers a first round the deadline cut short, at once (it copies from the prompt's candidates)
+        self._late = backend.fallback if isinstance(backend, FallbackBackend) else None
         self.retriever = Retriever(index, self.config) if index is not None else None
         self._count: TokenCounter | None = None
         self._finder: DefinitionFinder | None = None
@@ -215,7 +215,7 @@ class Completer:
             anchor = self.retriever.covering(req.hole.path, max(0, cut.line - 1) if cut.col == 0 else cut.line)
         for r in range(1, req.rounds + 1):
             if r > 1 and time.monotonic() >= req.deadline:
-                run.note(f"stopped after round {r - 1} of {req.rounds}: the completion's {req.timeout_s:g}s "
+                run.note(f"stopped after round {r - 1} of {req.rounds}: the completion's {req.timeout_s:.3g}s "
                          "deadline passed")
                 break
             query, blocks = self._retrieve(req, r, run.draft, timings)
@@ -372,17 +372,21 @@ class Completer:
                               generating: Callable[[], AbstractAsyncContextManager[None]] | None,
                               run: RoundsSoFar) -> Generation | None:
         """Round r's draft; None when the deadline passed in a later round (the previous draft stands)."""
+        request, space = self._generation_request(prompt, req.hole.prefix, req.hole.suffix, blocks, req.kind,
+                                                  req.deadline, req.cache_key, req.hole.language)
         try:
             async with generating() if generating is not None else contextlib.nullcontext():
-                return await self._generate(prompt, req.hole.prefix, req.hole.suffix, blocks, req.kind, req.deadline,
-                                            req.cache_key, req.hole.language)
+                return await self._generate(request, space)
         except TimeoutError:
-            late = f"round {r} of {req.rounds} got no answer within the completion's {req.timeout_s:g}s deadline"
-            if r > 1:
+            late = f"round {r} of {req.rounds} got no answer within the completion's {req.timeout_s:.3g}s deadline"
+            if r > 1:  # a draft the model wrote beats the fallback's copy
                 run.note(f"{late}; round {r - 1}'s draft kept")
                 return None
-            run.emptied_by_deadline = True
-            return Generation("", getattr(self.backend, "name", "none"), late)
+            run.deadline_passed = True
+            if self._late is None:
+                return Generation("", getattr(self.backend, "name", "none"), late)
+            gen = await self._late.agenerate(request)  # copies from the prompt's candidates: no wait
+            return replace(gen, error=f"{late}; {gen.backend} answered", fell_back=True)
 
     def _result(self, req: Request, run: RoundsSoFar, timings: Timings) -> CompletionResult:
         """The last draft post-processed for the completion kind, with what the final prompt showed."""
@@ -399,7 +403,7 @@ class Completer:
         return CompletionResult(text=final, backend=run.backend_name, context=context, prompt=prompt.text,
                                 prompt_tokens=prompt.tokens, rounds=run.rounds, timings_ms=dict(timings),
                                 error=run.error, fell_back=run.fell_back, definitions=traces,
-                                cut_by_time=last.at_time_limit or run.emptied_by_deadline, memory=run.memory,
+                                cut_by_time=last.at_time_limit or run.deadline_passed, memory=run.memory,
                                 retrieval=run.retrieval)
 
     def _at_a_limit(self, run: RoundsSoFar, last: RoundTrace) -> bool:
@@ -419,11 +423,10 @@ class Completer:
         others = sorted({loc.path for loc in locs} - {block.path})
         return BlockSource(block.fragment_id, (block.path, *others), block.start_line, block.end_line, block.text)
 
-    async def _generate(self, prompt: Prompt, prefix: str, suffix: str, blocks: list[ContextBlock],
-                        kind: str, deadline: float, cache_key: str | None = None,
-                        language: str = "python") -> Generation:
-        if self.backend is None:
-            return Generation("", "none")
+    def _generation_request(self, prompt: Prompt, prefix: str, suffix: str, blocks: list[ContextBlock], kind: str,
+                            deadline: float, cache_key: str | None, language: str) -> tuple[GenerationRequest, str]:
+        """The round's request to the backend, and the prompt's trailing space held back from it (the answer
+        gets it back: `_generate`)."""
         bc = self.config.backend
         text, space = split_trailing_space(prompt.text) if prompt.fim == "none" else (prompt.text, "")
         # Every round stops where postprocessing would cut: a later round's query uses the draft's first lines,
@@ -431,13 +434,19 @@ class Completer:
         # The model-free backend copies from candidates: the session's edits shown in the prompt come first (what
         # the developer just wrote, judged related by the memory's controller), then similar code.
         recent = tuple("\n".join(r.lines) for r in reversed(prompt.recent) if r.kind in ("hunk", "replaced"))
-        request = GenerationRequest(prompt=text, prefix=prefix, suffix=suffix,
-                                    candidates=recent + tuple(b.text for b in blocks), max_new_tokens=bc.max_new_tokens,
-                                    temperature=bc.temperature, stop=self._stops,
-                                    finished=lambda t: is_finished(drop_space(t, space), kind, prefix, language),
-                                    deadline=deadline, max_time_s=bc.max_time_s or None, cache_key=cache_key,
-                                    language=language)
-        async with asyncio.timeout(max(0.0, deadline - time.monotonic()) + _DEADLINE_GRACE_S):
+        request = GenerationRequest(
+            prompt=text, prefix=prefix, suffix=suffix, candidates=recent + tuple(b.text for b in blocks),
+            max_new_tokens=bc.max_new_tokens, temperature=bc.temperature, stop=self._stops,
+            finished=lambda t: is_finished(drop_space(t, space), kind, prefix, language), deadline=deadline,
+            max_time_s=bc.max_time_s or None, cache_key=cache_key, language=language)
+        return request, space
+
+    async def _generate(self, request: GenerationRequest, space: str) -> Generation:
+        """The backend's answer by the request's deadline (TimeoutError past it: the backend is cancelled)."""
+        if self.backend is None:
+            return Generation("", "none")
+        assert request.deadline is not None
+        async with asyncio.timeout_at(loop_deadline(request.deadline)):
             gen = await self.backend.agenerate(request)
         if not gen.copied:  # the extractive backend works on `prefix` itself
             return replace(gen, text=drop_space(gen.text, space))

@@ -41,6 +41,10 @@ class CompletionOptions:
     # there, so that updates need not wait for a model (a round reads all it needs from the index before)
     generating: Callable[[], AbstractAsyncContextManager[None]] | None = None
     cache_key: str | None = None  # the document whose consecutive prompts a backend may reuse the prefix of
+    # time.monotonic() by which the answer is due, made once where the request enters (the language server: from
+    # the editor's request and its configuration); None: `[backend] timeout_s` from when the request is checked.
+    # The rounds, the backend and the fallback all read this one deadline; none adds a margin of its own.
+    deadline: float | None = None
 
 
 DEFAULT_OPTIONS = CompletionOptions()
@@ -75,7 +79,7 @@ class RoundsSoFar:
     written: bool = False  # a model wrote the draft (not copied from retrieved code)
     fell_back: bool = False
     error: str = ""
-    emptied_by_deadline: bool = False
+    deadline_passed: bool = False  # the first round's model gave no answer in time (the fallback's, if any, stands)
     rounds: list[RoundTrace] = field(default_factory=list)
     memory: MemoryDecision | None = None
     retrieval: RetrievalDecision | None = None  # the last round's, with `[retrieval] selective`
@@ -129,7 +133,9 @@ def check_request(path: str, cut: Cut, options: CompletionOptions, config: Confi
         raise RepocompError(f"context_start_line {context_start_line} must be in 0..{cut.line}")
     rounds = {"infile": 1, "vanilla": 1, "oracle": 1, "repocoder": config.retrieval.iterations}[mode]
     definitions = config.definitions.enabled if options.definitions is None else options.definitions
-    timeout_s = config.backend.timeout_s
+    now = time.monotonic()
+    deadline = options.deadline if options.deadline is not None else now + config.backend.timeout_s
+    timeout_s = max(0.0, deadline - now)
     return Request(Hole(_normalize_path(path), cut, context_start_line), mode, options.kind, oracle_text, rounds,
                     definitions and mode != "infile", options.explain, options.trace or options.explain,
-                    timeout_s, time.monotonic() + timeout_s, options.cache_key)
+                    timeout_s, deadline, options.cache_key)

@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from test_retrieval import FakeIndex, small_config
 
-from repocomp.backends import Generation, GenerationRequest
+from repocomp.backends import FallbackBackend, Generation, GenerationRequest
+from repocomp.backends.extractive import ExtractiveBackend
 from repocomp.backends.model_defaults import resolve_config
 from repocomp.context.retrieval import next_query
 from repocomp.errors import RepocompError
-from repocomp.pipeline import Completer, CompletionOptions
+from repocomp.pipeline import Completer, CompletionOptions, CompletionResult
 
 
 @dataclass
 class ScriptedBackend:
-    """Answers round r with drafts[r-1], cut by the time limit in the rounds of `cut`; records every request."""
+    """Answers round r with drafts[r-1] after delays[r-1] seconds (none by default), cut by the time limit in the
+    rounds of `cut`; records every request."""
 
     drafts: list[str]
     name: str = "scripted"
     requests: list[GenerationRequest] = field(default_factory=list)
     cut: frozenset[int] = frozenset()
+    delays: tuple[float, ...] = ()
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         self.requests.append(request)
         r = len(self.requests)
+        if r <= len(self.delays):
+            await asyncio.sleep(self.delays[r - 1])
         draft = self.drafts[min(r, len(self.drafts)) - 1]
         return Generation(text=draft, backend=self.name, at_time_limit=r in self.cut)
 
@@ -93,6 +100,39 @@ def test_every_round_carries_the_documents_cache_key() -> None:
                   CompletionOptions(cache_key="folder\0file:///hole.py", trace=True))
     comp.complete("hole.py", HOLE, 5, len("    cfg = "), CompletionOptions(trace=True))
     assert [r.cache_key for r in backend.requests] == ["folder\0file:///hole.py"] * 2 + [None, None]
+
+
+def _late(delays: tuple[float, ...], fallback: bool, col: int = len("    cfg = "), deadline_s: float = 0.5,
+          ) -> tuple[CompletionResult, float]:
+    """(the result, its seconds) of a two-round completion at HOLE's line 5, `col`, whose rounds answer after
+    `delays`, by one deadline `deadline_s` from now, with or without the extractive fallback."""
+    idx, _, backend = make(iterations=2, alpha=0.0)
+    backend.delays = delays
+    primary = FallbackBackend(backend, ExtractiveBackend()) if fallback else backend
+    comp = Completer(idx, resolve_config(small_config(window=4, stride=2, iterations=2, alpha=0.0)), primary)
+    t0 = time.monotonic()
+    res = comp.complete("hole.py", HOLE, 5, col, CompletionOptions(trace=True, deadline=time.monotonic() + deadline_s))
+    return res, time.monotonic() - t0
+
+
+def test_a_first_round_past_the_deadline_is_answered_by_the_fallback_by_then() -> None:
+    res, took = _late((30.0,), fallback=True, col=4)  # at the line's indentation, after `data = fh.read()`
+    assert took < 0.5 + 0.4  # the deadline, not the backend's 30 s (generous bound for a busy machine)
+    assert res.fell_back and res.cut_by_time and res.backend == "extractive"
+    assert res.text == "return parse_config(data)"  # lib.py's line after the same one, which retrieval found
+    assert "round 1 of 2 got no answer within the completion's 0.5s deadline; extractive answered" in res.error
+    # without a fallback the answer is empty, said the same way
+    res, took = _late((30.0,), fallback=False)
+    assert took < 0.5 + 0.4 and res.text == "" and res.cut_by_time and not res.fell_back
+    assert "round 1 of 2 got no answer" in res.error
+
+
+def test_a_later_round_past_the_deadline_keeps_the_draft_a_model_wrote() -> None:
+    """Round 1 answers in time, round 2 does not: round 1's draft is the answer, not the fallback's copy."""
+    res, took = _late((0.0, 30.0), fallback=True)
+    assert took < 0.5 + 0.4
+    assert not res.fell_back and res.backend == "scripted" and len(res.rounds) == 1
+    assert res.text == "parse_config(data)" and "round 1's draft kept" in res.error
 
 
 def test_rounds_say_which_draft_the_time_limit_cut() -> None:

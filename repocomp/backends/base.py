@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -27,6 +28,7 @@ __all__ = [
     "StreamingBackend",
     "apply_stops",
     "generate_in_thread",
+    "loop_deadline",
     "should_stop",
 ]
 
@@ -44,7 +46,8 @@ class GenerationRequest:
     temperature: float = 0.0
     # True once more text cannot change the completion kept (postprocess.is_finished): backends stop there
     finished: Callable[[str], bool] | None = None
-    # time.monotonic() by which the whole completion (all rounds) must be answered: backends give up by then
+    # time.monotonic() by which the whole completion (all rounds) must be answered: the pipeline cancels the
+    # generation then; a backend that waits on a network (vLLM) bounds its waits by it too
     deadline: float | None = None
     # seconds after the first token, past which the text so far is the answer (None: until finished or
     # max_new_tokens); the prompt's prefill does not count
@@ -104,6 +107,11 @@ class Backend(Protocol):
 @runtime_checkable
 class StreamingBackend(Backend, Protocol):
     def astream(self, request: GenerationRequest) -> AsyncIterator[str]: ...
+
+
+def loop_deadline(deadline: float) -> float:
+    """A time.monotonic() deadline on the running loop's clock (asyncio.timeout_at wants the latter)."""
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
 def apply_stops(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from repocomp.backends.base import Capabilities, Generation, GenerationRequest
+from repocomp.backends.base import Capabilities, Generation, GenerationRequest, loop_deadline
 from repocomp.config.schema import BackendConfig, check_endpoint
 from repocomp.errors import BackendError
 from repocomp.text import encodable
@@ -228,7 +228,7 @@ class VLLMBackend:
         errors = []
         for ep in self._order():
             try:
-                async with asyncio.timeout_at(_loop_deadline(deadline)):
+                async with asyncio.timeout_at(loop_deadline(deadline)):
                     resp = await self._client.get(f"{ep.url}/v1/models")
                 resp.raise_for_status()
                 return [m["id"] for m in resp.json()["data"]]
@@ -269,7 +269,7 @@ class VLLMBackend:
         """POST the request; returns a response with a 2xx status, its body not read yet (callers read it bounded)."""
         url = f"{ep.url}/v1/completions"
         try:
-            async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+            async with asyncio.timeout_at(loop_deadline(deadline.at)):
                 resp = await self._client.send(self._client.build_request("POST", url, json=payload), stream=True)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             ep.down_until = time.monotonic() + DOWN_COOLDOWN_S
@@ -280,7 +280,7 @@ class VLLMBackend:
             raise _Retryable(f"{ep.url}: {type(exc).__name__}: {exc}") from None
         if resp.status_code >= 400:
             try:
-                async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+                async with asyncio.timeout_at(loop_deadline(deadline.at)):
                     body = (await _read_upto(resp, MAX_ERROR_BODY_BYTES))[0].decode("utf-8", "replace")
             except (TimeoutError, httpx.HTTPError):
                 body = ""
@@ -305,7 +305,7 @@ class VLLMBackend:
                 try:
                     resp = await self._send(ep, payload, deadline)
                     try:
-                        async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+                        async with asyncio.timeout_at(loop_deadline(deadline.at)):
                             body, cut = await _read_upto(resp, limit)
                     except TimeoutError:
                         raise BackendError(f"vllm: {ep.url} did not answer within {_secs(deadline.seconds)}") from None
@@ -341,7 +341,7 @@ class VLLMBackend:
                     while not done:
                         try:
                             # The deadline wraps each read only, never a `yield`: the consumer's time is its own.
-                            async with asyncio.timeout_at(_loop_deadline(deadline.at)):
+                            async with asyncio.timeout_at(loop_deadline(deadline.at)):
                                 line = await anext(lines)
                         except StopAsyncIteration:
                             break
@@ -445,9 +445,3 @@ def _error_message(body: str) -> str:
     except ValueError:
         pass
     return body.strip()[:300] or "(empty body)"
-
-
-def _loop_deadline(deadline: float) -> float:
-    """Convert a time.monotonic() deadline to the running loop's clock (asyncio.timeout_at wants the latter)."""
-    loop = asyncio.get_running_loop()
-    return loop.time() + (deadline - time.monotonic())

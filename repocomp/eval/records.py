@@ -104,8 +104,10 @@ def error_record(task: Task, options: EvalOptions, error: str) -> dict[str, Any]
 def make_record(task: Task, result: Any, options: EvalOptions, extra_timings: dict[str, float],
                 attainable: bool | None = None) -> dict[str, Any]:
     scored = options.backend != "none"
-    if scored and not result.text and (getattr(result, "cut_by_time", False) or getattr(result, "error", "")):
-        # the deadline or a failing backend left it empty: not the model's answer, a failure a rerun retries
+    late_or_failed = getattr(result, "cut_by_time", False) or getattr(result, "error", "")
+    if scored and (getattr(result, "fell_back", False) or (not result.text and late_or_failed)):
+        # the deadline or a failing backend left it empty or to the fallback: not the model's answer, a failure a
+        # rerun retries
         return error_record(task, options, f"no answer: {getattr(result, 'error', '') or 'the deadline passed'}")
     prediction = result.text if scored else ""
     return {
