@@ -371,3 +371,15 @@ def test_bench_complete_typing_counts_the_prompts_that_only_change_from_the_curs
     assert typed == len(result["typed_answers"]) >= 3
     assert 0 < result["typed_same_to_cursor"] <= typed
     assert 0 < result["typed_new_tokens"]["p50"] < result["prompt_tokens"]["p50"] / 2
+
+
+def test_bench_complete_editor_types_each_emptied_line_and_counts_what_the_suggestion_served(
+        hole_repo: Path, tmp_path: Path) -> None:
+    proc = _cli("bench", "complete", str(hole_repo), "--positions", "3", "--editor", "--typing", "4", "--backend",
+                "extractive", "--json", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["editor"] and result["request_ms"]["n"] == 3
+    asked = result["typing_ms"].get("n", 0)
+    assert 0 < result["keystrokes"] <= 3 * 4 and result["typed_through"] + asked == result["keystrokes"]
+    assert len(result["typed_answers"]) == asked and 0 <= result["first_right"] <= 3

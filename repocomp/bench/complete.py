@@ -15,6 +15,14 @@ prompts repeated the previous one up to the cursor's line (so that only the code
 text and, with fill-in-the-middle, the code after the cursor), and how many tokens followed the common prefix.
 Where the backend measures it (openvino), the table also says where the model's time went: per request, the time to
 its first token (the prefill of what the prefix cache did not hold) and the decoded tokens with their time each.
+
+`--editor` asks as an editor does while a developer writes a new line: each position's line is emptied to its
+indentation (the developer pressed Enter; the rest of the file stays below), the first request is made there, then
+the line's characters are typed one at a time (all of them, or `--typing K`). A typed character that the shown
+suggestion continues with is served from it with no model call (as the language server serves it); one that
+departs from it makes a new request, whose answer is shown from then on. The table gives the first requests'
+latency, the requests the typing made, how many keystrokes the suggestion served, and how many first suggestions
+were the developer's line exactly.
 """
 
 from __future__ import annotations
@@ -63,6 +71,10 @@ class CompleteBenchResult:
     typed_answers: list[str] = field(default_factory=list)  # the typed requests' answers, in order (--typing)
     typed_same_to_cursor: int = 0  # typed prompts that repeat the previous one up to the cursor's line
     typed_new_tokens: dict[str, float] = field(default_factory=dict)  # prompt tokens after that common prefix
+    editor: bool = False  # --editor: request_ms are the first requests at an emptied line, typing_ms the later ones
+    keystrokes: int = 0  # --editor: characters typed after the first requests
+    typed_through: int = 0  # --editor: keystrokes the shown suggestion continued with (no model call)
+    first_right: int = 0  # --editor: first suggestions that were the developer's line exactly
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,6 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="RepoCoder rounds (default: the model's, see repocomp.backends.model_defaults)")
     p.add_argument("--typing", type=int, default=0, metavar="K",
                    help="after each position, type its next K characters, a request after each (default 0)")
+    p.add_argument("--editor", action="store_true",
+                   help="empty each position's line, ask there, then type it (see above); --typing K: its first K "
+                        "characters (default: the whole line)")
     p.add_argument("--config", type=Path, metavar="FILE")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.set_defaults(run=_run)
@@ -110,10 +125,52 @@ def _typed(ms: float, answer: str, prompt: str, previous: str, above: str, line:
     return _Typed(ms, answer, at >= 0 and shared >= at + len(above), count(prompt[shared:]))
 
 
-async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
-                 typing: int = 0) -> tuple[list, float, list[_Typed], dict[str, dict[str, float]]]:
-    """(results, model load and warm-up in ms, the typed requests, the backend's counters: prefix reuse under
-    "cache_stats", the output head under "output_head_stats", the model's time after the warm-up under
+@dataclass
+class _Typing:
+    """The keystrokes after the positions' first requests."""
+
+    requests: list[_Typed] = field(default_factory=list)  # those that asked the model
+    keys: int = 0  # --editor: all of them
+    through: int = 0  # --editor: those the shown suggestion served
+    first_right: int = 0  # --editor: first suggestions that were the line exactly
+
+
+async def _type_line(completer: Any, path: str, text: str, line: int, col: int, typing: int, count: Any,
+                     typed: _Typing) -> Any:
+    """--editor at one position: the first request at the line emptied to `col`, then the line typed (`typing`
+    characters, 0: all); the first request's result."""
+    from repocomp.pipeline import CompletionOptions
+
+    lines = text.split("\n")
+    target, above = lines[line], "".join(f"{t}\n" for t in lines[max(0, line - 3):line])
+
+    async def ask(k: int) -> tuple[Any, float]:
+        buffer = "\n".join([*lines[:line], target[:col + k], *lines[line + 1:]])
+        t0 = time.perf_counter()  # the language server's options: the line being started, the document's key
+        res = await completer.acomplete(path, buffer, line, col + k,
+                                        CompletionOptions(kind="line" if k == 0 else "auto", cache_key=path))
+        return res, (time.perf_counter() - t0) * 1e3
+
+    first, _ = await ask(0)
+    typed.first_right += bool(target[col:].strip()) and first.text.split("\n", 1)[0].rstrip() == target[col:].rstrip()
+    shown, since, previous = first.text, "", first.prompt
+    rest = len(target) - col
+    for k in range(1, (min(typing, rest) if typing else rest) + 1):
+        since += target[col + k - 1]
+        typed.keys += 1
+        if shown.startswith(since):
+            typed.through += 1
+            continue
+        res, ms = await ask(k)
+        typed.requests.append(_typed(ms, res.text, res.prompt, previous, above, target[:col + k], count))
+        shown, since, previous = res.text, "", res.prompt
+    return first
+
+
+async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]], typing: int = 0,
+                 editor: bool = False) -> tuple[list, float, _Typing, dict[str, dict[str, float]]]:
+    """(results, model load and warm-up in ms, the keystrokes after them, the backend's counters: prefix reuse
+    under "cache_stats", the output head under "output_head_stats", the model's time after the warm-up under
     "model_time")."""
     from repocomp.backends import load_and_warm, make_backend
     from repocomp.pipeline import Completer, CompletionOptions
@@ -126,9 +183,13 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
     load = (time.perf_counter() - t) * 1e3
     warm_up = backend.stats().get("model_time", {})
     texts = {p: "\n".join(index.file_lines(p) or []) for p, _, _ in positions}
-    results, typed = [], []
+    results, typed = [], _Typing()
     try:
         for path, line, col in positions:
+            if editor:
+                results.append(await _type_line(completer, path, texts[path], line, col, typing,
+                                                completer.count_tokens, typed))
+                continue
             results.append(await completer.acomplete(path, texts[path], line, col))
             lines = texts[path].split("\n")
             line_text, above = lines[line], "".join(f"{text}\n" for text in lines[max(0, line - 3):line])
@@ -137,8 +198,8 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
                 t0 = time.perf_counter()
                 res = await completer.acomplete(path, texts[path], line, col + k, CompletionOptions(cache_key=path))
                 ms = (time.perf_counter() - t0) * 1e3
-                typed.append(_typed(ms, res.text, res.prompt, previous, above, line_text[:col + k],
-                                    completer.count_tokens))
+                typed.requests.append(_typed(ms, res.text, res.prompt, previous, above, line_text[:col + k],
+                                             completer.count_tokens))
                 previous = res.prompt
         stats = backend.stats()  # a fallback's are its primary's
         counters = {"cache_stats": stats.get("prefix_cache", {}), "output_head_stats": stats.get("output_head", {}),
@@ -149,14 +210,15 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
 
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
-                       progress: Any = None, typing: int = 0) -> CompleteBenchResult:
+                       progress: Any = None, typing: int = 0, editor: bool = False) -> CompleteBenchResult:
     from repocomp.backends.model_defaults import resolve_config
     from repocomp.index import Index
 
     config = resolve_config(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    results, load, typed, counters = asyncio.run(_bench(index, config, pos, typing))
+    results, load, typing_done, counters = asyncio.run(_bench(index, config, pos, typing, editor))
+    typed = typing_done.requests
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
         repo=str(root), backend=results[-1].backend, model=config.backend.model, positions=len(pos),
@@ -170,7 +232,8 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         answers=[r.text for r in results], typing_ms=_stats([t.ms for t in typed]) if typed else {},
         cache=dict(counters["cache_stats"]), output_head=dict(counters["output_head_stats"]),
         model_time=dict(counters["model_time"]), typed_answers=[t.answer for t in typed], typed_same_to_cursor=sum(t.same_to_cursor for t in typed),
-        typed_new_tokens=_stats([t.new_tokens for t in typed]) if typed else {})
+        typed_new_tokens=_stats([t.new_tokens for t in typed]) if typed else {}, editor=editor,
+        keystrokes=typing_done.keys, typed_through=typing_done.through, first_right=typing_done.first_right)
 
 
 def format_table(res: CompleteBenchResult) -> str:
@@ -180,13 +243,17 @@ def format_table(res: CompleteBenchResult) -> str:
              f"at most {res.max_new_tokens} new tokens; "
              f"time limit {f'{res.max_time_s:g} s' if res.max_time_s else 'none'}",
              "", f"{'':<28}{'p50':>10}{'p95':>10}{'mean':>10}{'max':>10}"]
-    for name, s in (("request (ms)", res.request_ms), ("generation per round (ms)", res.generate_ms),
-                    ("prompt tokens", res.prompt_tokens)):
-        lines.append(f"{name:<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}{s['max']:>10.1f}")
-    if res.typing_ms:
-        s = res.typing_ms
-        lines.append(f"{'typed, a request a key (ms)':<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}"
-                     f"{s['max']:>10.1f}")
+    first, typed = ("first, at the emptied line", "typed, the model asked") if res.editor else \
+        ("request (ms)", "typed, a request a key (ms)")
+    for name, s in ((first, res.request_ms), ("generation per round (ms)", res.generate_ms),
+                    ("prompt tokens", res.prompt_tokens), (typed, res.typing_ms)):
+        if s:
+            lines.append(f"{name:<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}{s['max']:>10.1f}")
+    if res.editor:
+        lines.append(f"keystrokes: {res.keystrokes}, {res.typed_through} served by the suggestion shown "
+                     f"({res.typed_through / max(res.keystrokes, 1):.0%}), {res.keystrokes - res.typed_through} asked "
+                     "the model; first suggestions that "
+                     f"were the line exactly: {res.first_right} of {res.positions}")
     if res.typing_ms:
         lines.append(f"typed prompts the same as the previous one up to the cursor's line: {res.typed_same_to_cursor} "
                      f"of {res.typing_ms['n']:.0f}; tokens after the common prefix p50 "
@@ -232,7 +299,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.typing <= 1000:
         raise RepocompError(f"--typing must be in 0..1000, got {args.typing}")
-    res = run_complete_bench(root, config, args.positions, args.seed, progress, args.typing)
+    res = run_complete_bench(root, config, args.positions, args.seed, progress, args.typing, args.editor)
     if res.backend == "extractive":
         print("repocomp: warning: answered by the extractive backend, not a model (see `repocomp model prepare`)",
               file=sys.stderr)

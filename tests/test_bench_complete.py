@@ -1,0 +1,59 @@
+"""`repocomp bench complete --editor`: a line emptied, asked at, then typed; keystrokes the shown suggestion
+continues with are served from it (no model call), one that departs from it asks again."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from repocomp.bench.complete import _type_line, _Typing
+from repocomp.pipeline import CompletionOptions
+
+FILE = "def bill(price, qty):\n    total = price * qty\n    return total\n"
+
+
+@dataclass
+class _Answer:
+    text: str
+    prompt: str
+
+
+@dataclass
+class ScriptedCompleter:
+    """Answers each request with the next of `answers`; records (buffer's cursor line, col, kind) per request."""
+
+    answers: list[str]
+    asked: list[tuple[str, int, str]] = field(default_factory=list)
+
+    async def acomplete(self, path: str, text: str, line: int, col: int, options: CompletionOptions) -> _Answer:
+        self.asked.append((text.split("\n")[line], col, options.kind))
+        assert options.cache_key == path  # as the language server asks: the document's prompts may share a prefix
+        before = "".join(f"{t}\n" for t in text.split("\n")[:line]) + text.split("\n")[line][:col]
+        return _Answer(self.answers[len(self.asked) - 1], prompt=before)
+
+
+def _type(answers: list[str], typing: int = 0) -> tuple[_Typing, ScriptedCompleter, _Answer]:
+    completer, typed = ScriptedCompleter(answers), _Typing()
+    first = asyncio.run(_type_line(completer, "bill.py", FILE, 1, 4, typing, len, typed))
+    return typed, completer, first
+
+
+def test_a_suggestion_serves_the_keys_it_continues_with_and_a_departing_key_asks_again() -> None:
+    typed, completer, first = _type(["total = price + tax", " qty"])
+    # asked at the emptied line (the line being started), then after `total = price *` departed from `+ tax`
+    assert completer.asked == [("    ", 4, "line"), ("    total = price *", 19, "auto")]
+    assert first.text == "total = price + tax" and typed.first_right == 0
+    # 19 keys: `total = price ` (14) and then ` qty` (4) served, `*` asked
+    assert (typed.keys, typed.through, len(typed.requests)) == (19, 18, 1)
+    assert typed.requests[0].answer == " qty"
+
+
+def test_a_right_first_suggestion_serves_the_whole_line() -> None:
+    typed, completer, _ = _type(["total = price * qty"])
+    assert len(completer.asked) == 1 and typed.first_right == 1 and (typed.keys, typed.through) == (19, 19)
+
+
+def test_typing_k_types_only_the_lines_first_k_characters() -> None:
+    typed, completer, _ = _type(["x", "y", "z", "w"], typing=3)
+    assert typed.keys == 3 and typed.through == 0
+    assert [line for line, _, _ in completer.asked[1:]] == ["    t", "    to", "    tot"]
