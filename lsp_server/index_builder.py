@@ -95,10 +95,10 @@ def _up_to_date(index: Any, progress: Callable[[int, int, str], None],
     partial index meanwhile); when applying them fails (a stored index whose tables an update cannot use), a fresh
     build of the folder instead, with a notice."""
     from repocomp.errors import RepocompError
-    from repocomp.index import Index
+    from repocomp.index import Index, catch_up
 
     try:
-        changed = index.catch_up(progress, writing=writing)
+        changed = catch_up(index, progress, writing=writing)
         if changed:
             logger.info("index of %s: %d file(s) changed since it was stored", index.root.name, changed)
         return index

@@ -2,7 +2,7 @@
 
 Errors of dependencies met while reading a stored index (OSError, numpy/scipy, JSON, the index codec, the term
 index) are translated into the `IndexUnusableError` kinds where they enter (`repocomp.index.store.read_state`,
-`Index._restore`), each with a one-line message naming the file; nothing raw leaves `Index.load`.
+`repocomp.index.persistence.load_index`), each with a one-line message naming the file; nothing raw leaves `Index.load`.
 """
 
 from __future__ import annotations

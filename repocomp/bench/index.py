@@ -23,9 +23,10 @@ from repocomp.config.schema import INDEX_BYTES_PER_SOURCE_CHAR
 _CHILD = r"""
 import json, resource, sys, time
 from repocomp.index import Index
+from repocomp.index.building import save_built
 t = time.perf_counter()
 index = Index.build(sys.argv[1], checkpoint=Index.save)  # saved between batches, as `repocomp index` does
-index.save_built()  # and at its end, as there
+save_built(index)  # and at its end, as there
 total = time.perf_counter() - t
 peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the texts are read below
 w = index.relations
@@ -96,7 +97,7 @@ for rel in rng.sample(sorted(index.files), min(int(sys.argv[2]), len(index.files
         index.symmetric_relations
 out["edited_rss_mb"] = rss()
 with tempfile.TemporaryDirectory() as tmp:
-    index._store_dir = Path(tmp)  # saved beside the repository's own index, never over it
+    index.store_dir = Path(tmp)  # saved beside the repository's own index, never over it
     peak, done = [now()], threading.Event()
     def watch():  # the save's own peak (ru_maxrss may be the load's)
         while not done.wait(0.01):
