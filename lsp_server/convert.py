@@ -142,18 +142,6 @@ def _word_start(line: str, col: int) -> int:
     return start
 
 
-def fit_completion(completion: str, before_cursor: str) -> str:
-    """The completion as the editor should insert it after `before_cursor` (the line up to the cursor).
-
-    When the cursor already follows a blank, blanks the completion starts with would be doubled (copied lines
-    and models both repeat the space after `=`): drop them.
-    """
-    if before_cursor[-1:] in (" ", "\t"):
-        first, sep, rest = completion.partition("\n")
-        return first.lstrip(" \t") + sep + rest
-    return completion
-
-
 def to_inline_completion_list(completion: str, position: types.Position,
                               command: types.Command | None = None) -> types.InlineCompletionList:
     """The engine's completion (text to insert at the cursor) as an inline completion list (empty when none);

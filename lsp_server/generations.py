@@ -41,19 +41,25 @@ class Site:
 
     before: str  # document text before the cursor
     after: str  # document text after the cursor
-    index_stamp: Hashable  # changes when the index behind the completion changes (a save, the index becoming ready)
+    index_stamp: Hashable  # changes when the index behind the completion changes (an update, a save)
+    index_ready: bool = True  # the folder's index was ready (before: the completion was in-file)
 
     @classmethod
-    def of(cls, cut: Cut, index_stamp: Hashable) -> Site:
-        return cls(cut.before, cut.after, index_stamp)
+    def of(cls, cut: Cut, index_stamp: Hashable, index_ready: bool) -> Site:
+        return cls(cut.before, cut.after, index_stamp, index_ready)
 
     def typed_since(self, earlier: Site) -> str | None:
-        """What was typed at the cursor since `earlier`, or None when this is not `earlier` plus typing."""
-        if self.after != earlier.after or self.index_stamp != earlier.index_stamp:
+        """What was typed at the cursor since `earlier`, or None when this is not `earlier` plus typing.
+
+        A request at the same place after the index changed (a save) starts over; characters typed since go on
+        being served from the suggestion the user sees whatever else the index took in meanwhile (this buffer,
+        synced while the user read the suggestion), unless the index became ready since (an in-file answer)."""
+        if self.after != earlier.after or self.index_ready != earlier.index_ready:
             return None
         if not self.before.startswith(earlier.before):
             return None
-        return self.before[len(earlier.before):]
+        typed = self.before[len(earlier.before):]
+        return typed if typed or self.index_stamp == earlier.index_stamp else None
 
 
 @dataclass

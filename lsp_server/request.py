@@ -64,7 +64,8 @@ class CompletionRequest:
     rel: str | None  # `path` relative to `folder.root` (POSIX); None exactly when `folder` is None
     cut: Cut  # the buffer cut at the cursor
     version: int | None  # the document's version the buffer is of
-    index_stamp: tuple[int, bool] | None  # the folder's index as of the request: (version, ready)
+    index_stamp: int | None  # the folder's index version as of the request (None outside every folder)
+    index_ready: bool  # the folder's index was ready (False outside every folder: an in-file completion)
 
     @classmethod
     def build(cls, uri: str, text: str, version: int | None, position: types.Position, encoding: str,
@@ -74,8 +75,8 @@ class CompletionRequest:
         path = convert.uri_to_path(uri)
         cut = convert.to_cursor(text, position, encoding, max_bytes)
         folder, rel = locate(path, indexes)
-        stamp = (folder.version, folder.ready) if folder is not None else None
-        return cls(uri, convert.document_key(uri), path, folder, rel, cut, version, stamp)
+        stamp, ready = (folder.version, folder.ready) if folder is not None else (None, False)
+        return cls(uri, convert.document_key(uri), path, folder, rel, cut, version, stamp, ready)
 
     @property
     def root(self) -> Path | None:

@@ -174,7 +174,8 @@ class RepocompServer(LanguageServer):
                      else self.engines.config_for(request.root).backend.timeout_s)
         deadline = time.monotonic() + timeout_s
         try:
-            served = await self.generations.run(request.key, Site.of(request.cut, request.index_stamp),
+            site = Site.of(request.cut, request.index_stamp, request.index_ready)
+            served = await self.generations.run(request.key, site,
                                                 lambda: self.engines.answer(request, deadline),
                                                 lambda: self._version(request.key) != request.version)
         except asyncio.CancelledError:
@@ -190,7 +191,7 @@ class RepocompServer(LanguageServer):
             self.stats.superseded += 1
             return "", line_text
         self._report_answer(served, request, time.perf_counter() - started, timeout_s)
-        text = convert.fit_completion(served.text, request.cut.partial)
+        text = served.text
         session = self._session(request.folder, request.rel) if text.strip() else None
         if session is not None:
             self.sessions.shown(session[0], request.key, session[1], request.cut.line, text)

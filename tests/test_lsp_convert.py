@@ -74,7 +74,8 @@ def test_a_request_is_resolved_once_from_the_lsp_request(tmp_path: Path) -> None
     assert (request.engine_path(True), request.engine_path(False)) == ("pkg/a.py", "a.py")
     outside = CompletionRequest.build((tmp_path / "b.py").as_uri(), "", None, types.Position(line=0, character=0),
                                       convert.UTF16, 10_000, indexes)
-    assert (outside.folder, outside.rel, outside.index_stamp, outside.engine_path(True)) == (None, None, None, "b.py")
+    assert (outside.folder, outside.rel, outside.index_stamp, outside.index_ready, outside.engine_path(True)) == \
+        (None, None, None, False, "b.py")
     with pytest.raises(convert.ConversionError) as exc:  # the scheme is checked before the text
         CompletionRequest.build("untitled:Untitled-1", "a\x00b", 1, types.Position(line=0, character=0),
                                 convert.UTF16, 10_000, indexes)

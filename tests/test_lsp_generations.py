@@ -69,7 +69,13 @@ async def test_a_draft_that_no_longer_matches_or_a_moved_cursor_starts_over() ->
     await gens.run("doc", site("x = zz", after=" + 1\n"), engine.make(), unchanged)
     assert engine.started == 3  # other text after the cursor
     await gens.run("doc", Site("x = zz", " + 1\n", index_stamp=2), engine.make(), unchanged)
-    assert engine.started == 4  # the index changed (a save)
+    assert engine.started == 4  # the index changed (a save): the same place starts over
+    gens, engine = Generations(), Engine("apply_discount(total)")
+    await gens.run("doc", site("x = "), engine.make(), unchanged)
+    typed = await gens.run("doc", Site("x = app", "\n", index_stamp=2), engine.make(), unchanged)
+    assert typed is not None and typed.text == "ly_discount(total)" and engine.started == 1  # typed into it: served
+    await gens.run("doc", Site("x = appl", "\n", index_stamp=2, index_ready=False), engine.make(), unchanged)
+    assert engine.started == 2  # the index is not the one the suggestion was made with (in-file, or ready since)
 
 
 async def test_a_request_superseded_while_the_user_types_starts_no_generation() -> None:

@@ -591,3 +591,30 @@ async def test_stats_report_the_in_process_models_prefix_reuse(
     assert (cache["backend"], cache["model"], cache["dtype"]) == ("transformers", str(tiny_model_dir), "float32")
     assert s["failed"] == 0 and cache["hits"] >= 1 and cache["reused_tokens"] > 0, s
     assert cache["requests"] >= 2 and cache["prefilled_tokens"] > 0 and 0 < cache["hit_rate"] <= 1, cache
+
+
+async def test_typing_the_first_character_of_an_answer_at_an_empty_indented_line_is_served_from_it(
+        client: LanguageClient, repo: Path) -> None:
+    """A model that reads the indentation as a token begins its answer with the space its token carries: the
+    editor is shown `return a` (not a doubled blank, which Python reads as another block), and typing its `r`
+    is served the rest from the same generation, with no new one (though the buffer reached the index between)."""
+    from lsp_bench.slow_backend import SlowBackend
+
+    slow = SlowBackend("def scale(a):\n     return a * 2\n", latency_s=0.2)  # answers " return a * 2"
+    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [slow.start()], "model": "slow",
+                                                "timeoutS": 30}})
+    try:
+        await wait_ready(client)
+        version = await folder_version(client, repo)
+        uri = open_doc(client, repo / "shop" / "scale.py", "def scale(a):\n    ")
+        assert await inline(client, uri, types.Position(line=1, character=4)) == "return a * 2"
+        assert await wait_version(client, repo, version) > version  # the buffer reached the index meanwhile
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(line=1, character=4), end=types.Position(line=1, character=4)),
+                text="r")]))
+        assert await inline(client, uri, types.Position(line=1, character=5)) == "eturn a * 2"
+        assert (await stats(client))["generations"] == {"started": 1, "reused": 1, "skipped": 0}
+    finally:
+        slow.stop()

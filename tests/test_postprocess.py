@@ -147,3 +147,15 @@ def test_is_finished_once_more_text_cannot_change_the_cut(text: str, prefix: str
 ])
 def test_drop_cut_word_removes_a_word_that_runs_into_the_cut(text: str, kept: str) -> None:
     assert drop_cut_word(text) == kept
+
+
+@pytest.mark.parametrize("text, prefix, kept", [
+    (" self.x = 1", "def f(self):\n        ", "self.x = 1"),  # an empty line's indentation: the model's own space
+    ("  5\n", "x = ", "5"),  # after `= `
+    (" if y:\n        z()", "def f():\n    ", "if y:\n        z()"),  # the first line only: the rest keep theirs
+    (" 5", "x =", " 5"),  # no blank before the cursor: the answer's space is the one the line needs
+])
+def test_an_answer_after_a_blank_starts_without_blanks_of_its_own(text: str, prefix: str, kept: str) -> None:
+    """What the editor inserts: a doubled blank would misindent the line (Python reads one more space as a
+    different block), and the answer's first character is what the user types next (typing through it)."""
+    assert postprocess(text, "auto", prefix, "") == kept

@@ -387,7 +387,15 @@ def postprocess(text: str, kind: str, prefix: str, suffix: str, language: str | 
     `language` (graph.languages' names, Python by default) picks the comment, string and block rules."""
     rules = rules_for(language)
     out = _strip_suffix_duplicate(_cut(text, kind, prefix, rules), suffix, rules)
-    return out.rstrip() if "\n" not in out else out.rstrip(" \t\n")
+    out = out.rstrip() if "\n" not in out else out.rstrip(" \t\n")
+    if prefix[-1:] in (" ", "\t"):
+        # after a blank (the space after `=`, an empty line's indentation) blanks the answer starts with would be
+        # doubled: a model that reads the indentation as a token often begins with the space its own token carries.
+        # Dropped here, so that what every caller gets is what the editor inserts, and typing the answer's first
+        # character continues it (the language server serves typed characters from the answer)
+        first, sep, rest = out.partition("\n")
+        out = first.lstrip(" \t") + sep + rest
+    return out
 
 
 def drop_cut_word(text: str) -> str:
