@@ -39,12 +39,14 @@ from repocomp.context.paging import paged_definitions
 from repocomp.context.render import DefinitionRenderer
 from repocomp.context.retrieval import Hit, Retriever, round_query, session_relation
 from repocomp.context.retrieval_decision import RetrievalDecision, decide
+from repocomp.context.typed_line import LineContext, LineContexts
 from repocomp.prompt.block_order import BlockOrders
 from repocomp.prompt.cursor import Cut
 from repocomp.prompt.layout import (
     BlockSource,
     DefinitionSource,
     DefinitionsSection,
+    Layout,
     Place,
     Prompt,
     RecentSection,
@@ -115,6 +117,7 @@ class Completer:
         self._finder: DefinitionFinder | None = None
         self._renderer = DefinitionRenderer(index, config.definitions) if index is not None else None
         self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
+        self._typed_lines = LineContexts()  # cache_key -> the first round's context of its last request
         prompt = self.config.prompt  # a model that reads Qwen2.5-Coder's format ends its answer with one of its tokens
         self._stops = QWEN_STOP_TOKENS if prompt.fim == "qwen" or prompt.layout == "files" else ()
 
@@ -207,9 +210,15 @@ class Completer:
         with timings("sync"):
             if self.index is not None and req.mode != "infile" and self.sync_buffers:
                 self._sync_buffer(req.hole.path, cut.text)
-        state = self._scan_definitions(req, timings)
-        with timings("memory"):
-            run.memory = self._recall(req)
+        epoch = self.index.epoch if self.index is not None else 0
+        kept = self._typed_lines.get(req.cache_key, req.hole.path, req.hole.line, req.hole.prefix, epoch) \
+            if req.mode in ("vanilla", "repocoder") else None
+        if kept is not None:  # the user types on in the line: its context stands (context/typed_line.py)
+            state, run.memory = kept.state, kept.memory
+        else:
+            state = self._scan_definitions(req, timings)
+            with timings("memory"):
+                run.memory = self._recall(req)
         anchor = None
         if req.explain and self.retriever is not None:
             anchor = self.retriever.covering(req.hole.path, max(0, cut.line - 1) if cut.col == 0 else cut.line)
@@ -218,17 +227,20 @@ class Completer:
                 run.note(f"stopped after round {r - 1} of {req.rounds}: the completion's {req.timeout_s:.3g}s "
                          "deadline passed")
                 break
-            query, blocks = self._retrieve(req, r, run.draft, timings)
-            if self.config.retrieval.selective and blocks:
-                with timings(f"decide_{r}"):
-                    run.retrieval = self._decide(req, query, blocks)
-                if not run.retrieval.retrieve:
-                    blocks = []
-            if state is not None:
-                with timings(f"definitions_{r}"):
-                    state, run.ranked, run.def_sources = self._rank_definitions(req, state, blocks)
+            layout = None
+            if r == 1 and kept is not None:
+                query, blocks, shown, layout = kept.query, kept.blocks, kept.block_sources, kept.layout
+                run.retrieval, run.ranked, run.def_sources = kept.retrieval, kept.ranked, kept.def_sources
+            else:
+                query, blocks, state = self._context(req, r, run, state, timings)
+                shown = self._block_sources(blocks)
             with timings(f"prompt_{r}"):
-                round_prompt = self._keep_order(req, r, self._prompt(req, blocks, run.def_sources, run.memory))
+                round_prompt = self._keep_order(req, r, self._prompt(req, shown, run.def_sources, run.memory,
+                                                                     layout=layout))
+            if r == 1 and kept is None and req.mode in ("vanilla", "repocoder"):
+                self._typed_lines.put(req.cache_key, LineContext(
+                    req.hole.path, req.hole.line, req.hole.prefix, epoch, query, blocks, shown, round_prompt.layout,
+                    run.retrieval, state, run.ranked, run.def_sources, run.memory))
             if req.explain:
                 self._explain(blocks, anchor)
             with timings(f"generate_{r}"):
@@ -244,6 +256,21 @@ class Completer:
         return self._result(req, run, timings)
 
     # -- stages ---------------------------------------------------------------------------------------------
+
+    def _context(self, req: Request, r: int, run: RoundsSoFar, state: BufferState | None, timings: Timings,
+                 ) -> tuple[str, list[ContextBlock], BufferState | None]:
+        """Round r's query, the similar code its prompt shows and the definitions (into `run`), and the
+        definitions' buffer state."""
+        query, blocks = self._retrieve(req, r, run.draft, timings)
+        if self.config.retrieval.selective and blocks:
+            with timings(f"decide_{r}"):
+                run.retrieval = self._decide(req, query, blocks)
+            if not run.retrieval.retrieve:
+                blocks = []
+        if state is not None:
+            with timings(f"definitions_{r}"):
+                state, run.ranked, run.def_sources = self._rank_definitions(req, state, blocks)
+        return query, blocks, state
 
     def _scan_definitions(self, req: Request, timings: Timings) -> BufferState | None:
         """The names the code before the cursor uses (None when definitions are off or cannot be found)."""
@@ -291,9 +318,13 @@ class Completer:
         ranked = self.finder.rank(state, [(b.path, b.start_line, b.end_line) for b in blocks])
         return state, ranked, self._renderer.sources(ranked, hole.path, hole.line)
 
-    def _prompt(self, req: Request, blocks: list[ContextBlock], def_sources: list[DefinitionSource],
-                memory: MemoryDecision | None, max_definitions: int | None = None) -> Prompt:
-        sources = [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
+    def _block_sources(self, blocks: list[ContextBlock]) -> list[BlockSource]:
+        """What the prompt shows of each block: its lines and every path they occur at, as the index has them now."""
+        return [self._source(b, self.index.fragments[b.fragment_id] if self.index else None) for b in blocks]
+
+    def _prompt(self, req: Request, sources: list[BlockSource], def_sources: list[DefinitionSource],
+                memory: MemoryDecision | None, max_definitions: int | None = None,
+                layout: Layout | None = None) -> Prompt:
         hole = req.hole
         recent = RecentSection()
         if memory is not None and memory.consulted and memory.entries:
@@ -302,7 +333,7 @@ class Completer:
         return build_prompt(sources, hole.prefix, hole.suffix, self.config.prompt, self.count_tokens,
                             place=Place(hole.path, hole.line, self.index.root.name if self.index is not None else ""),
                             definitions=DefinitionsSection.of(def_sources, self.config.definitions, max_definitions),
-                            recent=recent)
+                            recent=recent, layout=layout)
 
     def _keep_order(self, req: Request, r: int, prompt: Prompt) -> Prompt:
         """The prompt in the block order that shares the longest prefix with its document's previous one
@@ -327,7 +358,7 @@ class Completer:
         blocks = run.rounds[-1].blocks
         with timings(f"prompt_{r}"):
             dc = self.config.definitions
-            prompt = self._keep_order(req, r, self._prompt(req, blocks, sources, run.memory,
+            prompt = self._keep_order(req, r, self._prompt(req, self._block_sources(blocks), sources, run.memory,
                                                            max(dc.max_definitions, len(paged))))
         if not any((m.path, m.name) in shown for d in prompt.definitions for m in d.members):
             return  # no room for any of them: the draft stands

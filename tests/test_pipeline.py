@@ -378,11 +378,11 @@ def test_consecutive_requests_of_a_document_keep_the_previous_block_order() -> N
     col = len("    cfg = ")
     first = comp.complete("hole.py", HOLE, 5, col, CompletionOptions(cache_key="doc1", trace=True))
     assert _block_order(first.prompt) == ["d", "c", "b", "a"]  # best (a) last
-    second = comp.complete("hole.py", HOLE + "x", 5, col, CompletionOptions(cache_key="doc1", trace=True))
+    second = comp.complete("hole.py", HOLE, 6, 4, CompletionOptions(cache_key="doc1", trace=True))  # the next line
     assert _block_order(second.prompt) == ["d", "c", "b", "a"]  # b and c swapped ranks; the order stays
-    assert second.prompt == backend.requests[-1].prompt + " "  # what the backend got (less the trailing space)
+    assert second.prompt == backend.requests[-1].prompt  # what the backend got (an indentation is kept whole)
     assert [b.path for b in second.context] == ["d.py", "c.py", "b.py", "a.py"]  # context follows the prompt
-    other = comp.complete("hole.py", HOLE, 5, col, CompletionOptions(cache_key="doc2", trace=True))
+    other = comp.complete("hole.py", HOLE, 6, 4, CompletionOptions(cache_key="doc2", trace=True))
     assert _block_order(other.prompt) == ["d", "b", "c", "a"]  # plain rank order
     plain = comp.complete("hole.py", HOLE, 5, col,
                           CompletionOptions(trace=True))  # no key (CLI, evaluation): never reordered
@@ -390,14 +390,38 @@ def test_consecutive_requests_of_a_document_keep_the_previous_block_order() -> N
     assert sorted(second.prompt) == sorted(other.prompt)  # the same characters: only the order differs
 
 
+def test_typing_on_in_a_line_keeps_its_context_and_a_deletion_or_another_line_retrieves_again() -> None:
+    """A request after each typed character: the context of the line's first request stands, so the prompt only
+    grows at its end (what a backend's prefix cache reuses); a deletion back past where it was made, a request on
+    another line, or one without a document key (CLI, evaluation) retrieves anew."""
+    _, comp, backend = make(iterations=1, alpha=0.0)
+    _scripted_retrieval(comp, [["a", "b", "c"], ["c", "b", "a"], ["b", "c", "a"], ["a", "c", "b"]])
+    col = len("    cfg = ")
+
+    def at(typed: str, line: int = 5, key: str | None = "k") -> CompletionResult:
+        text = HOLE.replace("    cfg = ", "    cfg = " + typed)
+        return comp.complete("hole.py", text, line, col + len(typed) if line == 5 else 4,
+                             CompletionOptions(cache_key=key, trace=True))
+
+    first, typed = at("p"), at("pars")
+    assert typed.prompt.startswith(first.prompt) and typed.prompt.endswith("cfg = pars")
+    assert _block_order(typed.prompt) == _block_order(first.prompt) == ["c", "b", "a"]  # the first request's
+    assert _block_order(at("pa").prompt) == ["c", "b", "a"]  # back two characters: still typed on from `p`
+    assert _block_order(at("").prompt)[-1] == "c"  # back past it: retrieved again (c best now)
+    assert _block_order(at("p", line=6).prompt)[-1] == "b"  # another line
+    assert _block_order(at("pa", key=None).prompt)[-1] == "a"  # no key
+    assert len(backend.requests) == 6
+
+
 def test_the_best_block_stays_last_and_a_far_cursor_gets_the_plain_order() -> None:
     _, comp, _ = make(iterations=1, alpha=0.0)
     _scripted_retrieval(comp, [["a", "b", "c"], ["b", "a", "c"], ["b", "a", "c"], ["b", "c", "a"]])
     col = len("    cfg = ")
+    # each request a line from the previous one (on the same line, typing on, the line's context stands)
     assert _block_order(comp.complete("hole.py", HOLE, 5, col,
                                       CompletionOptions(cache_key="k", trace=True)).prompt) == ["c", "b", "a"]
     # a new best block (b) goes last even though the previous prompt had it earlier; c keeps its place
-    assert _block_order(comp.complete("hole.py", HOLE, 5, col,
+    assert _block_order(comp.complete("hole.py", HOLE, 6, 4,
                                       CompletionOptions(cache_key="k", trace=True)).prompt) == ["c", "a", "b"]
     assert _block_order(comp.complete("hole.py", HOLE, 5, col,
                                       CompletionOptions(cache_key="k", trace=True)).prompt) == ["c", "a", "b"]

@@ -84,6 +84,23 @@ def test_in_file_context_keeps_last_lines_within_budget() -> None:
     assert estimate_tokens(p.context) <= 30 + 1
 
 
+def test_a_layout_kept_lays_a_later_prompt_at_the_line_as_the_earlier_one_only_longer_by_what_was_typed() -> None:
+    """Typing at the line pushes the in-file context over its budget: laid afresh its first line moves (and the
+    blocks' budget with it), so the prompt changes far from its end; laid with the first prompt's layout, the
+    later prompt is the first one plus what was typed (what a model's prefix cache reuses)."""
+    prefix = "\n".join(f"line_{i} = {i}" for i in range(100)) + "\nresult = "
+    cfg = prompt_config(max_tokens=100, context_tokens=30)
+    first = build_prompt([BEST, SECOND], prefix, "", cfg)
+    typed = "compute(line_98, line_99) + 1"
+    fresh = build_prompt([BEST, SECOND], prefix + typed, "", cfg)
+    assert not fresh.text.startswith(first.text)
+    assert first.layout is not None
+    kept = build_prompt([BEST, SECOND], prefix + typed, "", cfg, layout=first.layout)
+    assert kept.text == first.text + typed and kept.layout == first.layout
+    # a cursor line cut to its end (minified code) is no layout to keep: its cut moves with every key
+    assert build_prompt([], "a = b + c; " * 300, "", cfg).layout is None
+
+
 def test_fim_formats() -> None:
     assert format_fim("codellama", "a = ", "\nb = 2") == "<PRE> a =  <SUF>\nb = 2 <MID>"
     assert format_fim("starcoder", "a = ", "\nb = 2") == "<fim_prefix>a = <fim_suffix>\nb = 2<fim_middle>"

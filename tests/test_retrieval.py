@@ -29,6 +29,7 @@ class FakeIndex:
     def __init__(self, files: dict[str, str], config: Config | None = None,
                  relations: dict[tuple[int, int], float] | None = None) -> None:
         self.root = Path("/nonexistent-repo")
+        self.epoch = 0  # never compacted
         self.config = config or Config()
         self._files = {p: t.split("\n") for p, t in files.items()}
         self.fragments = FragmentStore()
@@ -167,7 +168,7 @@ def seam_mismatches(proto: type, impl: object) -> list[str]:
 
 def test_the_seam_check_reads_every_member_of_the_protocol() -> None:
     members = protocol_members(RetrievalIndex)
-    assert {"config", "fragments", "files", "term_index", "symmetric_relations", "region_strength"} <= members
+    assert {"config", "fragments", "files", "term_index", "epoch", "symmetric_relations", "region_strength"} <= members
     assert protocol_members(FileWindows) == {"windows"}
 
 
@@ -175,6 +176,7 @@ def test_the_seam_check_catches_a_stand_in_that_drifted() -> None:
     class Drifted:
         fragments: list[Fragment | None] = []
         term_index = None
+        epoch = 0
         symmetric_relations = None
 
         def files(self) -> dict[str, Windows]:  # a method where the index has a value

@@ -88,6 +88,11 @@ class RetrievalIndex(Protocol):
     def term_index(self) -> TermIndex: ...
 
     @property
+    def epoch(self) -> int:
+        """Compactions so far: fragment ids before one mean nothing after it."""
+        ...
+
+    @property
     def symmetric_relations(self) -> sp.csr_matrix:
         """W of Eq. 9: fragment x fragment relations, w_ij = w_ji."""
         ...

@@ -307,6 +307,17 @@ class Prompt:
     definitions: tuple[DefinitionBlock, ...] = ()  # in prompt order (best last)
     shown: tuple[ShownRun, ...] = ()  # every run of repository lines shown, definitions then similar code
     recent: tuple[RecentSource, ...] = ()  # the session memory's entries shown, in prompt order
+    layout: Layout | None = None  # where its in-file context starts and what the sections had: to lay it again
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A prompt's layout, to lay a later one at the same cursor line the same way (`build_prompt(layout=...)`): its
+    in-file context's first line counted back from the cursor's, and the budget its sections were packed in. With
+    the same sections, the later prompt is the earlier one up to the cursor's line: only what was typed is new."""
+
+    lines_above: int
+    budget: int
 
 
 def render_block(src: BlockSource, markers: Markers = PYTHON_MARKERS) -> str:
@@ -627,7 +638,7 @@ class _InFile:
 def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, config: PromptConfig,
                  count: TokenCounter = estimate_tokens, *, place: Place | None = None,
                  definitions: DefinitionsSection = DefinitionsSection(),
-                 recent: RecentSection = RecentSection()) -> Prompt:
+                 recent: RecentSection = RecentSection(), layout: Layout | None = None) -> Prompt:
     """Lay `sources` (similar code, best-first), the definitions, the session's recent entries and the in-file
     context (`prefix`, `suffix`) into one prompt within `config.max_tokens` (a resolved config:
     `repocomp.backends.model_defaults.resolve_prompt`).
@@ -639,16 +650,17 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     laid first, their lines within what the memory's controller granted and the whole section within the budget
     the in-file context left; their lines count as shown, so similar code does not repeat them.
     `config.layout`: RepoCoder's commented blocks, or repository files (`RepoFiles`: opened by the repository's
-    name, the cursor's file named by its path).
+    name, the cursor's file named by its path). `layout`: an earlier prompt's at this cursor line, kept (its
+    in-file context's first line and its sections' budget) where the budget would move them by a few tokens.
     """
     if config.max_tokens <= 0 or config.context_tokens <= 0 or "auto" in (config.fim, config.layout):
         raise ValueError("build_prompt takes a resolved PromptConfig: repocomp.backends.model_defaults.resolve_prompt first")
     place = place or Place()
-    in_file = _in_file(prefix, suffix, config, count)
+    in_file = _in_file(prefix, suffix, config, count, layout.lines_above if layout is not None else None)
     markers = _markers(config, place)
     opening, closing = markers.preamble(place.repo or "repo"), markers.current_file(place.path)
     frame_tokens = count(opening) + count(closing) if opening else 0  # the repository layout's name lines
-    budget = config.max_tokens - in_file.tokens - frame_tokens
+    budget = layout.budget if layout is not None else config.max_tokens - in_file.tokens - frame_tokens
     shown = _Shown()
     in_view = None
     if place.path:  # the in-file context's lines, the cursor's line included
@@ -667,12 +679,20 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
         tokens += count("\n")
     return Prompt(text=text, blocks=blocks, context=in_file.context, suffix=in_file.suffix, tokens=tokens,
                   fim=in_file.fim,
-                  definitions=defs, shown=_shown_runs(blocks, defs), recent=tuple(reversed(recent_shown)))
+                  definitions=defs, shown=_shown_runs(blocks, defs), recent=tuple(reversed(recent_shown)),
+                  layout=Layout(in_file.context.count("\n"), budget) if _whole_lines(prefix, in_file.context) else None)
 
 
-def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter) -> _InFile:
-    """The code around the cursor that fits `config.context_tokens`: with FIM where `config.fim_at` reads the
-    suffix (`repocomp.prompt.suffix`), its first `config.suffix_lines` lines within a quarter of the budget."""
+def _whole_lines(prefix: str, context: str) -> bool:
+    """Whether the in-file context is whole lines of the prefix (not a line cut to its end: minified code)."""
+    return context == prefix or prefix.endswith("\n" + context)
+
+
+def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter,
+             lines_above: int | None = None) -> _InFile:
+    """The code around the cursor that fits `config.context_tokens` (or, given `lines_above`, that many whole lines
+    above the cursor's and the cursor's): with FIM where `config.fim_at` reads the suffix
+    (`repocomp.prompt.suffix`), its first `config.suffix_lines` lines within a quarter of the budget."""
     fim = config.fim
     if fim != "none" and suffix.strip() and not reads_suffix(config.fim_at, prefix, suffix):
         fim = "none"
@@ -680,7 +700,10 @@ def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter
     if fim != "none" and suffix:
         kept = _head_that_fits(suffix_lines(suffix, config.suffix_lines), config.context_tokens // 4, count)
     kept_tokens = count(kept) if kept else 0
-    context = _tail_that_fits(prefix, config.context_tokens - kept_tokens, count)
+    if lines_above is not None:
+        context = "\n".join(prefix.split("\n")[-(lines_above + 1):])
+    else:
+        context = _tail_that_fits(prefix, config.context_tokens - kept_tokens, count)
     return _InFile(context, kept, count(context) + kept_tokens, fim)
 
 

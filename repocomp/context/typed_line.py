@@ -1,0 +1,70 @@
+"""While a line is typed, the context its prompt shows stands.
+
+A request after each typed character asks again at the same line with one more character before the cursor.
+Retrieved anew, the repository context (similar code, definitions, the session's edits) can change with that
+character, and a prompt that changes near its start makes the model compute it all again: on 2 cores a 1,000-token
+prompt is about 5 s, where a prompt that only grew at its end costs the new tokens (`repocomp bench complete
+--editor`: docs/performance.md). So the first round's context of a document's last request is kept and shown again,
+laid as it was (`prompt.layout.Layout`: the in-file context from the same line, the sections in the same budget),
+while the requests stay on its line and the text before the cursor extends the one it was made for by a line's worth
+(the user types on, or deletes what they typed since); a request on another line, one after a deletion reaching
+back past that text, one after a paste, or one after the index was compacted (its fragment ids renumbered) makes
+its own. Requests without a document key (the CLI, the evaluation) never keep one.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from repocomp.context.retrieval_decision import RetrievalDecision
+    from repocomp.memory.controller import MemoryDecision
+    from repocomp.prompt.layout import Layout
+
+__all__ = ["LineContext", "LineContexts"]
+
+_ENTRIES = 64  # documents whose last line context is kept
+_TYPED_CHARS = 256  # past this much text typed since (a paste), the line's context is made anew
+
+
+@dataclass(frozen=True)
+class LineContext:
+    """The first round's context of a request, and where it was made."""
+
+    path: str
+    line: int
+    before: str  # the buffer's text before the cursor
+    epoch: int  # the index's compactions then
+    query: str
+    blocks: list[Any]  # the pipeline's ContextBlocks (their texts are copies: an edit elsewhere leaves them whole)
+    block_sources: list[Any]  # what the prompt showed of them (the paths they occur at, as the index had them)
+    layout: Layout | None  # the prompt's: its in-file context's first line and its sections' budget
+    retrieval: RetrievalDecision | None
+    state: Any  # the definitions' BufferState (None without definitions)
+    ranked: list[Any]
+    def_sources: list[Any]
+    memory: MemoryDecision | None
+
+
+class LineContexts:
+    """The last line context of each document key, the most recent `_ENTRIES` kept."""
+
+    def __init__(self) -> None:
+        self._last: OrderedDict[str, LineContext] = OrderedDict()
+
+    def get(self, key: str | None, path: str, line: int, before: str, epoch: int) -> LineContext | None:
+        """The context to show again: the key's last one when this request types on from it."""
+        kept = self._last.get(key) if key is not None else None
+        if kept is None or (kept.path, kept.line, kept.epoch) != (path, line, epoch):
+            return None
+        return kept if len(before) - len(kept.before) <= _TYPED_CHARS and before.startswith(kept.before) else None
+
+    def put(self, key: str | None, context: LineContext) -> None:
+        if key is None:
+            return
+        self._last[key] = context
+        self._last.move_to_end(key)
+        while len(self._last) > _ENTRIES:
+            self._last.popitem(last=False)
