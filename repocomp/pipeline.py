@@ -210,9 +210,8 @@ class Completer:
         with timings("sync"):
             if self.index is not None and req.mode != "infile" and self.sync_buffers:
                 self._sync_buffer(req.hole.path, cut.text)
-        epoch = self.index.epoch if self.index is not None else 0
-        kept = self._typed_lines.get(req.cache_key, req.hole.path, req.hole.line, req.hole.prefix, epoch) \
-            if req.mode in ("vanilla", "repocoder") else None
+        keeps = self.index is not None and req.mode in ("vanilla", "repocoder")  # a line's context: typed_line.py
+        kept = self._typed_lines.get(req.cache_key, req.hole, self.index) if keeps else None
         if kept is not None:  # the user types on in the line: its context stands (context/typed_line.py)
             state, run.memory = kept.state, kept.memory
         else:
@@ -237,10 +236,10 @@ class Completer:
             with timings(f"prompt_{r}"):
                 round_prompt = self._keep_order(req, r, self._prompt(req, shown, run.def_sources, run.memory,
                                                                      layout=layout))
-            if r == 1 and kept is None and req.mode in ("vanilla", "repocoder"):
-                self._typed_lines.put(req.cache_key, LineContext(
-                    req.hole.path, req.hole.line, req.hole.prefix, epoch, query, blocks, shown, round_prompt.layout,
-                    run.retrieval, state, run.ranked, run.def_sources, run.memory))
+            if r == 1 and kept is None and keeps:
+                self._typed_lines.put(req.cache_key, req.hole, self.index, LineContext(
+                    query, blocks, shown, round_prompt.layout, run.retrieval, state, run.ranked, run.def_sources,
+                    run.memory))
             if req.explain:
                 self._explain(blocks, anchor)
             with timings(f"generate_{r}"):

@@ -14,6 +14,7 @@ from repocomp.config.schema import Config
 from repocomp.context.retrieval import FileWindows, RetrievalIndex, Retriever
 from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Fragment, Location, window_spans
+from repocomp.index.revisions import Revisions
 from repocomp.index.term_index import TermIndex
 
 
@@ -30,6 +31,7 @@ class FakeIndex:
                  relations: dict[tuple[int, int], float] | None = None) -> None:
         self.root = Path("/nonexistent-repo")
         self.epoch = 0  # never compacted
+        self.revisions = Revisions()
         self.config = config or Config()
         self._files = {p: t.split("\n") for p, t in files.items()}
         self.fragments = FragmentStore()
@@ -81,6 +83,7 @@ class FakeIndex:
 
     def update_file(self, path: str, text: str | None = None) -> None:
         self.updates.append(path)
+        self.revisions.note([path])
         live = [f.id for f in self.fragments if f is not None]
         self.fragments.forget_path(live, path)  # fragments left without a location are removed
         gone = self.fragments.release(live)
@@ -177,6 +180,7 @@ def test_the_seam_check_catches_a_stand_in_that_drifted() -> None:
         fragments: list[Fragment | None] = []
         term_index = None
         epoch = 0
+        revisions = None
         symmetric_relations = None
 
         def files(self) -> dict[str, Windows]:  # a method where the index has a value

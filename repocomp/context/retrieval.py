@@ -37,6 +37,7 @@ from repocomp.index.term_index import TermIndex
 
 if TYPE_CHECKING:
     from repocomp.index import Index
+    from repocomp.index.revisions import Revisions
     from repocomp.prompt.cursor import Hole
 
 __all__ = ["Hit", "Retriever", "RetrievalResult", "RetrievalIndex", "draft_query_lines", "next_query", "round_query",
@@ -90,6 +91,11 @@ class RetrievalIndex(Protocol):
     @property
     def epoch(self) -> int:
         """Compactions so far: fragment ids before one mean nothing after it."""
+        ...
+
+    @property
+    def revisions(self) -> Revisions:
+        """The updates so far and which files they changed."""
         ...
 
     @property

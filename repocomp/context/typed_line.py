@@ -7,9 +7,10 @@ prompt is about 5 s, where a prompt that only grew at its end costs the new toke
 --editor`: docs/performance.md). So the first round's context of a document's last request is kept and shown again,
 laid as it was (`prompt.layout.Layout`: the in-file context from the same line, the sections in the same budget),
 while the requests stay on its line and the text before the cursor extends the one it was made for by a line's worth
-(the user types on, or deletes what they typed since); a request on another line, one after a deletion reaching
-back past that text, one after a paste, or one after the index was compacted (its fragment ids renumbered) makes
-its own. Requests without a document key (the CLI, the evaluation) never keep one.
+(the user types on, or deletes what they typed since), and the index took in no change but to this file (the
+buffer itself, synced as it is typed). A request on another line, one after a deletion reaching back past that
+text or a paste, one after another file changed (a save: what was retrieved may be stale), or one after the index
+was compacted (its fragment ids renumbered) makes its own. Requests without a document key (the CLI, the evaluation) never keep one.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from repocomp.context.retrieval import RetrievalIndex
     from repocomp.context.retrieval_decision import RetrievalDecision
     from repocomp.memory.controller import MemoryDecision
+    from repocomp.prompt.cursor import Hole
     from repocomp.prompt.layout import Layout
 
 __all__ = ["LineContext", "LineContexts"]
@@ -31,12 +34,8 @@ _TYPED_CHARS = 256  # past this much text typed since (a paste), the line's cont
 
 @dataclass(frozen=True)
 class LineContext:
-    """The first round's context of a request, and where it was made."""
+    """The first round's context of a request."""
 
-    path: str
-    line: int
-    before: str  # the buffer's text before the cursor
-    epoch: int  # the index's compactions then
     query: str
     blocks: list[Any]  # the pipeline's ContextBlocks (their texts are copies: an edit elsewhere leaves them whole)
     block_sources: list[Any]  # what the prompt showed of them (the paths they occur at, as the index had them)
@@ -48,23 +47,40 @@ class LineContext:
     memory: MemoryDecision | None
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """A line context and where it was made: the file, the line, the text before the cursor, the index then."""
+
+    path: str
+    line: int
+    before: str
+    epoch: int  # the index's compactions
+    revision: int  # the index's updates
+    context: LineContext
+
+
 class LineContexts:
     """The last line context of each document key, the most recent `_ENTRIES` kept."""
 
     def __init__(self) -> None:
-        self._last: OrderedDict[str, LineContext] = OrderedDict()
+        self._last: OrderedDict[str, _Kept] = OrderedDict()
 
-    def get(self, key: str | None, path: str, line: int, before: str, epoch: int) -> LineContext | None:
-        """The context to show again: the key's last one when this request types on from it."""
+    def get(self, key: str | None, hole: Hole, index: RetrievalIndex) -> LineContext | None:
+        """The context to show again: the key's last one when this request types on from it, and the index took
+        in no change but to this file since."""
         kept = self._last.get(key) if key is not None else None
-        if kept is None or (kept.path, kept.line, kept.epoch) != (path, line, epoch):
+        if kept is None or (kept.path, kept.line, kept.epoch) != (hole.path, hole.line, index.epoch):
             return None
-        return kept if len(before) - len(kept.before) <= _TYPED_CHARS and before.startswith(kept.before) else None
+        if index.revisions.changed_elsewhere_since(kept.revision, hole.path):
+            return None
+        before = hole.prefix
+        return kept.context if len(before) - len(kept.before) <= _TYPED_CHARS and before.startswith(kept.before) \
+            else None
 
-    def put(self, key: str | None, context: LineContext) -> None:
+    def put(self, key: str | None, hole: Hole, index: RetrievalIndex, context: LineContext) -> None:
         if key is None:
             return
-        self._last[key] = context
+        self._last[key] = _Kept(hole.path, hole.line, hole.prefix, index.epoch, index.revisions.now, context)
         self._last.move_to_end(key)
         while len(self._last) > _ENTRIES:
             self._last.popitem(last=False)

@@ -31,6 +31,7 @@ from repocomp.index.fragment_store import FragmentStore
 from repocomp.index.fragments import Location, line_starts, window_spans
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.relation_upkeep import Progress, RelationUpkeep
+from repocomp.index.revisions import Revisions
 from repocomp.index.store import page_out
 from repocomp.index.term_index import TermIndex
 from repocomp.index.walk import FileRule, addressable
@@ -62,6 +63,7 @@ class Index:
         self.upkeep = RelationUpkeep(self)
         self.summary = IndexSummary()
         self.epoch = 0  # compactions so far (ids before one mean nothing after it)
+        self.revisions = Revisions()  # the updates so far and which files they changed
         self._text_chars: int | None = None  # the files' text in characters (as the walk counts it), once counted
         self.store_dir: Path | None = None  # set when the index lives in the user's cache instead
         self.mapped: mmap.mmap | None = None  # the map of the index file a loaded index reads in place
@@ -232,6 +234,7 @@ class Index:
             return
         old_paths = [p for p in new_texts if p in self.files]
         new_paths = [p for p, v in new_texts.items() if v is not None]
+        self.revisions.note(new_texts)
 
         # in the old graph: what the change reaches, the files that resolve into the changed ones and their calls
         old_costs = self.graph.cost_matrix()
