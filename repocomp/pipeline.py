@@ -210,9 +210,10 @@ class Completer:
         with timings("sync"):
             if self.index is not None and req.mode != "infile" and self.sync_buffers:
                 self._sync_buffer(req.hole.path, cut.text)
-        keeps = self.index is not None and req.mode in ("vanilla", "repocoder")  # a line's context: typed_line.py
-        kept = self._typed_lines.get(req.cache_key, req.hole, self.index) if keeps else None
-        if kept is not None:  # the user types on in the line: its context stands (context/typed_line.py)
+        # while the user types on in a line, its first request's context stands (context/typed_line.py)
+        keeper = self.index if req.mode in ("vanilla", "repocoder") else None
+        kept = self._typed_lines.get(req.cache_key, req.hole, keeper) if keeper is not None else None
+        if kept is not None:
             state, run.memory = kept.state, kept.memory
         else:
             state = self._scan_definitions(req, timings)
@@ -236,8 +237,8 @@ class Completer:
             with timings(f"prompt_{r}"):
                 round_prompt = self._keep_order(req, r, self._prompt(req, shown, run.def_sources, run.memory,
                                                                      layout=layout))
-            if r == 1 and kept is None and keeps:
-                self._typed_lines.put(req.cache_key, req.hole, self.index, LineContext(
+            if r == 1 and kept is None and keeper is not None:
+                self._typed_lines.put(req.cache_key, req.hole, keeper, LineContext(
                     query, blocks, shown, round_prompt.layout, run.retrieval, state, run.ranked, run.def_sources,
                     run.memory))
             if req.explain:

@@ -10,7 +10,8 @@ while the requests stay on its line and the text before the cursor extends the o
 (the user types on, or deletes what they typed since), and the index took in no change but to this file (the
 buffer itself, synced as it is typed). A request on another line, one after a deletion reaching back past that
 text or a paste, one after another file changed (a save: what was retrieved may be stale), or one after the index
-was compacted (its fragment ids renumbered) makes its own. Requests without a document key (the CLI, the evaluation) never keep one.
+was compacted (its fragment ids renumbered) makes its own. Requests without a document key (the CLI, the
+evaluation) never keep one.
 """
 
 from __future__ import annotations
