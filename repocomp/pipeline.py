@@ -117,7 +117,7 @@ class Completer:
         self._finder: DefinitionFinder | None = None
         self._renderer = DefinitionRenderer(index, config.definitions) if index is not None else None
         self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
-        self._typed_lines = LineContexts()  # cache_key -> the first round's context of its last request
+        self._typed_lines = LineContexts(config.retrieval.keep_lines)  # cache_key -> the first round's context of its last request
         prompt = self.config.prompt  # a model that reads Qwen2.5-Coder's format ends its answer with one of its tokens
         self._stops = QWEN_STOP_TOKENS if prompt.fim == "qwen" or prompt.layout == "files" else ()
 

@@ -1,12 +1,13 @@
 """`repocomp bench complete --editor`: a line emptied, asked at, then typed; keystrokes the shown suggestion
-continues with are served from it (no model call), one that departs from it asks again."""
+continues with are served from it (no model call), one that departs from it asks again; `--lines N`: the lines
+below written on the same way, the code below them kept."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from repocomp.bench.complete import _type_line, _Typing
+from repocomp.bench.complete import _type_lines, _Typing
 from repocomp.pipeline import CompletionOptions
 
 FILE = "def bill(price, qty):\n    total = price * qty\n    return total\n"
@@ -32,9 +33,10 @@ class ScriptedCompleter:
         return _Answer(self.answers[len(self.asked) - 1], prompt=before)
 
 
-def _type(answers: list[str], typing: int = 0) -> tuple[_Typing, ScriptedCompleter, _Answer]:
+def _type(answers: list[str], typing: int = 0, lines: int = 1, text: str = FILE,
+          ) -> tuple[_Typing, ScriptedCompleter, _Answer]:
     completer, typed = ScriptedCompleter(answers), _Typing()
-    first = asyncio.run(_type_line(completer, "bill.py", FILE, 1, 4, typing, len, typed))
+    first = asyncio.run(_type_lines(completer, "bill.py", text, 1, lines, typing, len, typed))
     return typed, completer, first
 
 
@@ -42,7 +44,7 @@ def test_a_suggestion_serves_the_keys_it_continues_with_and_a_departing_key_asks
     typed, completer, first = _type(["total = price + tax", " qty"])
     # asked at the emptied line (the line being started), then after `total = price *` departed from `+ tax`
     assert completer.asked == [("    ", 4, "line"), ("    total = price *", 19, "auto")]
-    assert first.text == "total = price + tax" and typed.first_right == 0
+    assert first.text == "total = price + tax" and typed.right == [False]
     # 19 keys: `total = price ` (14) and then ` qty` (4) served, `*` asked
     assert (typed.keys, typed.through, len(typed.requests)) == (19, 18, 1)
     assert typed.requests[0].answer == " qty"
@@ -50,10 +52,30 @@ def test_a_suggestion_serves_the_keys_it_continues_with_and_a_departing_key_asks
 
 def test_a_right_first_suggestion_serves_the_whole_line() -> None:
     typed, completer, _ = _type(["total = price * qty"])
-    assert len(completer.asked) == 1 and typed.first_right == 1 and (typed.keys, typed.through) == (19, 19)
+    assert len(completer.asked) == 1 and typed.right == [True] and (typed.keys, typed.through) == (19, 19)
 
 
 def test_typing_k_types_only_the_lines_first_k_characters() -> None:
     typed, completer, _ = _type(["x", "y", "z", "w"], typing=3)
     assert typed.keys == 3 and typed.through == 0
     assert [line for line, _, _ in completer.asked[1:]] == ["    t", "    to", "    tot"]
+
+
+def test_lines_writes_the_lines_below_one_after_another_and_keeps_the_code_below_them() -> None:
+    text = "def bill(price, qty):\n    total = price * qty\n\n    total += 1\n    return total\n"
+    seen: list[str] = []
+
+    class Recording(ScriptedCompleter):
+        async def acomplete(self, path: str, text: str, line: int, col: int, options: CompletionOptions) -> _Answer:
+            seen.append(text)
+            return await super().acomplete(path, text, line, col, options)
+
+    completer, typed = Recording(["total = price * qty", "total -= 1", "= 1"]), _Typing()
+    first = asyncio.run(_type_lines(completer, "bill.py", text, 1, 3, 0, len, typed))
+    # line 1 right at once; the blank line 2 is passed over; line 3 asked, wrong at `+`, asked again there
+    assert first.text == "total = price * qty" and typed.right == [True, False]
+    assert completer.asked == [("    ", 4, "line"), ("    ", 4, "line"), ("    total +", 11, "auto")]
+    assert len(typed.next_lines) == 1 and len(typed.requests) == 1
+    # the buffer: the lines written so far, the cursor's line, then the code below the N lines (never those)
+    assert seen[0] == "def bill(price, qty):\n    \n    return total\n"
+    assert seen[1] == "def bill(price, qty):\n    total = price * qty\n\n    \n    return total\n"

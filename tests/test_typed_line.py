@@ -61,3 +61,42 @@ def test_typing_keeps_the_lines_context_until_another_file_changes(tmp_path: Pat
     assert len(retrieved) == 2
     ask("load")
     assert len(retrieved) == 2
+
+
+def test_keep_lines_shows_the_context_again_on_the_lines_below_with_the_same_first_line(tmp_path: Path) -> None:
+    (tmp_path / "lib.py").write_text(LIB)
+    (tmp_path / "main.py").write_text(MAIN)
+    config = resolve_config(Config().replace("retrieval", iterations=1, keep_lines=2))
+    index = Index.build(tmp_path, config)
+    comp = Completer(index, config, ScriptedBackend(["load_config(path)"]))
+    retrieved: list[int] = []
+    retrieve = comp._retrieve
+
+    def counted(*args: object) -> object:
+        retrieved.append(1)
+        return retrieve(*args)  # type: ignore[arg-type]
+
+    comp._retrieve = counted  # type: ignore[method-assign]
+    written = ["    cfg = load_config(path)", "    cfg['debug'] = True", "    return cfg"]
+
+    def ask(on: int) -> str:  # the lines written before line 4 + on, then the cursor at that line's indentation
+        text = "".join(f"{t}\n" for t in MAIN.split("\n")[:4] + written[:on]) + "    \n"
+        res = comp.complete("main.py", text, 4 + on, 4, CompletionOptions(cache_key="main"))
+        return res.prompt
+
+    first = ask(0)
+    second = ask(1)
+    third = ask(2)
+    assert len(retrieved) == 1
+    # each prompt is the one before up to its cursor's line plus the line written since
+    assert second.startswith(first[:first.rindex("\n") + 1] + written[0] + "\n")
+    assert third.startswith(second[:second.rindex("\n") + 1] + written[1] + "\n")
+    ask(3)  # a fourth line below: past keep_lines, retrieved again
+    assert len(retrieved) == 2
+
+    comp = Completer(index, resolve_config(Config().replace("retrieval", iterations=1)), ScriptedBackend(["x"]))
+    comp._retrieve = counted  # type: ignore[method-assign]
+    retrieved.clear()
+    ask(0)
+    ask(1)
+    assert len(retrieved) == 2  # keep_lines = 0: the line itself only

@@ -22,7 +22,9 @@ the line's characters are typed one at a time (all of them, or `--typing K`). A 
 suggestion continues with is served from it with no model call (as the language server serves it); one that
 departs from it makes a new request, whose answer is shown from then on. The table gives the first requests'
 latency, the requests the typing made, how many keystrokes the suggestion served, and how many first suggestions
-were the developer's line exactly.
+were the developer's line exactly. `--lines N` writes N lines from each position on, one after another (each
+emptied, asked at, typed; the code below them stays): the first requests at the lines below the position are
+timed apart, as a developer writing on in a file meets them.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class CompleteBenchResult:
     keystrokes: int = 0  # --editor: characters typed after the first requests
     typed_through: int = 0  # --editor: keystrokes the shown suggestion continued with (no model call)
     first_right: int = 0  # --editor: first suggestions that were the developer's line exactly
+    lines_asked: int = 0  # --editor: lines with a first request (the positions' and, with --lines, those below)
+    line_right: list[bool] = field(default_factory=list)  # --editor: per line asked, in order (runs pair by it)
+    next_line_ms: dict[str, float] = field(default_factory=dict)  # --lines: first requests at the lines below
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,6 +97,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--editor", action="store_true",
                    help="empty each position's line, ask there, then type it (see above); --typing K: its first K "
                         "characters (default: the whole line)")
+    p.add_argument("--lines", type=int, default=1, metavar="N",
+                   help="with --editor: write N lines from each position on, one after another (default 1)")
     p.add_argument("--config", type=Path, metavar="FILE")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.set_defaults(run=_run)
@@ -132,43 +139,57 @@ class _Typing:
     requests: list[_Typed] = field(default_factory=list)  # those that asked the model
     keys: int = 0  # --editor: all of them
     through: int = 0  # --editor: those the shown suggestion served
-    first_right: int = 0  # --editor: first suggestions that were the line exactly
+    right: list[bool] = field(default_factory=list)  # --editor: per line asked, whether its first suggestion was it
+    next_lines: list[float] = field(default_factory=list)  # --lines: the first requests' ms at the later lines
 
 
-async def _type_line(completer: Any, path: str, text: str, line: int, col: int, typing: int, count: Any,
-                     typed: _Typing) -> Any:
-    """--editor at one position: the first request at the line emptied to `col`, then the line typed (`typing`
-    characters, 0: all); the first request's result."""
+async def _type_lines(completer: Any, path: str, text: str, line: int, n_lines: int, typing: int, count: Any,
+                      typed: _Typing) -> Any:
+    """--editor at one position: `n_lines` lines from `line` on written one after another, each emptied to its
+    indentation and asked there, then typed (`typing` characters, 0: all); the code below them stays. The first
+    request's result (the position's)."""
     from repocomp.pipeline import CompletionOptions
 
     lines = text.split("\n")
-    target, above = lines[line], "".join(f"{t}\n" for t in lines[max(0, line - 3):line])
+    end = min(line + n_lines, len(lines))
+    position = None
+    for at in range(line, end):
+        target = lines[at]
+        col = len(target) - len(target.lstrip())
+        if at > line and not target.strip():
+            continue  # a blank line: the developer presses Enter again
+        above = "".join(f"{t}\n" for t in lines[max(0, at - 3):at])
 
-    async def ask(k: int) -> tuple[Any, float]:
-        buffer = "\n".join([*lines[:line], target[:col + k], *lines[line + 1:]])
-        t0 = time.perf_counter()  # the language server's options: the line being started, the document's key
-        res = await completer.acomplete(path, buffer, line, col + k,
-                                        CompletionOptions(kind="line" if k == 0 else "auto", cache_key=path))
-        return res, (time.perf_counter() - t0) * 1e3
+        async def ask(k: int, at: int = at, target: str = target, col: int = col) -> tuple[Any, float]:
+            buffer = "\n".join([*lines[:at], target[:col + k], *lines[end:]])
+            t0 = time.perf_counter()  # the language server's options: the line being started, the document's key
+            res = await completer.acomplete(path, buffer, at, col + k,
+                                            CompletionOptions(kind="line" if k == 0 else "auto", cache_key=path))
+            return res, (time.perf_counter() - t0) * 1e3
 
-    first, _ = await ask(0)
-    typed.first_right += bool(target[col:].strip()) and first.text.split("\n", 1)[0].rstrip() == target[col:].rstrip()
-    shown, since, previous = first.text, "", first.prompt
-    rest = len(target) - col
-    for k in range(1, (min(typing, rest) if typing else rest) + 1):
-        since += target[col + k - 1]
-        typed.keys += 1
-        if shown.startswith(since):
-            typed.through += 1
-            continue
-        res, ms = await ask(k)
-        typed.requests.append(_typed(ms, res.text, res.prompt, previous, above, target[:col + k], count))
-        shown, since, previous = res.text, "", res.prompt
-    return first
+        first, ms = await ask(0)
+        if position is None:
+            position = first
+        else:
+            typed.next_lines.append(ms)
+        typed.right.append(bool(target[col:].strip())
+                           and first.text.split("\n", 1)[0].rstrip() == target[col:].rstrip())
+        shown, since, previous = first.text, "", first.prompt
+        rest = len(target) - col
+        for k in range(1, (min(typing, rest) if typing else rest) + 1):
+            since += target[col + k - 1]
+            typed.keys += 1
+            if shown.startswith(since):
+                typed.through += 1
+                continue
+            res, ms = await ask(k)
+            typed.requests.append(_typed(ms, res.text, res.prompt, previous, above, target[:col + k], count))
+            shown, since, previous = res.text, "", res.prompt
+    return position
 
 
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]], typing: int = 0,
-                 editor: bool = False) -> tuple[list, float, _Typing, dict[str, dict[str, float]]]:
+                 editor: bool = False, n_lines: int = 1) -> tuple[list, float, _Typing, dict[str, dict[str, float]]]:
     """(results, model load and warm-up in ms, the keystrokes after them, the backend's counters: prefix reuse
     under "cache_stats", the output head under "output_head_stats", the model's time after the warm-up under
     "model_time")."""
@@ -187,8 +208,8 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
     try:
         for path, line, col in positions:
             if editor:
-                results.append(await _type_line(completer, path, texts[path], line, col, typing,
-                                                completer.count_tokens, typed))
+                results.append(await _type_lines(completer, path, texts[path], line, n_lines, typing,
+                                                 completer.count_tokens, typed))
                 continue
             results.append(await completer.acomplete(path, texts[path], line, col))
             lines = texts[path].split("\n")
@@ -210,14 +231,15 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
 
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
-                       progress: Any = None, typing: int = 0, editor: bool = False) -> CompleteBenchResult:
+                       progress: Any = None, typing: int = 0, editor: bool = False,
+                       n_lines: int = 1) -> CompleteBenchResult:
     from repocomp.backends.model_defaults import resolve_config
     from repocomp.index import Index
 
     config = resolve_config(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    results, load, typing_done, counters = asyncio.run(_bench(index, config, pos, typing, editor))
+    results, load, typing_done, counters = asyncio.run(_bench(index, config, pos, typing, editor, n_lines))
     typed = typing_done.requests
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
@@ -233,7 +255,9 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         cache=dict(counters["cache_stats"]), output_head=dict(counters["output_head_stats"]),
         model_time=dict(counters["model_time"]), typed_answers=[t.answer for t in typed], typed_same_to_cursor=sum(t.same_to_cursor for t in typed),
         typed_new_tokens=_stats([t.new_tokens for t in typed]) if typed else {}, editor=editor,
-        keystrokes=typing_done.keys, typed_through=typing_done.through, first_right=typing_done.first_right)
+        keystrokes=typing_done.keys, typed_through=typing_done.through, first_right=sum(typing_done.right),
+        lines_asked=len(typing_done.right), line_right=typing_done.right,
+        next_line_ms=_stats(typing_done.next_lines) if typing_done.next_lines else {})
 
 
 def format_table(res: CompleteBenchResult) -> str:
@@ -245,7 +269,8 @@ def format_table(res: CompleteBenchResult) -> str:
              "", f"{'':<28}{'p50':>10}{'p95':>10}{'mean':>10}{'max':>10}"]
     first, typed = ("first, at the emptied line", "typed, the model asked") if res.editor else \
         ("request (ms)", "typed, a request a key (ms)")
-    for name, s in ((first, res.request_ms), ("generation per round (ms)", res.generate_ms),
+    for name, s in ((first, res.request_ms), ("first, at the lines below", res.next_line_ms),
+                    ("generation per round (ms)", res.generate_ms),
                     ("prompt tokens", res.prompt_tokens), (typed, res.typing_ms)):
         if s:
             lines.append(f"{name:<28}{s['p50']:>10.1f}{s['p95']:>10.1f}{s['mean']:>10.1f}{s['max']:>10.1f}")
@@ -253,7 +278,7 @@ def format_table(res: CompleteBenchResult) -> str:
         lines.append(f"keystrokes: {res.keystrokes}, {res.typed_through} served by the suggestion shown "
                      f"({res.typed_through / max(res.keystrokes, 1):.0%}), {res.keystrokes - res.typed_through} asked "
                      "the model; first suggestions that "
-                     f"were the line exactly: {res.first_right} of {res.positions}")
+                     f"were the line exactly: {res.first_right} of {res.lines_asked}")
     if res.typing_ms:
         lines.append(f"typed prompts the same as the previous one up to the cursor's line: {res.typed_same_to_cursor} "
                      f"of {res.typing_ms['n']:.0f}; tokens after the common prefix p50 "
@@ -299,7 +324,10 @@ def _run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.typing <= 1000:
         raise RepocompError(f"--typing must be in 0..1000, got {args.typing}")
-    res = run_complete_bench(root, config, args.positions, args.seed, progress, args.typing, args.editor)
+    if not 1 <= args.lines <= 1000 or (args.lines > 1 and not args.editor):
+        raise RepocompError(f"--lines must be in 1..1000 and goes with --editor, got {args.lines}")
+    res = run_complete_bench(root, config, args.positions, args.seed, progress, args.typing, args.editor,
+                             args.lines)
     if res.backend == "extractive":
         print("repocomp: warning: answered by the extractive backend, not a model (see `repocomp model prepare`)",
               file=sys.stderr)

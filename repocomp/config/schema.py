@@ -183,9 +183,15 @@ class RetrievalConfig:
     # model it skipped a quarter of the requests' retrieved code at equal EM, for a median request 1-2% faster
     # (docs/evaluation.md)
     selective: bool = False
+    # While the user writes on in a file, a request at one of the next `keep_lines` lines below the one whose
+    # context was made shows that context again (similar code, definitions, session edits, laid from the same
+    # first line), so that its prompt is the earlier one plus what was typed and the runtime's prefix cache holds
+    # the rest (repocomp/context/typed_line.py); 0 = only on the line itself
+    keep_lines: int = 0
 
     def validate(self) -> None:
         check_setting(1 <= self.paging_max <= 100, "paging_max must be in 1..100")
+        check_setting(0 <= self.keep_lines <= 100, "keep_lines must be in 0..100")
         check_setting(self.similarity in SIMILARITIES, f"similarity must be one of {', '.join(SIMILARITIES)}")
         check_setting(0.0 <= self.alpha <= 1000.0, "alpha must be in [0, 1000]")
         check_setting(0.0 <= self.query_relations <= 1000.0, "query_relations must be in [0, 1000]")

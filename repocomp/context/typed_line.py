@@ -1,21 +1,22 @@
-"""While a line is typed, the context its prompt shows stands.
+"""While a line is typed, the context its prompt shows stands, and on the next few lines too where configured.
 
 A request after each typed character asks again at the same line with one more character before the cursor.
 Retrieved anew, the repository context (similar code, definitions, the session's edits) can change with that
 character, and a prompt that changes near its start makes the model compute it all again: on 2 cores a 1,000-token
 prompt is about 5 s, where a prompt that only grew at its end costs the new tokens (`repocomp bench complete
 --editor`: docs/performance.md). So the first round's context of a document's last request is kept and shown again,
-laid as it was (`prompt.layout.Layout`: the in-file context from the same line, the sections in the same budget),
-while the requests stay on its line and the text before the cursor extends the one it was made for by a line's worth
-(the user types on, or deletes what they typed since), and the index took in no change but to this file (the
-buffer itself, synced as it is typed). A request on another line, one after a deletion reaching back past that
-text or a paste, one after another file changed (a save: what was retrieved may be stale), or one after the index
-was compacted (its fragment ids renumbered) makes its own. Requests without a document key (the CLI, the
-evaluation) never keep one.
+laid as it was (`prompt.layout.Layout`: the in-file context from the same first line, the sections in the same
+budget), while the requests stay on its line, or on one of the `[retrieval] keep_lines` lines below it, and the text
+before the cursor extends the one it was made for by at most `_TYPED_CHARS` (the user types on, presses Enter and
+goes on, or deletes what they typed since), and the index took in no change but to this file (the buffer itself,
+synced as it is typed). A request further away, one after a deletion reaching back past that text or a paste, one
+after another file changed (a save: what was retrieved may be stale), or one after the index was compacted (its
+fragment ids renumbered) makes its own. Requests without a document key (the CLI, the evaluation) never keep one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["LineContext", "LineContexts"]
 
 _ENTRIES = 64  # documents whose last line context is kept
-_TYPED_CHARS = 256  # past this much text typed since (a paste), the line's context is made anew
+_TYPED_CHARS = 256  # past this much text typed since (a paste, or lines on), the context is made anew
 
 
 @dataclass(frozen=True)
@@ -61,22 +62,30 @@ class _Kept:
 
 
 class LineContexts:
-    """The last line context of each document key, the most recent `_ENTRIES` kept."""
+    """The last line context of each document key, the most recent `_ENTRIES` kept; shown again on its line and the
+    `keep_lines` lines below it."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_lines: int = 0) -> None:
         self._last: OrderedDict[str, _Kept] = OrderedDict()
+        self.keep_lines = keep_lines
 
     def get(self, key: str | None, hole: Hole, index: RetrievalIndex) -> LineContext | None:
         """The context to show again: the key's last one when this request types on from it, and the index took
-        in no change but to this file since."""
+        in no change but to this file since; on a later line, its layout's in-file context from the same line."""
         kept = self._last.get(key) if key is not None else None
-        if kept is None or (kept.path, kept.line, kept.epoch) != (hole.path, hole.line, index.epoch):
+        if kept is None or (kept.path, kept.epoch) != (hole.path, index.epoch) \
+                or not 0 <= hole.line - kept.line <= self.keep_lines:
             return None
         if index.revisions.changed_elsewhere_since(kept.revision, hole.path):
             return None
         before = hole.prefix
-        return kept.context if len(before) - len(kept.before) <= _TYPED_CHARS and before.startswith(kept.before) \
-            else None
+        if len(before) - len(kept.before) > _TYPED_CHARS or not before.startswith(kept.before):
+            return None
+        lines_on, context = hole.line - kept.line, kept.context
+        if lines_on and context.layout is not None:
+            layout = dataclasses.replace(context.layout, lines_above=context.layout.lines_above + lines_on)
+            context = dataclasses.replace(context, layout=layout)
+        return context
 
     def put(self, key: str | None, hole: Hole, index: RetrievalIndex, context: LineContext) -> None:
         if key is None:
