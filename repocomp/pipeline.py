@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING
 
 from repocomp.backends import FallbackBackend, Generation, GenerationRequest
 from repocomp.backends.base import loop_deadline
-from repocomp.backends.model_defaults import QWEN_STOP_TOKENS, is_resolved
+from repocomp.backends.model_defaults import is_resolved
+from repocomp.backends.profile import format_stops
 from repocomp.config.schema import MODES, Config
 from repocomp.context.definitions import DefinitionFinder
 from repocomp.context.paging import paged_definitions
@@ -119,7 +120,7 @@ class Completer:
         self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
         self._typed_lines = LineContexts(config.retrieval.keep_lines)  # cache_key -> the first round's context of its last request
         prompt = self.config.prompt  # a model that reads Qwen2.5-Coder's format ends its answer with one of its tokens
-        self._stops = QWEN_STOP_TOKENS if prompt.fim == "qwen" or prompt.layout == "files" else ()
+        self._stops = format_stops(prompt.fim, prompt.layout)
 
     @property
     def finder(self) -> DefinitionFinder | None:

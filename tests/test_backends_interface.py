@@ -254,4 +254,4 @@ def test_importing_the_package_imports_no_backend() -> None:
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('repocomp.backends.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     assert json.loads(out.stdout) == ["repocomp.backends.base", "repocomp.backends.factory",
-                                      "repocomp.backends.fallback"]
+                                      "repocomp.backends.fallback", "repocomp.backends.registry"]

@@ -33,6 +33,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops
+from repocomp.backends.profile import ModelProfile, served_profile
+from repocomp.config.schema import BackendConfig
 from repocomp.prompt.languages import PYTHON, LexicalRules, rules_for
 
 log = logging.getLogger(__name__)
@@ -196,6 +198,16 @@ class ExtractiveBackend:
 
     name = "extractive"
     capabilities = Capabilities(writes=False, in_process=False)  # copies retrieved code; nothing to load
+
+    @classmethod
+    def profile(cls, config: BackendConfig) -> ModelProfile:
+        """The reference's (a served model's): retrieval measured with the extractive backend is what a user with
+        Code Llama gets."""
+        return served_profile(config.max_new_tokens)
+
+    @classmethod
+    def from_config(cls, config: BackendConfig) -> ExtractiveBackend:
+        return cls()
 
     async def agenerate(self, request: GenerationRequest) -> Generation:
         text = extract_continuation(request.prefix, request.candidates, request.language)

@@ -1,21 +1,48 @@
-"""Building the configured backend (`make_backend`) and readying it before its first request (`load_and_warm`).
+"""The backends by name (`BACKENDS`, `backend_class`), building the configured one (`make_backend`) and readying
+it before its first request (`load_and_warm`).
 
-The backends are imported when one is built, so importing `repocomp.backends` stays cheap: torch and transformers
-(the in-process backend) or httpx (vLLM) load only for the backend configured.
+A backend's module is imported when its class is asked for, so importing `repocomp.backends` stays cheap: torch and
+transformers (the in-process backend) or httpx (vLLM) load only for the backend configured.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Protocol
 
-from repocomp.backends.base import Backend, GenerationRequest
+from repocomp.backends.base import Backend, Capabilities, GenerationRequest
 from repocomp.backends.fallback import FallbackBackend
-from repocomp.config.schema import BackendConfig
+from repocomp.backends.registry import AUTO_RUNTIMES, BACKENDS, NO_MODEL
 from repocomp.errors import BackendError
 
-__all__ = ["load_and_warm", "make_backend"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from repocomp.backends.profile import ModelProfile
+    from repocomp.config.schema import BackendConfig
+
+__all__ = ["AUTO_RUNTIMES", "BACKENDS", "NO_MODEL", "BackendClass", "backend_class", "load_and_warm", "make_backend"]
 
 log = logging.getLogger(__name__)
+
+
+class BackendClass(Protocol):
+    """What a backend's class says before an instance exists."""
+
+    capabilities: Capabilities
+
+    def profile(self, config: BackendConfig) -> ModelProfile:
+        """The defaults of the model it serves under `config` (`repocomp.backends.profile`)."""
+        ...
+
+    def from_config(self, config: BackendConfig) -> Backend: ...
+
+
+class LocalRuntimeClass(BackendClass, Protocol):
+    def runs_here(self, config: BackendConfig, folder: Path) -> bool:
+        """Whether it can run the prepared model in `folder` on this machine."""
+        ...
 
 # About a thousand tokens of ordinary code, as long as the local model's prompts: the kernels chosen for a short
 # prompt are not those of a full one (a 300-token warm-up left the first real request at 2.2x the median).
@@ -45,27 +72,8 @@ def make_backend(config: BackendConfig) -> Backend:
         raise ValueError("make_backend takes a resolved config: repocomp.backends.model_defaults.resolve_config first")
     if config.name == "extractive":
         return ExtractiveBackend()
-    primary: Backend
     try:
-        if config.name == "vllm":
-            from repocomp.backends.vllm import VLLMBackend
-
-            primary = VLLMBackend.from_config(config)
-        elif config.name == "transformers":
-            from repocomp.backends.hf import TransformersBackend
-
-            primary = TransformersBackend.from_config(config)
-        elif config.name == "llamacpp":
-            from repocomp.backends.llama_cpp import LlamaCppBackend
-
-            primary = LlamaCppBackend.from_config(config)
-        elif config.name == "openvino":
-            from repocomp.backends.openvino import OpenVINOBackend
-
-            primary = OpenVINOBackend.from_config(config)
-        else:
-            raise BackendError(f"unknown backend {config.name!r}: use extractive, vllm, transformers, llamacpp or "
-                               "openvino")
+        primary: Backend = backend_class(config.name).from_config(config)
     except BackendError:
         if config.fallback != "extractive":
             raise
@@ -74,3 +82,12 @@ def make_backend(config: BackendConfig) -> Backend:
     if config.fallback == "extractive":
         return FallbackBackend(primary, ExtractiveBackend())
     return primary
+
+
+def backend_class(name: str) -> BackendClass:
+    """The class of the backend `name` (its module imported now)."""
+    if name not in BACKENDS:
+        raise BackendError(f"unknown backend {name!r}: use {', '.join(BACKENDS)}")
+    module, cls = BACKENDS[name]
+    found: BackendClass = getattr(importlib.import_module(module), cls)
+    return found

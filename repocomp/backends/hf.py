@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
-from repocomp.backends.local_model import cpu_has_native_bf16
+from repocomp.backends.local_model import cpu_has_native_bf16, runtime_missing
+from repocomp.backends.profile import (
+    QWEN_STOP_TOKENS,
+    ModelProfile,
+    local_cpu_profile,
+    served_profile,
+    tokenizer_folder,
+)
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.text import encodable
@@ -81,8 +88,6 @@ def _stop_on_special_tokens(model: CausalLM, tokenizer: PreTrainedTokenizerBase)
     """Make every stop token of the prompt formats this model's tokenizer has an end of generation (Qwen2.5-Coder
     ends a fill-in-the-middle answer with <|endoftext|> or <|file_sep|>, its checkpoint names only <|im_end|>):
     the answer is decoded without special tokens, so they must stop it as tokens, not as text."""
-    from repocomp.backends.model_defaults import QWEN_STOP_TOKENS
-
     vocab = tokenizer.get_vocab()
     extra = [vocab[t] for t in QWEN_STOP_TOKENS if t in vocab]
     if not extra:
@@ -95,6 +100,18 @@ def _stop_on_special_tokens(model: CausalLM, tokenizer: PreTrainedTokenizerBase)
 class TransformersBackend:
     name = "transformers"
     capabilities = Capabilities(writes=True, in_process=True)
+
+    @classmethod
+    def profile(cls, config: BackendConfig) -> ModelProfile:
+        """On a CPU, the local model's defaults; on an accelerator, a served model's."""
+        tokenizer = tokenizer_folder(config.model)
+        return local_cpu_profile(tokenizer) if config.device == "cpu" else \
+            served_profile(config.max_new_tokens, tokenizer)
+
+    @classmethod
+    def runs_here(cls, config: BackendConfig, folder: Path) -> bool:
+        """Whether it can run the prepared model in `folder` (torch and transformers installed)."""
+        return not runtime_missing()
 
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto", fast_output_head: bool = True) -> None:
         self.model_name = model

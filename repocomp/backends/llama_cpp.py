@@ -41,6 +41,7 @@ from repocomp.backends.base import (
     should_stop,
 )
 from repocomp.backends.llama_runtime import Runtime, load
+from repocomp.backends.profile import QWEN_STOP_TOKENS, ModelProfile, local_cpu_profile, tokenizer_folder
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.text import encodable
@@ -127,8 +128,6 @@ _LOADED: weakref.WeakValueDictionary[str, _LoadedModel] = weakref.WeakValueDicti
 
 
 def _load_model(path: Path, threads: int) -> _LoadedModel:
-    from repocomp.backends.model_defaults import QWEN_STOP_TOKENS
-
     runtime = load()
     lib = runtime.lib
     params = lib.llama_model_default_params()
@@ -170,6 +169,10 @@ def _threads() -> int:
 class LlamaCppBackend:
     name = "llamacpp"
     capabilities = Capabilities(writes=True, in_process=True)
+
+    @classmethod
+    def profile(cls, config: BackendConfig) -> ModelProfile:
+        return local_cpu_profile(tokenizer_folder(config.model))
 
     def __init__(self, model: str, threads: int = 0) -> None:
         self.model_name = model

@@ -15,6 +15,7 @@ request's `finished`) or its time is up.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import threading
@@ -35,6 +36,7 @@ from repocomp.backends.base import (
     should_stop,
 )
 from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR, prepared_openvino_model
+from repocomp.backends.profile import QWEN_STOP_TOKENS, ModelProfile, local_cpu_profile, tokenizer_folder
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError
 from repocomp.text import encodable
@@ -77,8 +79,6 @@ _LOADED: weakref.WeakValueDictionary[str, _Pipeline] = weakref.WeakValueDictiona
 
 
 def _load(path: Path) -> _Pipeline:
-    from repocomp.backends.model_defaults import QWEN_STOP_TOKENS
-
     try:
         import openvino_genai as og
     except ImportError:
@@ -103,6 +103,17 @@ def _load(path: Path) -> _Pipeline:
 class OpenVINOBackend:
     name = "openvino"
     capabilities = Capabilities(writes=True, in_process=True)
+
+    @classmethod
+    def profile(cls, config: BackendConfig) -> ModelProfile:
+        return local_cpu_profile(tokenizer_folder(config.model))
+
+    @classmethod
+    def runs_here(cls, config: BackendConfig, folder: Path) -> bool:
+        """Whether it can run the prepared model in `folder`: on a CPU, with the runtime installed and the folder's
+        OpenVINO files written (`repocomp model prepare`)."""
+        return config.device == "cpu" and prepared_openvino_model(folder) is not None \
+            and importlib.util.find_spec("openvino_genai") is not None
 
     def __init__(self, model: str) -> None:
         self.model_name = model

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 from repocomp.backends.base import Capabilities, Generation, GenerationRequest, loop_deadline
+from repocomp.backends.profile import ModelProfile, served_profile, tokenizer_folder
 from repocomp.config.schema import BackendConfig, check_endpoint
 from repocomp.errors import BackendError
 from repocomp.text import encodable
@@ -39,6 +41,7 @@ DOWN_COOLDOWN_S = 5.0  # an endpoint that refused a connection goes to the back 
 MAX_SSE_LINE_BYTES = 1 << 16  # one event is a few hundred bytes; a line this long is no sane event
 MAX_TOKEN_BYTES = 64  # generous bytes per token (the longest BPE tokens are runs of about 16 spaces or symbols)
 MAX_ERROR_BODY_BYTES = 1 << 14  # what is read of an error answer's body for the message
+_QWEN_CODER_NAME = re.compile(r"qwen2\.5-coder", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,17 @@ def _base_url(url: str) -> str:
 class VLLMBackend:
     name = "vllm"
     capabilities = Capabilities(writes=True, in_process=False)  # the server holds the model, warm
+
+    @classmethod
+    def profile(cls, config: BackendConfig) -> ModelProfile:
+        """A served model's defaults; the prompt counted with the local model's tokenizer where `repocomp model
+        serve` serves a prepared model under its name, and Qwen2.5-Coder's format for a model named so."""
+        from repocomp.backends.local_model import MODELS, default_model_dir, prepared
+
+        local = prepared(default_model_dir(config.model) if config.model in MODELS else None)
+        served_local = local is not None and config.model in (local.name, str(local.path))
+        tokenizer = tokenizer_folder(str(local.path)) if served_local and local is not None else ""
+        return served_profile(config.max_new_tokens, tokenizer, bool(_QWEN_CODER_NAME.search(config.model)))
 
     def __init__(
         self,

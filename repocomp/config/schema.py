@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from repocomp.backends.registry import BACKENDS
 from repocomp.config.coerce import build_section, shown
 
 # The fixed sets of names, each spelled once: validation, CLI choices and LSP options read these.
 MODES = ("infile", "vanilla", "repocoder", "oracle")  # completion modes; oracle (ground truth as query) is eval-only
-BACKEND_NAMES = ("auto", "extractive", "vllm", "transformers", "llamacpp", "openvino")
+BACKEND_NAMES = ("auto", *BACKENDS)
 EVAL_BACKENDS = ("none",) + tuple(n for n in BACKEND_NAMES if n != "auto")  # none: retrieval only
 FIM_FORMATS = ("none", "codellama", "starcoder", "qwen")
 FIM_AT = ("inline", "continues", "always")  # where a FIM prompt reads the code after the cursor (repocomp.prompt.suffix)
@@ -311,7 +312,7 @@ class MemoryConfig:
 @dataclass(frozen=True)
 class BackendConfig:
     # "auto": the local model in process when one is prepared (`repocomp model prepare`), else "extractive"
-    name: str = "auto"  # "auto", "extractive", "vllm", "transformers", "llamacpp" or "openvino"
+    name: str = "auto"  # "auto" or a backend's name (BACKEND_NAMES: repocomp.backends.registry.BACKENDS)
     model: str = ""  # vllm: the served name ("" = ask the server); transformers: a folder ("" = the local model)
     endpoints: tuple[str, ...] = ("http://127.0.0.1:8000",)
     timeout_s: float = 30.0
@@ -333,7 +334,7 @@ class BackendConfig:
     fast_output_head: bool = True
 
     def validate(self) -> None:
-        check_setting(self.name in BACKEND_NAMES, f"name must be one of {', '.join(BACKEND_NAMES)}")
+        check_setting(self.name == "auto" or self.name in BACKENDS, f"name must be one of auto, {', '.join(BACKENDS)}")
         check_setting(self.dtype in ("auto", "float32", "bfloat16"), "dtype must be 'auto', 'float32' or 'bfloat16'")
         check_setting(self.fallback in ("", "extractive"), "fallback must be 'extractive' or ''")
         check_setting(0 < self.timeout_s <= _DAY_S, "timeout_s must be in (0, 86400] seconds")
