@@ -94,7 +94,8 @@ def test_keep_lines_shows_the_context_again_on_the_lines_below_with_the_same_fir
     ask(3)  # a fourth line below: past keep_lines, retrieved again
     assert len(retrieved) == 2
 
-    comp = Completer(index, resolve_config(Config().replace("retrieval", iterations=1)), ScriptedBackend(["x"]))
+    config = resolve_config(Config().replace("retrieval", iterations=1, keep_lines=0))
+    comp = Completer(index, config, ScriptedBackend(["x"]))
     comp._retrieve = counted  # type: ignore[method-assign]
     retrieved.clear()
     ask(0)
