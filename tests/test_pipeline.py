@@ -392,8 +392,9 @@ def test_consecutive_requests_of_a_document_keep_the_previous_block_order() -> N
 
 def test_typing_on_in_a_line_keeps_its_context_and_a_deletion_or_another_line_retrieves_again() -> None:
     """A request after each typed character: the context of the line's first request stands, so the prompt only
-    grows at its end (what a backend's prefix cache reuses); a deletion back past where it was made, a request on
-    another line, or one without a document key (CLI, evaluation) retrieves anew."""
+    grows at its end (what a backend's prefix cache reuses), also on the next line written ([retrieval] keep_lines);
+    a deletion back past where it was made, a request on a line above, or one without a document key (CLI,
+    evaluation) retrieves anew."""
     _, comp, backend = make(iterations=1, alpha=0.0)
     _scripted_retrieval(comp, [["a", "b", "c"], ["c", "b", "a"], ["b", "c", "a"], ["a", "c", "b"]])
     col = len("    cfg = ")
@@ -408,13 +409,14 @@ def test_typing_on_in_a_line_keeps_its_context_and_a_deletion_or_another_line_re
     assert _block_order(typed.prompt) == _block_order(first.prompt) == ["c", "b", "a"]  # the first request's
     assert _block_order(at("pa").prompt) == ["c", "b", "a"]  # back two characters: still typed on from `p`
     assert _block_order(at("").prompt)[-1] == "c"  # back past it: retrieved again (c best now)
-    assert _block_order(at("p", line=6).prompt)[-1] == "b"  # another line
+    assert _block_order(at("p", line=6).prompt)[-1] == "c"  # the next line: written on from there, kept
+    assert _block_order(at("p", line=3).prompt)[-1] == "b"  # a line above
     assert _block_order(at("pa", key=None).prompt)[-1] == "a"  # no key
-    assert len(backend.requests) == 6
+    assert len(backend.requests) == 7
 
 
 def test_the_best_block_stays_last_and_a_far_cursor_gets_the_plain_order() -> None:
-    _, comp, _ = make(iterations=1, alpha=0.0)
+    _, comp, _ = make(iterations=1, alpha=0.0, keep_lines=0)  # each request retrieves
     _scripted_retrieval(comp, [["a", "b", "c"], ["b", "a", "c"], ["b", "a", "c"], ["b", "c", "a"]])
     col = len("    cfg = ")
     # each request a line from the previous one (on the same line, typing on, the line's context stands)
