@@ -34,11 +34,13 @@ LIB = ("def load_config(path):\n    return parse_config(open(path).read())\n\n\n
 MAIN = "import lib\n\n\ndef main(path):\n    cfg = \n"
 
 
-def test_typing_keeps_the_lines_context_until_another_file_changes(tmp_path: Path) -> None:
-    (tmp_path / "lib.py").write_text(LIB)
-    (tmp_path / "main.py").write_text(MAIN)
-    config = resolve_config(Config().replace("retrieval", iterations=1))
-    index = Index.build(tmp_path, config)
+def _counting(root: Path, **retrieval: object) -> tuple[Index, Completer, list[int]]:
+    """An index of lib.py and main.py under `root` and a completer over it whose retrievals are counted."""
+    root.mkdir(exist_ok=True)
+    (root / "lib.py").write_text(LIB)
+    (root / "main.py").write_text(MAIN)
+    config = resolve_config(Config().replace("retrieval", iterations=1, **retrieval))
+    index = Index.build(root, config)
     comp = Completer(index, config, ScriptedBackend(["load_config(path)"]))
     retrieved: list[int] = []
     retrieve = comp._retrieve
@@ -48,6 +50,11 @@ def test_typing_keeps_the_lines_context_until_another_file_changes(tmp_path: Pat
         return retrieve(*args)  # type: ignore[arg-type]
 
     comp._retrieve = counted  # type: ignore[method-assign]
+    return index, comp, retrieved
+
+
+def test_typing_keeps_the_lines_context_until_another_file_changes(tmp_path: Path) -> None:
+    index, comp, retrieved = _counting(tmp_path)
 
     def ask(typed: str) -> None:
         text = MAIN.replace("    cfg = ", "    cfg = " + typed)
@@ -63,41 +70,26 @@ def test_typing_keeps_the_lines_context_until_another_file_changes(tmp_path: Pat
     assert len(retrieved) == 2
 
 
+WRITTEN = ["    cfg = load_config(path)", "    cfg['debug'] = True", "    return cfg"]
+
+
+def _ask_below(comp: Completer, on: int) -> str:
+    """The prompt at line 4 + `on`, the lines of WRITTEN before it written, the cursor at its indentation."""
+    text = "".join(f"{t}\n" for t in MAIN.split("\n")[:4] + WRITTEN[:on]) + "    \n"
+    return comp.complete("main.py", text, 4 + on, 4, CompletionOptions(cache_key="main")).prompt
+
+
 def test_keep_lines_shows_the_context_again_on_the_lines_below_with_the_same_first_line(tmp_path: Path) -> None:
-    (tmp_path / "lib.py").write_text(LIB)
-    (tmp_path / "main.py").write_text(MAIN)
-    config = resolve_config(Config().replace("retrieval", iterations=1, keep_lines=2))
-    index = Index.build(tmp_path, config)
-    comp = Completer(index, config, ScriptedBackend(["load_config(path)"]))
-    retrieved: list[int] = []
-    retrieve = comp._retrieve
-
-    def counted(*args: object) -> object:
-        retrieved.append(1)
-        return retrieve(*args)  # type: ignore[arg-type]
-
-    comp._retrieve = counted  # type: ignore[method-assign]
-    written = ["    cfg = load_config(path)", "    cfg['debug'] = True", "    return cfg"]
-
-    def ask(on: int) -> str:  # the lines written before line 4 + on, then the cursor at that line's indentation
-        text = "".join(f"{t}\n" for t in MAIN.split("\n")[:4] + written[:on]) + "    \n"
-        res = comp.complete("main.py", text, 4 + on, 4, CompletionOptions(cache_key="main"))
-        return res.prompt
-
-    first = ask(0)
-    second = ask(1)
-    third = ask(2)
+    _, comp, retrieved = _counting(tmp_path / "keep2", keep_lines=2)
+    first, second, third = (_ask_below(comp, on) for on in range(3))
     assert len(retrieved) == 1
     # each prompt is the one before up to its cursor's line plus the line written since
-    assert second.startswith(first[:first.rindex("\n") + 1] + written[0] + "\n")
-    assert third.startswith(second[:second.rindex("\n") + 1] + written[1] + "\n")
-    ask(3)  # a fourth line below: past keep_lines, retrieved again
+    assert second.startswith(first[:first.rindex("\n") + 1] + WRITTEN[0] + "\n")
+    assert third.startswith(second[:second.rindex("\n") + 1] + WRITTEN[1] + "\n")
+    _ask_below(comp, 3)  # three lines below the first: past keep_lines, retrieved again
     assert len(retrieved) == 2
 
-    config = resolve_config(Config().replace("retrieval", iterations=1, keep_lines=0))
-    comp = Completer(index, config, ScriptedBackend(["x"]))
-    comp._retrieve = counted  # type: ignore[method-assign]
-    retrieved.clear()
-    ask(0)
-    ask(1)
+    _, comp, retrieved = _counting(tmp_path / "keep0", keep_lines=0)
+    _ask_below(comp, 0)
+    _ask_below(comp, 1)
     assert len(retrieved) == 2  # keep_lines = 0: the line itself only
