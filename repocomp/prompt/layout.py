@@ -312,9 +312,10 @@ class Prompt:
 
 @dataclass(frozen=True)
 class Layout:
-    """A prompt's layout, to lay a later one at the same cursor line the same way (`build_prompt(layout=...)`): its
-    in-file context's first line counted back from the cursor's, and the budget its sections were packed in. With
-    the same sections, the later prompt is the earlier one up to the cursor's line: only what was typed is new."""
+    """A prompt's layout, to lay a later one the same way (`build_prompt(layout=...)`) at the same cursor line or one
+    written below it: its in-file context's first line counted back from the cursor's, and the budget its sections
+    were packed in. With the same sections, the later prompt is the earlier one up to the earlier cursor's line: only
+    what was typed since is new."""
 
     lines_above: int
     budget: int
@@ -650,8 +651,8 @@ def build_prompt(sources: Sequence[BlockSource], prefix: str, suffix: str, confi
     laid first, their lines within what the memory's controller granted and the whole section within the budget
     the in-file context left; their lines count as shown, so similar code does not repeat them.
     `config.layout`: RepoCoder's commented blocks, or repository files (`RepoFiles`: opened by the repository's
-    name, the cursor's file named by its path). `layout`: an earlier prompt's at this cursor line, kept (its
-    in-file context's first line and its sections' budget) where the budget would move them by a few tokens.
+    name, the cursor's file named by its path). `layout`: an earlier prompt's, kept (its in-file context's
+    first line and its sections' budget) where the budget would move them by a few tokens.
     """
     if config.max_tokens <= 0 or config.context_tokens <= 0 or "auto" in (config.fim, config.layout):
         raise ValueError("build_prompt takes a resolved PromptConfig: repocomp.backends.model_defaults.resolve_prompt first")
@@ -701,7 +702,7 @@ def _in_file(prefix: str, suffix: str, config: PromptConfig, count: TokenCounter
         kept = _head_that_fits(suffix_lines(suffix, config.suffix_lines), config.context_tokens // 4, count)
     kept_tokens = count(kept) if kept else 0
     if lines_above is not None:
-        context = "\n".join(prefix.split("\n")[-(lines_above + 1):])
+        context = "\n".join(prefix.rsplit("\n", lines_above + 1)[-(lines_above + 1):])  # not the whole file split
     else:
         context = _tail_that_fits(prefix, config.context_tokens - kept_tokens, count)
     return _InFile(context, kept, count(context) + kept_tokens, fim)
