@@ -178,10 +178,12 @@ class Engines:
 
             options = CompletionOptions(
                 mode="repocoder" if index is not None else "infile",
-                # on an empty line (the developer pressed Enter) the answer is the line being started: in the
-                # editing-session replay a multi-line answer there was right as written at 2 of 6 holes, its first
-                # line at 5 (docs/evaluation.md, "The code after the cursor")
-                kind="line" if not request.cut.line_text.strip() else "auto",
+                # the answer ends with the cursor's line: on an empty line (the developer pressed Enter) it is
+                # the line being started (in the editing-session replay a multi-line answer there was right as
+                # written at 2 of 6 holes, its first line at 5: docs/evaluation.md, "The code after the cursor");
+                # inside a line it is the line's rest, decoded in a few tokens (the next line's request reuses the
+                # context: keep_lines)
+                kind="line",
                 # the lock is handed back while the model generates: updates need not wait for it
                 generating=folder.released if folder is not None else None,
                 cache_key=request.cache_key, deadline=deadline)

@@ -42,8 +42,9 @@ def _type(answers: list[str], typing: int = 0, lines: int = 1, text: str = FILE,
 
 def test_a_suggestion_serves_the_keys_it_continues_with_and_a_departing_key_asks_again() -> None:
     typed, completer, first = _type(["total = price + tax", " qty"])
-    # asked at the emptied line (the line being started), then after `total = price *` departed from `+ tax`
-    assert completer.asked == [("    ", 4, "line"), ("    total = price *", 19, "auto")]
+    # asked at the emptied line (the line being started), then after `total = price *` departed from `+ tax`;
+    # both for the cursor's line, as the language server asks
+    assert completer.asked == [("    ", 4, "line"), ("    total = price *", 19, "line")]
     assert first.text == "total = price + tax" and typed.right == [False]
     # 19 keys: `total = price ` (14) and then ` qty` (4) served, `*` asked
     assert (typed.keys, typed.through, len(typed.requests)) == (19, 18, 1)
@@ -74,7 +75,7 @@ def test_lines_writes_the_lines_below_one_after_another_and_keeps_the_code_below
     first = asyncio.run(_type_lines(completer, "bill.py", text, 1, 3, 0, len, typed))
     # line 1 right at once; the blank line 2 is passed over; line 3 asked, wrong at `+`, asked again there
     assert first.text == "total = price * qty" and typed.right == [True, False]
-    assert completer.asked == [("    ", 4, "line"), ("    ", 4, "line"), ("    total +", 11, "auto")]
+    assert completer.asked == [("    ", 4, "line"), ("    ", 4, "line"), ("    total +", 11, "line")]
     assert len(typed.next_lines) == 1 and len(typed.requests) == 1
     # the buffer: the lines written so far, the cursor's line, then the code below the N lines (never those)
     assert seen[0] == "def bill(price, qty):\n    \n    return total\n"

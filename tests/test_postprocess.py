@@ -39,6 +39,20 @@ def test_statement_counts_brackets_open_in_the_line_prefix() -> None:
     assert postprocess("1, 2]\nz", "statement", "x = [", "") == "1, 2]"
 
 
+def test_statement_reads_the_completion_from_inside_a_string_the_line_prefix_left_open() -> None:
+    """`add_argument("--` leaves a string open: the completion's first quote closes it, so the statement ends
+    with the call's line (read from outside the string, the quote opened one and five more lines followed)."""
+    prefix = 'parser = argparse.ArgumentParser()\nparser.add_argument("--'
+    text = 'checkpoint_path", type=str, required=True)\nparser.add_argument("--config_path", type=str)\n'
+    assert choose_kind(prefix) == "statement"
+    assert postprocess(text, "auto", prefix, "") == 'checkpoint_path", type=str, required=True)'
+    assert is_finished(text[:text.index("\n") + 1], "auto", prefix)
+    assert not is_finished('checkpoint_path", type=str', "auto", prefix)
+    # a triple-quoted string left open runs on over lines until it closes
+    doc = 'run(help="""Usage:'
+    assert postprocess(' a\nb""", x=1)\ny = 2', "statement", doc, "") == ' a\nb""", x=1)'
+
+
 def test_statement_ignores_brackets_in_strings_and_comments() -> None:
     raw = "'(' + s  # ( not code\nz = 1"
     assert postprocess(raw, "statement", "x = ", "") == "'(' + s  # ( not code"

@@ -162,9 +162,8 @@ async def _type_lines(completer: Any, path: str, text: str, line: int, n_lines: 
 
         async def ask(k: int, at: int = at, target: str = target, col: int = col) -> tuple[Any, float]:
             buffer = "\n".join([*lines[:at], target[:col + k], *lines[end:]])
-            t0 = time.perf_counter()  # the language server's options: the line being started, the document's key
-            res = await completer.acomplete(path, buffer, at, col + k,
-                                            CompletionOptions(kind="line" if k == 0 else "auto", cache_key=path))
+            t0 = time.perf_counter()  # the language server's options: the cursor's line, the document's key
+            res = await completer.acomplete(path, buffer, at, col + k, CompletionOptions(kind="line", cache_key=path))
             return res, (time.perf_counter() - t0) * 1e3
 
         first, ms = await ask(0)

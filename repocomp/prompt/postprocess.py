@@ -131,9 +131,17 @@ class _Scanner:
 
 def open_brackets(line_prefix: str, language: str | None = None) -> int:
     """Brackets the text left open (never negative)."""
-    sc = _Scanner(rules=rules_for(language))
+    return _scanned(line_prefix, rules_for(language)).depth
+
+
+def _scanned(line_prefix: str, rules: LexicalRules) -> _Scanner:
+    """A scanner that has read `line_prefix`: the brackets it left open (never negative) and the string or
+    comment it is inside, so that a completion is read from where the cursor is (`parser.add_argument("--` leaves a
+    string open: the completion's first quote closes it)."""
+    sc = _Scanner(rules=rules)
     sc.feed(line_prefix)
-    return max(sc.depth, 0)
+    sc.depth, sc.fed, sc.code = max(sc.depth, 0), 0, 0
+    return sc
 
 
 _CONTROL = r"(?:if|for|while|switch|catch|else|do|try|finally|synchronized|return|foreach|using|lock|with|match|loop" \
@@ -178,7 +186,7 @@ def _cut_line(text: str, line_prefix: str, rules: LexicalRules = PYTHON) -> str:
 
 
 def _cut_statement(text: str, line_prefix: str, rules: LexicalRules = PYTHON) -> str:
-    sc = _Scanner(open_brackets(line_prefix, rules.name), rules)
+    sc = _scanned(line_prefix, rules)
     lines = text.split("\n")
     out: list[str] = []
     prose = rules.braces  # comment lines before the statement's code do not end it (brace languages)
