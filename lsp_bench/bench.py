@@ -275,7 +275,7 @@ async def _measure_typing(session: Session, sites: list[tuple[Path, str, int, in
 async def _measure_cancellation(session: Session, endpoint: str, rounds: int) -> tuple[list[float], list[float]]:
     from pygls.exceptions import JsonRpcException
 
-    session.configure({"repocomp": {"backend": {"name": "vllm", "endpoints": [endpoint], "timeoutS": 60},
+    session.configure({"repocomp": {"backend": {"name": "vllm", "vllm": {"endpoints": [endpoint]}, "timeoutS": 60},
                                     "server": {"requestTimeoutMs": 60_000}}})
     uri = (session.repo / "bench_cancel_probe.py").as_uri()
     text = "import os\n\n\ndef probe():\n    path = os.path."

@@ -10,8 +10,8 @@ Neovim is configured with the documented snippet (`lsp_bench.nvim`). Figures:
 - from the last keystroke before a pause to the right ghost text (median, p90, max), and pauses without it.
 
 `--backend local` replays the same typing against the in-process local model instead (`repocomp model prepare`;
-`--config FILE` adds the user's settings, e.g. `[backend] dtype = "float32"`). A small model rarely writes exactly
-what the file says, so a pause waits for any ghost text (`GHOST_WAIT_LOCAL_MS` at most) and counts the right ones
+`--config FILE` adds the user's settings, e.g. `[backend.transformers] dtype = "float32"`). A small model rarely
+writes exactly what the file says, so a pause waits for any ghost text (`GHOST_WAIT_LOCAL_MS` at most) and counts the right ones
 apart. It also prints the CPU's flags (AMX, AVX-512 BF16, AVX2), the server's completion requests, and the model's
 prefix reuse from the server's `repocomp/stats` (requests that reused the prefix computed for an earlier one,
 prompt tokens reused and computed).
@@ -125,7 +125,7 @@ def run_replay(keys: int = 200, cps: float = 8.0, latency_s: float = 1.5, seed: 
             if slow is not None:
                 url = slow.start()
                 (repo / "repocomp.toml").write_text(
-                    f'[backend]\nname = "vllm"\nendpoints = ["{url}"]\nmodel = "slow"\nfallback = ""\n'
+                    f'[backend]\nname = "vllm"\nmodel = "slow"\nfallback = ""\n[backend.vllm]\nendpoints = ["{url}"]\n'
                     "[retrieval]\niterations = 1\n")
             else:  # the user's own settings (trusted: the model's path), where the server reads them
                 (work / "config" / "repocomp").mkdir(parents=True)
@@ -224,7 +224,7 @@ def _local_user_config(config_file: Path | None) -> str:
 
 
 def _toml(tables: dict[str, Any]) -> str:
-    """A settings file of top-level tables whose values are strings, numbers, booleans or lists of them."""
+    """A settings file of top-level tables whose values are strings, numbers, booleans, lists of them or tables."""
     def value(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -234,6 +234,8 @@ def _toml(tables: dict[str, Any]) -> str:
             return json.dumps(v)  # a TOML basic string: the same escapes
         if isinstance(v, list):
             return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):  # a section's sub-section (`[backend.transformers]`), as an inline table
+            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + "}"
         raise RepocompError(f"--config: cannot pass on the value {v!r}")
 
     out = []
@@ -280,7 +282,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="slow",
                    help="slow: the fake backend (default); local: the in-process local model (repocomp model prepare)")
     p.add_argument("--config", type=Path, metavar="FILE",
-                   help="with --backend local: settings for the server (e.g. [backend] dtype = \"float32\")")
+                   help="with --backend local: settings for the server (e.g. [backend.transformers] dtype = \"float32\")")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, metavar="F", help="also write the figures as JSON")
     p.add_argument("--server-path", type=Path, metavar="DIR",

@@ -6,7 +6,7 @@ It writes what the file being typed really says next (an oracle model): the prom
 up in `source` and the rest of that line is the answer. Drafts therefore match what the user goes on typing;
 with a real model they match less often (README: the replay's figures say which backend they used).
 
-Use it as `[backend] name = "vllm"`, `endpoints = [SlowBackend.url]`, `model = "slow"`.
+Use it as `[backend] name = "vllm"`, `model = "slow"` and `[backend.vllm] endpoints = [SlowBackend.url]`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """Server options from `initializationOptions` and `workspace/didChangeConfiguration`.
 
 One schema: the engine options are the config's own sections (`repocomp.config.schema`: their fields, types and rules),
-so an editor may set any key of `[backend]`, `[retrieval]`, `[prompt]` and `[memory]`, read by the config's
-converter and checked by the config's rules; only the server's own knobs (`ServerOptions`) are declared here. Keys may be
-camelCase (editor convention) or snake_case. An unknown key or a value of the wrong type is reported when the
-options arrive, a value the config's rules reject when it is applied to a folder's config (`apply_options`);
+so an editor may set any key of `[backend]` (its backends' sections too: `{"backend": {"vllm": {...}}}`),
+`[retrieval]`, `[prompt]` and `[memory]`, read by the config's converter and checked by the config's rules; only
+the server's own knobs (`ServerOptions`) are declared here. Keys may be camelCase (editor convention) or snake_case.
+An unknown key or a value of the wrong type is reported when the options arrive, a value the config's rules reject when it is applied to a folder's config (`apply_options`);
 each is reported once (the caller shows it via window/showMessage) and replaced by the folder's value, never fatal.
 Engine options left out keep what the workspace's own repocomp.toml / pyproject.toml says.
 
 Example (JSON, as an editor sends it)::
 
     {"enable": true,
-     "backend": {"name": "vllm", "endpoints": ["http://127.0.0.1:8000"], "model": "codellama/CodeLlama-7b-hf",
-                 "maxNewTokens": 64, "timeoutS": 10},
+     "backend": {"name": "vllm", "model": "codellama/CodeLlama-7b-hf", "maxNewTokens": 64, "timeoutS": 10,
+                 "vllm": {"endpoints": ["http://127.0.0.1:8000"], "retries": 1}},
      "retrieval": {"alpha": 0.5, "iterations": 2},
      "prompt": {"maxTokens": 2048, "fim": "codellama"},
      "server": {"requestTimeoutMs": 5000, "maxDocumentBytes": 1000000, "watchFiles": true}}
@@ -89,6 +89,11 @@ def _settings(cls: type, data: dict[str, Any], where: str, errors: list[str]) ->
         path = f"{where}.{name}"
         if name not in hints:
             errors.append(f"unknown option {path!r} ignored (known: {', '.join(_camel(n) for n in known)})")
+            continue
+        if dataclasses.is_dataclass(hints[name]):  # a backend's own sub-section: the keys given, applied over
+            given = _settings(hints[name], _object(raw, path, errors), path, errors)  # the folder's (Config.replace)
+            if given:
+                out[name] = given
             continue
         if typing.get_origin(hints[name]) is tuple and isinstance(raw, str):
             raw = [raw]  # one endpoint given as a plain string

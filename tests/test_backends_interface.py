@@ -30,7 +30,7 @@ from repocomp.backends.extractive import ExtractiveBackend
 from repocomp.backends.hf import TransformersBackend
 from repocomp.backends.llama_cpp import LlamaCppBackend
 from repocomp.backends.vllm import VLLMBackend
-from repocomp.config.schema import BackendConfig
+from repocomp.config.schema import BackendConfig, VllmConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "x = compute("
@@ -86,7 +86,8 @@ def test_a_fallback_backend_is_its_primary_to_its_callers(tmp_path: Path) -> Non
     built = make_backend(BackendConfig(name="transformers", model=str(tmp_path / "nope"), fallback="extractive"))
     assert isinstance(built, FallbackBackend) and isinstance(built, Backend)
     assert built.name == "transformers" and built.capabilities == Capabilities(writes=True, in_process=True)
-    served = make_backend(BackendConfig(name="vllm", endpoints=("http://127.0.0.1:9",), fallback="extractive"))
+    served = make_backend(BackendConfig(name="vllm", vllm=VllmConfig(endpoints=("http://127.0.0.1:9",)),
+                                        fallback="extractive"))
     assert served.capabilities == Capabilities(writes=True, in_process=False)
     with pytest.raises(AttributeError):  # frozen
         served.capabilities.writes = False  # type: ignore[misc]

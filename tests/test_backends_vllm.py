@@ -17,7 +17,7 @@ import pytest
 
 from repocomp.backends import Generation, GenerationRequest, make_backend
 from repocomp.backends.vllm import VLLMBackend
-from repocomp.config.schema import BackendConfig
+from repocomp.config.schema import BackendConfig, VllmConfig
 from repocomp.errors import BackendError
 
 LONG = 16000  # tokens: the fixture serves the tiny model with --max-model-len 16384
@@ -141,7 +141,8 @@ async def test_unreachable_endpoints_fail_fast_with_clear_error() -> None:
 
 
 async def test_fallback_to_extractive_names_the_backend() -> None:
-    cfg = BackendConfig(name="vllm", model="m", endpoints=(dead_url(),), retries=0, fallback="extractive")
+    cfg = BackendConfig(name="vllm", model="m", vllm=VllmConfig(endpoints=(dead_url(),), retries=0),
+                        fallback="extractive")
     backend = make_backend(cfg)
     r = GenerationRequest(prompt="", prefix="total = compute(", suffix="", candidates=("total = compute(a, b)\n",),
                           max_new_tokens=16)
@@ -152,7 +153,8 @@ async def test_fallback_to_extractive_names_the_backend() -> None:
 
 
 async def test_no_fallback_raises() -> None:
-    backend = make_backend(BackendConfig(name="vllm", model="m", endpoints=(dead_url(),), retries=0, fallback=""))
+    backend = make_backend(BackendConfig(name="vllm", model="m", vllm=VllmConfig(endpoints=(dead_url(),), retries=0),
+                                         fallback=""))
     with pytest.raises(BackendError):
         await backend.agenerate(req())
     await backend.aclose()
@@ -368,7 +370,8 @@ async def test_unknown_model_is_a_clear_http_error(vllm_server) -> None:
 
 @pytest.mark.vllm
 async def test_make_backend_vllm_config(vllm_server) -> None:
-    cfg = BackendConfig(name="vllm", model=vllm_server.model, endpoints=(vllm_server + "/v1",), fallback="extractive")
+    cfg = BackendConfig(name="vllm", model=vllm_server.model, vllm=VllmConfig(endpoints=(vllm_server + "/v1",)),
+                        fallback="extractive")
     backend = make_backend(cfg)
     gen = await backend.agenerate(req(8))
     assert gen.backend == "vllm" and gen.error == "" and gen.text

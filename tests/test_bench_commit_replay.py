@@ -43,7 +43,7 @@ def test_replay_scores_a_tiny_history(tmp_path, monkeypatch):
     wrong = next(t for t in tasks if "'circle'" in t.ground_truth)
     source = source.replace(wrong.ground_truth, wrong.ground_truth.replace("circle", "oval"))
     backend = SlowBackend(source, latency_s=0.05)
-    options = {"backend": {"name": "vllm", "endpoints": [backend.start()], "model": "slow"}}
+    options = {"backend": {"name": "vllm", "vllm": {"endpoints": [backend.start()]}, "model": "slow"}}
     out = tmp_path / "out.jsonl"
     try:
         result = run_commit_replay(tasks, repos, out, options)

@@ -43,15 +43,15 @@ def test_the_local_replays_settings_keep_the_users_and_name_the_prepared_model(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from repocomp.backends import model_defaults
     user = tmp_path / "f32.toml"
-    user.write_text('[backend]\ndtype = "float32"\nmax_new_tokens = 32\n[prompt]\nmax_tokens = 768\n'
-                    '[index]\nexclude = ["a b", "c\\"d"]\n')
+    user.write_text('[backend]\nmax_new_tokens = 32\n[backend.transformers]\ndtype = "float32"\n'
+                    '[prompt]\nmax_tokens = 768\n[index]\nexclude = ["a b", "c\\"d"]\n')
 
     def resolve(config: Config) -> Config:
         return config.replace("backend", model=str(tmp_path / "model"))
 
     monkeypatch.setattr(model_defaults, "resolve_backend", resolve)
     written = tomllib.loads(replay._local_user_config(user))
-    assert written == {"backend": {"dtype": "float32", "max_new_tokens": 32, "name": "transformers",
+    assert written == {"backend": {"max_new_tokens": 32, "transformers": {"dtype": "float32"}, "name": "transformers",
                                    "model": str(tmp_path / "model")},
                        "prompt": {"max_tokens": 768}, "index": {"exclude": ["a b", 'c"d']}}
     monkeypatch.setattr(model_defaults, "resolve_backend", lambda config: config.replace("backend", name="extractive"))

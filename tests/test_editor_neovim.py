@@ -79,7 +79,8 @@ def test_a_keystroke_during_a_slow_generation_cancels_it(tmp_path: Path) -> None
     slow = SlowBackend(CHECKOUT + EXPECTED + "\n", latency_s=4.0)
     url = slow.start()
     try:
-        repo, file = checkout_repo(tmp_path, f'[backend]\nname = "vllm"\nendpoints = ["{url}"]\nmodel = "slow"\n')
+        repo, file = checkout_repo(tmp_path, f'[backend]\nname = "vllm"\nmodel = "slow"\n'
+                                              f'[backend.vllm]\nendpoints = ["{url}"]\n')
         # typing stops, the generation starts; a backspace 1.5 s later moves the cursor back before it ends
         run = run_plan(repo, file, 6, 4, [{"ready": 60_000}, {"insert": True}, {"type": TYPED, "gaps_ms": GAPS},
                                           {"sleep": 1500}, {"key": "<BS>"}, {"ghost": 30_000}], tmp_path / "nvim")

@@ -321,7 +321,7 @@ def test_the_evaluation_waits_for_a_slow_backend_unless_told_otherwise(tmp_path)
     source = "\n".join(p.read_text() for p in sorted((repos / "eval_repo").rglob("*.py")))
     slow = SlowBackend(source, latency_s=1.5)
     config = tmp_path / "slow.toml"
-    config.write_text(f'[backend]\nname = "vllm"\nendpoints = ["{slow.start()}"]\nmodel = "slow"\n'
+    config.write_text(f'[backend]\nname = "vllm"\nmodel = "slow"\n[backend.vllm]\nendpoints = ["{slow.start()}"]\n'
                       "[retrieval]\niterations = 1\n")
     try:
         for extra, out in (([], "waited.jsonl"), (["--timeout", "0.3"], "cut.jsonl")):

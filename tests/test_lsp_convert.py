@@ -118,7 +118,8 @@ def test_inline_item_inserts_at_the_cursor() -> None:
 def test_options_invalid_values_are_reported_and_replaced_by_defaults() -> None:
     opts, errors = parse_options({"repocomp": {
         "enable": "yes",
-        "backend": {"name": "gpt", "endpoints": "http://127.0.0.1:9", "maxNewTokens": 32, "timeoutS": "soon"},
+        "backend": {"name": "gpt", "vllm": {"endpoints": "http://127.0.0.1:9"}, "maxNewTokens": 32,
+                    "timeoutS": "soon"},
         "retrieval": {"alpha": -1, "iterations": 3, "colour": 1},
         "prompt": {"maxTokens": 512, "fim": "codellama"},
         "server": {"requestTimeoutMs": 0, "debounceMs": 40},
@@ -126,7 +127,8 @@ def test_options_invalid_values_are_reported_and_replaced_by_defaults() -> None:
     }})
     assert opts.enable is True  # "yes" is not a bool
     # read with the config's converter: types and names now, the config's rules when applied to a folder
-    assert opts.engine["backend"] == {"name": "gpt", "endpoints": ("http://127.0.0.1:9",), "max_new_tokens": 32}
+    assert opts.engine["backend"] == {"name": "gpt", "vllm": {"endpoints": ("http://127.0.0.1:9",)},
+                                      "max_new_tokens": 32}
     assert opts.engine["retrieval"] == {"alpha": -1.0, "iterations": 3}
     assert opts.server.request_timeout_ms == Options().server.request_timeout_ms and opts.server.debounce_ms == 40
     assert len(errors) == 5, errors
@@ -138,18 +140,19 @@ def test_options_invalid_values_are_reported_and_replaced_by_defaults() -> None:
     assert len(errs) == 2 and any("backend.name" in e and "must be one of" in e for e in errs), errs
     assert any("retrieval.alpha" in e and "[0, 1000]" in e for e in errs), errs
     assert config.backend.name == Config().backend.name
-    assert config.backend.endpoints == ("http://127.0.0.1:9",) and config.backend.max_new_tokens == 32
+    assert config.backend.vllm.endpoints == ("http://127.0.0.1:9",) and config.backend.max_new_tokens == 32
     assert config.retrieval.iterations == 3 and config.retrieval.alpha == Config().retrieval.alpha
     assert config.prompt.max_tokens == 512 and config.prompt.context_tokens <= 512 and config.prompt.fim == "codellama"
 
 
 def test_options_reach_every_key_of_the_engine_sections() -> None:
     """The server's options are the config's sections: a key the old hand-written schema lacked works too."""
-    opts, errors = parse_options({"backend": {"connectTimeoutS": 1.5, "fallback": ""}, "memory": {"enabled": True},
+    opts, errors = parse_options({"backend": {"vllm": {"connectTimeoutS": 1.5}, "fallback": ""},
+                                  "memory": {"enabled": True},
                                   "retrieval": {"queryRelations": 0.25}, "prompt": {"context_tokens": 300}})
     assert errors == []
     config, errs = apply_options(Config(), opts)
-    assert errs == [] and config.backend.connect_timeout_s == 1.5 and config.backend.fallback == ""
+    assert errs == [] and config.backend.vllm.connect_timeout_s == 1.5 and config.backend.fallback == ""
     assert config.retrieval.query_relations == 0.25 and config.prompt.context_tokens == 300
     assert config.memory.enabled
 

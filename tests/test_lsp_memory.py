@@ -129,7 +129,7 @@ async def test_the_server_asks_for_the_session_summary_when_idle_and_answers_a_r
     stops it: tests/test_memory_summaries.py checks the cancelling and what is kept), and the next idle moment asks
     again. Whether the random model's words are kept (a sentence, not a lone '.') depends on its tokenizer, which
     is trained on this checkout's code: so the test counts the model's answers, not the summaries kept."""
-    options = {"backend": {"name": "transformers", "model": str(tiny_model_dir), "dtype": "float32",
+    options = {"backend": {"name": "transformers", "model": str(tiny_model_dir), "transformers": {"dtype": "float32"},
                            "maxNewTokens": 4, "timeoutS": 120},
                "memory": {"summaries": True, "summaryIdleS": 0.2},
                "server": {"requestTimeoutMs": 120_000}}

@@ -288,7 +288,7 @@ async def test_a_request_the_client_stopped_waiting_for_breaks_nothing(
     """The answer to a request the test gave up on arrives later (here: at the request's deadline, the server's
     `requestTimeoutMs`, over a backend that never answers and whose own timeout is a minute); the session goes
     on and shuts down cleanly (the test client drops that answer)."""
-    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 60},
+    await initialize(client, repo, {"backend": {"name": "vllm", "vllm": {"endpoints": [hole.url]}, "timeoutS": 60},
                                     "server": {"requestTimeoutMs": 1000}})
     uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
     with pytest.raises(TimeoutError):
@@ -302,7 +302,7 @@ async def test_a_deadline_that_empties_the_answer_is_said_once(
         client: LanguageClient, repo: Path, hole: Blackhole) -> None:
     """A backend that never answers within the completion's deadline: the editor gets an empty list and one
     message saying why (it got nothing and no word before), and the stats count it."""
-    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "model": "m",
+    await initialize(client, repo, {"backend": {"name": "vllm", "vllm": {"endpoints": [hole.url]}, "model": "m",
                                                 "timeoutS": 1}})
     await wait_ready(client)
     # outside the folder, in a file the extractive fallback finds nothing to copy from
@@ -318,7 +318,7 @@ async def test_a_deadline_that_empties_the_answer_is_said_once(
 
 async def test_superseded_request_is_cancelled_and_its_stream_closed(
         client: LanguageClient, repo: Path, hole: Blackhole) -> None:
-    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 60}})
+    await initialize(client, repo, {"backend": {"name": "vllm", "vllm": {"endpoints": [hole.url]}, "timeoutS": 60}})
     uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
     first = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
     await hole.wait_for(lambda h: h.opened >= 1)
@@ -383,7 +383,7 @@ async def test_robustness_empty_results_and_one_warning_per_kind(client: Languag
 
 
 async def test_backend_down_warns_once_and_never_crashes(client: LanguageClient, repo: Path) -> None:
-    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": ["http://127.0.0.1:9"], "timeoutS": 2}})
+    await initialize(client, repo, {"backend": {"name": "vllm", "vllm": {"endpoints": ["http://127.0.0.1:9"]}, "timeoutS": 2}})
     await wait_ready(client)
     uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
     for _ in range(3):
@@ -444,7 +444,7 @@ async def test_an_index_update_does_not_wait_for_a_generation(
     """The read lock is handed back while the model generates: a file change lands while a completion waits on
     a backend that never answers (it used to wait for the generation: the 60 s deadline here)."""
     client = nowatch_client
-    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 60}})
+    await initialize(client, repo, {"backend": {"name": "vllm", "vllm": {"endpoints": [hole.url]}, "timeoutS": 60}})
     await wait_ready(client)
     uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
     version = await folder_version(client, repo)
@@ -519,7 +519,7 @@ async def test_outside_change_seen_by_the_file_watcher(client: LanguageClient, r
 async def test_shutdown_with_a_request_in_flight(
         client: LanguageClient, repo: Path, hole: Blackhole) -> None:
     # the backend would keep the request 300 s; shutdown must not wait for it (bounds are loose for busy CI)
-    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [hole.url], "timeoutS": 300},
+    await initialize(client, repo, {"backend": {"name": "vllm", "vllm": {"endpoints": [hole.url]}, "timeoutS": 300},
                                     "server": {"requestTimeoutMs": 300_000}})
     uri = open_doc(client, repo / "shop" / "checkout.py", CHECKOUT)
     pending = asyncio.ensure_future(inline(client, uri, end_of(CHECKOUT)))
@@ -540,7 +540,7 @@ async def test_shutdown_with_a_request_in_flight(
 async def test_real_vllm_backend_completes_and_superseded_stream_is_aborted(
         client: LanguageClient, repo: Path, vllm_server) -> None:
     # Bounds are loose (tens of seconds): on 2 cores the CPU vLLM engine competes with this process and the server.
-    options = {"backend": {"name": "vllm", "endpoints": [str(vllm_server)], "model": vllm_server.model,
+    options = {"backend": {"name": "vllm", "vllm": {"endpoints": [str(vllm_server)]}, "model": vllm_server.model,
                            "maxNewTokens": 8, "timeoutS": 120},
                "server": {"requestTimeoutMs": 120_000}}
     await initialize(client, repo, options)
@@ -578,7 +578,7 @@ async def test_stats_report_the_in_process_models_prefix_reuse(
         client: LanguageClient, repo: Path, tiny_model_dir: Path) -> None:
     """`repocomp/stats` carries the in-process backend's prefix cache (what `bench typing --backend local` prints):
     a second request in the same document reuses the first one's computed prefix (the tiny random model, float32)."""
-    options = {"backend": {"name": "transformers", "model": str(tiny_model_dir), "dtype": "float32",
+    options = {"backend": {"name": "transformers", "model": str(tiny_model_dir), "transformers": {"dtype": "float32"},
                            "maxNewTokens": 4, "timeoutS": 120},
                "server": {"requestTimeoutMs": 120_000}}
     await initialize(client, repo, options)
@@ -603,7 +603,7 @@ async def test_typing_the_first_character_of_an_answer_at_an_empty_indented_line
     from lsp_bench.slow_backend import SlowBackend
 
     slow = SlowBackend("def scale(a):\n     return a * 2\n", latency_s=0.2)  # answers " return a * 2"
-    await initialize(client, repo, {"backend": {"name": "vllm", "endpoints": [slow.start()], "model": "slow",
+    await initialize(client, repo, {"backend": {"name": "vllm", "vllm": {"endpoints": [slow.start()]}, "model": "slow",
                                                 "timeoutS": 30}})
     try:
         await wait_ready(client)

@@ -122,8 +122,8 @@ class TransformersBackend:
 
     @classmethod
     def from_config(cls, config: BackendConfig) -> TransformersBackend:
-        return cls(model=config.model, device=config.device, dtype=config.dtype,
-                   fast_output_head=config.fast_output_head)
+        return cls(model=config.model, device=config.device, dtype=config.transformers.dtype,
+                   fast_output_head=config.transformers.fast_output_head)
 
     async def _ensure_loaded(self) -> None:
         # The worker thread stores what it loaded itself: a request cancelled while waiting (timeout, a newer

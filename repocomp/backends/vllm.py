@@ -110,7 +110,7 @@ class VLLMBackend:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not endpoints:
-            raise BackendError("vllm backend: no endpoints configured (set [backend] endpoints)")
+            raise BackendError("vllm backend: no endpoints configured (set [backend.vllm] endpoints)")
         self.endpoints: list[_Endpoint] = []
         self.malformed: list[str] = []  # why each skipped endpoint is unusable (allowed with a fallback)
         for url in endpoints:
@@ -153,11 +153,11 @@ class VLLMBackend:
     @classmethod
     def from_config(cls, config: BackendConfig) -> VLLMBackend:
         return cls(
-            endpoints=config.endpoints,
+            endpoints=config.vllm.endpoints,
             model=config.model,
             timeout_s=config.timeout_s,
-            connect_timeout_s=config.connect_timeout_s,
-            retries=config.retries,
+            connect_timeout_s=config.vllm.connect_timeout_s,
+            retries=config.vllm.retries,
         )
 
     # ---- endpoint choice -------------------------------------------------------------------------------

@@ -313,7 +313,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.backend:
         config = config.replace("backend", name=args.backend)
     if args.endpoint:
-        config = config.replace("backend", endpoints=(args.endpoint,))
+        config = config.replace("backend", vllm={"endpoints": (args.endpoint,)})
     if args.iterations is not None:
         config = config.replace("retrieval", iterations=args.iterations)
 

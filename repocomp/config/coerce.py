@@ -38,6 +38,12 @@ def coerce_setting(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true/false, got {shown(value)}")
         return value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a section's own sub-section ([backend.vllm])
+        if isinstance(value, tp):
+            value = dataclasses.asdict(value)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {shown(value)}")
+        return build_section(tp, value, where)
     if origin is tuple:
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {shown(value)}")
@@ -52,7 +58,10 @@ def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown key(s) in [{where}]: {name_list(unknown)} (known: {', '.join(sorted(names))})")
+        moved = getattr(cls, "MOVED", {})
+        hint = "".join(f"; {k} is now in [{where}.{moved[k]}]" for k in unknown if k in moved)
+        raise ConfigError(f"unknown key(s) in [{where}]: {name_list(unknown)} (known: {', '.join(sorted(names))})"
+                          + hint)
     values = {k: coerce_setting(hints[k], v, f"{where}.{k}") for k, v in data.items()}
     obj = cls(**values)
     try:

@@ -106,13 +106,11 @@ def _tool_table(data: dict[str, Any], path: Path, required: bool) -> dict[str, A
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """Section-wise: `top`'s keys over `base`'s."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
-    for section, values in top.items():
-        if isinstance(values, dict) and isinstance(out.get(section), dict):
-            out[section] = out[section] | values
-        else:
-            out[section] = values
+    """Table by table, at every depth: `top`'s keys over `base`'s (`[backend.vllm] retries` in one file keeps the
+    `endpoints` another gave)."""
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 

@@ -9,7 +9,7 @@ import ipaddress
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from repocomp.backends.registry import BACKENDS
@@ -311,14 +311,40 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class VllmConfig:
+    """`[backend.vllm]`: the served model's servers."""
+
+    endpoints: tuple[str, ...] = ("http://127.0.0.1:8000",)
+    connect_timeout_s: float = 3.0
+    retries: int = 2
+
+    def validate(self) -> None:
+        check_setting(0 < self.connect_timeout_s <= _DAY_S, "connect_timeout_s must be in (0, 86400] seconds")
+        check_setting(0 <= self.retries <= 100, "retries must be in 0..100")
+        check_setting(len(self.endpoints) > 0, "endpoints must not be empty")
+
+
+@dataclass(frozen=True)
+class TransformersConfig:
+    """`[backend.transformers]`: the in-process transformers backend."""
+
+    # "auto" (the checkpoint's; float32 on a CPU without native bf16), "float32" or "bfloat16"
+    dtype: str = "auto"
+    # greedy on CPU (bf16 or float32): pick each token through a float16 copy of the output matrix, certified to be
+    # the full lm_head's token (else it runs); the same answers, each token about 45 ms sooner on 2 cores, for
+    # 335 MB more memory and 1-2 s more load (output_head.py)
+    fast_output_head: bool = True
+
+    def validate(self) -> None:
+        check_setting(self.dtype in ("auto", "float32", "bfloat16"), "dtype must be 'auto', 'float32' or 'bfloat16'")
+
+
+@dataclass(frozen=True)
 class BackendConfig:
     # "auto": the local model in process when one is prepared (`repocomp model prepare`), else "extractive"
     name: str = "auto"  # "auto" or a backend's name (BACKEND_NAMES: repocomp.backends.registry.BACKENDS)
     model: str = ""  # vllm: the served name ("" = ask the server); transformers: a folder ("" = the local model)
-    endpoints: tuple[str, ...] = ("http://127.0.0.1:8000",)
     timeout_s: float = 30.0
-    connect_timeout_s: float = 3.0
-    retries: int = 2
     # 0 = the model's: 128, or 48 for the in-process local model on CPU (repocomp.backends.model_defaults)
     max_new_tokens: int = 0
     # generation time of one round after its first token, past which the text so far is the answer; 0 = none
@@ -326,27 +352,23 @@ class BackendConfig:
     max_time_s: float = 0.0
     temperature: float = 0.0
     fallback: str = "extractive"  # backend used when the configured one fails; "" = none
-    device: str = "cpu"  # transformers backend
-    # transformers backend: "auto" (the checkpoint's; float32 on a CPU without native bf16), "float32" or "bfloat16"
-    dtype: str = "auto"
-    # transformers backend, greedy on CPU (bf16 or float32): pick each token through a float16 copy of the output
-    # matrix, certified to be the full lm_head's token (else it runs); the same answers, each token about 45 ms
-    # sooner on 2 cores, for 335 MB more memory and 1-2 s more load (output_head.py)
-    fast_output_head: bool = True
+    device: str = "cpu"  # where an in-process model runs
+    # each backend's own settings, a section of its own
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+    transformers: TransformersConfig = field(default_factory=TransformersConfig)
+    # keys that were [backend]'s own before the backends had sections: named in the error that a file using one gets
+    MOVED: ClassVar[dict[str, str]] = {"endpoints": "vllm", "connect_timeout_s": "vllm", "retries": "vllm",
+                                       "dtype": "transformers", "fast_output_head": "transformers"}
 
     def validate(self) -> None:
         check_setting(self.name == "auto" or self.name in BACKENDS, f"name must be one of auto, {', '.join(BACKENDS)}")
-        check_setting(self.dtype in ("auto", "float32", "bfloat16"), "dtype must be 'auto', 'float32' or 'bfloat16'")
         check_setting(self.fallback in ("", "extractive"), "fallback must be 'extractive' or ''")
         check_setting(0 < self.timeout_s <= _DAY_S, "timeout_s must be in (0, 86400] seconds")
-        check_setting(0 < self.connect_timeout_s <= _DAY_S, "connect_timeout_s must be in (0, 86400] seconds")
-        check_setting(0 <= self.retries <= 100, "retries must be in 0..100")
         check_setting(0 <= self.max_new_tokens <= 100_000, "max_new_tokens must be in 0..100000 (0 = the model's)")
         check_setting(0.0 <= self.max_time_s <= _DAY_S, "max_time_s must be in [0, 86400] seconds (0 = none)")
         check_setting(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]")
-        check_setting(len(self.endpoints) > 0, "endpoints must not be empty")
         if not self.fallback:  # with a fallback, the vllm backend skips a malformed endpoint with a warning
-            for url in self.endpoints:
+            for url in self.vllm.endpoints:
                 check_endpoint(url)
 
 
@@ -399,7 +421,9 @@ class Config:
 
     def replace(self, section: str, **changes: Any) -> Config:
         """A copy with some keys of one section changed (validated)."""
-        merged = dataclasses.asdict(getattr(self, section)) | changes
+        current = dataclasses.asdict(getattr(self, section))
+        merged = current | {k: current[k] | v if isinstance(v, dict) and isinstance(current.get(k), dict) else v
+                            for k, v in changes.items()}  # a sub-section's keys given are changed, the rest kept
         return dataclasses.replace(self, **{section: build_section(type(getattr(self, section)), merged, section)})
 
     def plain_repocoder(self) -> Config:

@@ -1,6 +1,6 @@
 """What a repository may set. A repository is untrusted input (README, "Security model"): its own `repocomp.toml` /
 `pyproject.toml` may not send code off the machine, make repocomp write outside the repository or raise its memory
-budget: `[backend] endpoints` other than loopback, an `[index] dir` outside the root and an `[index] max_memory_mb`
+budget: `[backend.vllm] endpoints` other than loopback, an `[index] dir` outside the root and an `[index] max_memory_mb`
 above the default are dropped with a warning naming the file and key. No setting a repository may set points
 outside it: its path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken from its root and dropped with a
 warning when they lead out; its `[index] exclude` holds at most `MAX_REPOSITORY_EXCLUDES` patterns."""
@@ -52,11 +52,12 @@ def distrust(table: Any, path: Path, repo_root: Path) -> Any:
         return table
     dropped: list[tuple[str, str]] = []
     backend = table.get("backend")
-    if isinstance(backend, dict) and isinstance(backend.get("endpoints"), (list, tuple)):
-        remote = [e for e in backend["endpoints"] if isinstance(e, str) and valid_endpoint(e) and not is_loopback(e)]
+    vllm = backend.get("vllm") if isinstance(backend, dict) else None
+    if isinstance(vllm, dict) and isinstance(vllm.get("endpoints"), (list, tuple)):
+        remote = [e for e in vllm["endpoints"] if isinstance(e, str) and valid_endpoint(e) and not is_loopback(e)]
         if remote:
-            dropped.append(("backend.endpoints", f"{shown(remote[0])} is not a loopback address; a repository may "
-                            "only name endpoints on this machine"))
+            dropped.append(("backend.vllm.endpoints", f"{shown(remote[0])} is not a loopback address; a repository "
+                            "may only name endpoints on this machine"))
     root = Path(repo_root).resolve()
     index = table.get("index")
     if isinstance(index, dict) and isinstance(index.get("dir"), str):
@@ -82,13 +83,23 @@ def distrust(table: Any, path: Path, repo_root: Path) -> Any:
                 anchored[key] = inside
     if not dropped and not anchored:
         return table
-    table = {k: dict(v) if isinstance(v, dict) else v for k, v in table.items()}
+    table = _copied(table)
     for key, value in anchored.items():
-        section, name = key.split(".")
-        table[section][name] = value
+        *sections, name = key.split(".")
+        _table_at(table, sections)[name] = value
     for key, why in dropped:
-        section, name = key.split(".")
-        del table[section][name]
-        warn_once(path, key, f"{path}: [{section}] {name} ignored: {why}; set it in {user_config_file()}, with "
-                   "--config or in the editor's settings")
+        *sections, name = key.split(".")
+        del _table_at(table, sections)[name]
+        warn_once(path, key, f"{path}: [{'.'.join(sections)}] {name} ignored: {why}; set it in {user_config_file()}, "
+                  "with --config or in the editor's settings")
+    return table
+
+
+def _copied(table: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copied(v) if isinstance(v, dict) else v for k, v in table.items()}
+
+
+def _table_at(table: dict[str, Any], sections: list[str]) -> dict[str, Any]:
+    for section in sections:
+        table = table[section]
     return table

@@ -197,8 +197,8 @@ def endless_server(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def _vllm_config(tmp_path: Path, endpoint: str, timeout_s: float, max_new_tokens: int = 16) -> Path:
     config = tmp_path / "user.toml"  # the user's own file (--config): it may name any endpoint
-    config.write_text(f'[backend]\nname = "vllm"\nmodel = "m"\nendpoints = ["{endpoint}"]\ntimeout_s = {timeout_s}\n'
-                      f'retries = 0\nmax_new_tokens = {max_new_tokens}\nfallback = "extractive"\n')
+    config.write_text(f'[backend]\nname = "vllm"\nmodel = "m"\ntimeout_s = {timeout_s}\n'
+                      f'max_new_tokens = {max_new_tokens}\nfallback = "extractive"\n[backend.vllm]\nendpoints = ["{endpoint}"]\nretries = 0\n')
     return config
 
 

@@ -27,7 +27,7 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
 @pytest.mark.parametrize("section, key, value", [
     ("backend", "timeout_s", "inf"),
     ("backend", "timeout_s", "nan"),
-    ("backend", "connect_timeout_s", "-inf"),
+    ("backend.vllm", "connect_timeout_s", "-inf"),
     ("retrieval", "alpha", "inf"),
     ("graph", "call", "nan"),
     ("backend", "timeout_s", "1e12"),
@@ -66,7 +66,7 @@ def test_malformed_endpoint_is_a_one_line_warning_and_the_fallback_completes(
     args = ["complete", f"{repo / 'main.py'}:4", "--backend", "vllm"]
     mine = tmp_path / "mine.toml"
     for config, extra in ((repo / "repocomp.toml", []), (mine, ["--config", str(mine)])):  # the repo's, the user's
-        config.write_text(f'[backend]\nendpoints = ["{endpoint}"]\n')  # fallback: the default, "extractive"
+        config.write_text(f'[backend.vllm]\nendpoints = ["{endpoint}"]\n')  # fallback: the default, "extractive"
         done = repocomp(tmp_path, *args, *extra)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         assert done.stdout.strip() == "area(2, 3)", done.stdout
@@ -81,6 +81,6 @@ def test_malformed_endpoint_without_fallback_is_a_one_line_error_at_config_load(
     args = ["complete", f"{repo / 'shapes.py'}:2", "--backend", "vllm"]
     mine = tmp_path / "mine.toml"
     for config, extra in ((repo / "repocomp.toml", []), (mine, ["--config", str(mine)])):  # the repo's, the user's
-        config.write_text(f'[backend]\nendpoints = ["{endpoint}"]\nfallback = ""\n')
+        config.write_text(f'[backend]\nfallback = ""\n[backend.vllm]\nendpoints = ["{endpoint}"]\n')
         last = assert_one_line(*cli(capsys, *args, *extra)[::2], "endpoint", needle)
         assert str(config) in last

@@ -113,8 +113,8 @@ def test_eval_survives_a_stalled_backend_and_a_rerun_retries_the_failed_tasks(re
     sink = TcpSink()  # accepts, never answers
     try:
         config = tmp_path / "slow.toml"
-        config.write_text(f'[backend]\nendpoints = ["{sink.url}"]\nmodel = "m"\ntimeout_s = 1\n'
-                          'connect_timeout_s = 1\nretries = 0\nfallback = ""\n')
+        config.write_text(f'[backend]\nmodel = "m"\ntimeout_s = 1\nfallback = ""\n'
+                          f'[backend.vllm]\nendpoints = ["{sink.url}"]\nconnect_timeout_s = 1\nretries = 0\n')
         tasks = _write(tmp_path / "tasks.jsonl", [_task(["r", "values.py"], line_no=n) for n in (6, 9)])
         out = tmp_path / "results.jsonl"
         args = ["eval", str(tasks), "--repos", str(repos), "--backend", "vllm", "--mode", "vanilla",

@@ -36,9 +36,9 @@ def test_repository_config_cannot_send_code_off_the_machine_or_write_outside(rep
         # the user's own config picks the endpoint; the repository tries another one and an index dir outside
         (tmp_path / "config" / "repocomp").mkdir(parents=True)
         (tmp_path / "config" / "repocomp" / "config.toml").write_text(
-            f'[backend]\nendpoints = ["{user_sink.url}"]\nmodel = "m"\ntimeout_s = 5\nretries = 0\n')
+            f'[backend]\nmodel = "m"\ntimeout_s = 5\n[backend.vllm]\nendpoints = ["{user_sink.url}"]\nretries = 0\n')
         (repo / "repocomp.toml").write_text(
-            '[backend]\nendpoints = ["http://192.0.2.7:8000"]\nconnect_timeout_s = 1\n[index]\ndir = "../outside"\n')
+            '[backend.vllm]\nendpoints = ["http://192.0.2.7:8000"]\nconnect_timeout_s = 1\n[index]\ndir = "../outside"\n')
         done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "vllm")
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr  # answered by the fallback
         assert user_sink.connections >= 1  # the user's endpoint was asked, not the repository's
@@ -47,7 +47,7 @@ def test_repository_config_cannot_send_code_off_the_machine_or_write_outside(rep
         assert len(warnings) == 2 and any("endpoints" in w for w in warnings) and any("dir" in w for w in warnings)
 
         # a loopback endpoint is the repository's to choose (a model served on this machine)
-        (repo / "repocomp.toml").write_text(f'[backend]\nendpoints = ["{repo_sink.url}"]\n')
+        (repo / "repocomp.toml").write_text(f'[backend.vllm]\nendpoints = ["{repo_sink.url}"]\n')
         done = repocomp(tmp_path, "complete", f"{repo / 'shapes.py'}:5", "--backend", "vllm")
         assert done.returncode == 0 and repo_sink.connections >= 1 and "ignored" not in done.stderr, done.stderr
     finally:

@@ -152,8 +152,8 @@ def test_index_and_explain_show_an_undecodable_file_name_escaped(repo: Path, tmp
 def test_vllm_gets_a_utf8_prompt_naming_an_undecodable_file(repo: Path, tmp_path: Path, endpoint: RecordingEndpoint,
                                                              terminal: str) -> None:
     config = tmp_path / "vllm.toml"  # the user's --config: a loopback endpoint, no fallback to hide a failure
-    config.write_text(f'[backend]\nname = "vllm"\nendpoints = ["{endpoint.url}"]\nmodel = "m"\nfallback = ""\n'
-                      "timeout_s = 20\n")
+    config.write_text(f'[backend]\nname = "vllm"\nmodel = "m"\nfallback = ""\ntimeout_s = 20\n'
+                      f'[backend.vllm]\nendpoints = ["{endpoint.url}"]\n')
     status, out, err = run_cli(tmp_path, terminal, "complete", "--config", str(config), "--iterations", "1",
                                f"{repo / 'main.py'}:5")
     assert status == 0, err
@@ -187,7 +187,7 @@ async def test_a_lone_surrogate_in_a_buffer_reaches_vllm_escaped(client: Languag
     root = tmp_path / "plain"
     (root / ".git").mkdir(parents=True)
     (root / "helpers.py").write_text(HELPER)
-    options = {"backend": {"name": "vllm", "endpoints": [endpoint.url], "model": "m", "timeoutS": 20},
+    options = {"backend": {"name": "vllm", "vllm": {"endpoints": [endpoint.url]}, "model": "m", "timeoutS": 20},
                "retrieval": {"iterations": 1}}
     await initialize(client, root, options)
     await wait_ready(client, timeout=30)
