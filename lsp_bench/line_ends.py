@@ -8,7 +8,8 @@ line break, then the line as the model indents it). With `--emptied` the line it
 developer is about to type it, the code below stands), insert mode starts at its column 0, and the answer's first
 line is scored against the line that stood there; the line is put back before the next. `--config FILE` is the
 user's settings file for the server (e.g. `[prompt] fim = "none"`). Figures: lines answered (any ghost text),
-answers right, and the time from entering insert mode to the ghost text.
+answers right, the time from entering insert mode to the ghost text, and the server's RSS at the end (the model
+loaded, the repository open).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class LineEndsResult:
     answers: list[str | None]  # per line: the ghost text, None when none showed
     error: str | None
     emptied: bool = False  # the lines were emptied (the developer about to type them), not completed at their end
+    # the server's resident set at the end (`repocomp/stats`), and of it the pages of files it reads in place (the
+    # model's weights, the index), which the kernel takes back under memory pressure; 0 where not read
+    server_rss_mb: float = 0.0
+    server_file_rss_mb: float = 0.0
 
 
 def pick_lines(text: str, n: int, seed: int) -> list[int]:
@@ -67,6 +72,7 @@ def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: 
         else:
             steps += [{"key": "<Esc>"}, {"sleep": 50}, {"insert": True, "line": line, "col": len(rows[line - 1])},
                       {"ghost": ghost_ms}]
+    steps.append({"stats": 10_000})
     with tempfile.TemporaryDirectory(prefix="repocomp-line-ends-") as work:
         if config_file is not None:  # Neovim's server reads the user's settings from its own config folder
             user = Path(work) / "config" / "repocomp" / "config.toml"
@@ -83,9 +89,11 @@ def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: 
 
     right = sum(1 for line, answer in zip(lines, answers, strict=False)
                 if answer is not None and answer.strip().split("\n")[0].strip() == want(line).strip())
+    stats = run.result.get("stats") or {}
     return LineEndsResult(str(file), lines, sum(a is not None for a in answers), right,
                           round(statistics.median(latencies), 1) if latencies else 0.0,
-                          round(max(latencies), 1) if latencies else 0.0, answers, run.result.get("error"), emptied)
+                          round(max(latencies), 1) if latencies else 0.0, answers, run.result.get("error"), emptied,
+                          round(stats.get("rss_bytes", 0) / 2**20, 1), round(stats.get("file_rss_bytes", 0) / 2**20, 1))
 
 
 def format_table(r: LineEndsResult) -> str:
@@ -93,7 +101,9 @@ def format_table(r: LineEndsResult) -> str:
     rows = [("line ends answered (ghost text)", f"{r.answered} of {n}"),
             ("first line == the line emptied" if r.emptied else "first line == the file's next line",
              f"{r.next_line_right} of {n}"),
-            ("insert mode -> ghost text p50 / max", f"{r.latency_p50_ms:.0f} / {r.latency_max_ms:.0f} ms")]
+            ("insert mode -> ghost text p50 / max", f"{r.latency_p50_ms:.0f} / {r.latency_max_ms:.0f} ms"),
+            ("the server's RSS at the end (of it pages of files read in place)",
+             f"{r.server_rss_mb:.0f} MB ({r.server_file_rss_mb:.0f} MB)")]
     rows += [("error", r.error)] if r.error else []
     width = max(len(a) for a, _ in rows)
     return "\n".join([f"repocomp bench line-ends {r.file} (Neovim 0.12)"] + [f"{a:<{width}}  {b}" for a, b in rows])

@@ -1,9 +1,15 @@
 """`repocomp bench line-ends` picks code lines of a file the same way every time (the Neovim run itself is the
-benchmark; its driver step is covered by the editor tests)."""
+benchmark), and runs end to end in Neovim 0.12."""
 
 from __future__ import annotations
 
-from lsp_bench.line_ends import pick_lines
+from pathlib import Path
+
+import pytest
+from lsp_helpers import copy_repo
+
+from lsp_bench.line_ends import format_table, pick_lines, run_line_ends
+from lsp_bench.slow_backend import SlowBackend
 
 SOURCE = '''"""Docstring."""
 # a comment
@@ -26,3 +32,25 @@ def test_the_pick_is_seeded_and_sorted() -> None:
     first, again, other = pick_lines(text, 30, 1), pick_lines(text, 30, 1), pick_lines(text, 30, 2)
     assert first == again == sorted(first) and len(first) == 30 and first != other
     assert 200 not in first  # the last line has no next line to offer
+
+
+@pytest.mark.editor
+@pytest.mark.slow
+def test_emptied_lines_are_answered_in_neovim_and_the_servers_memory_is_read(tmp_path: Path) -> None:
+    """The bench end to end, the model an oracle endpoint (it answers what the file says): Neovim empties two lines
+    in turn, each gets the line back as ghost text, and the run ends with the server's resident set (and its file
+    pages) from `repocomp/stats`."""
+    repo = copy_repo(tmp_path)
+    file = repo / "shop" / "cart.py"
+    slow = SlowBackend(file.read_text(), latency_s=0.2)
+    user = tmp_path / "user.toml"
+    (repo / "repocomp.toml").write_text("")  # the snippet's root marker
+    try:
+        user.write_text(f'[backend]\nname = "vllm"\nmodel = "slow"\nfallback = ""\n'
+                        f'[backend.vllm]\nendpoints = ["{slow.start()}"]\n[retrieval]\niterations = 1\n')
+        result = run_line_ends(repo, file, n=2, ghost_ms=20_000, emptied=True, config_file=user)
+    finally:
+        slow.stop()
+    assert result.error is None and len(result.lines) == 2 and result.next_line_right == 2, result
+    assert 30 < result.server_rss_mb < 2_000 and 0 < result.server_file_rss_mb < result.server_rss_mb, result
+    assert "the server's RSS at the end" in format_table(result)
