@@ -22,6 +22,7 @@ from repocomp.eval.session_tasks import (
     materialize,
     open_history,
     session_buffer,
+    typed_head,
     typed_texts,
 )
 from repocomp.eval.tasks import load_tasks, write_tasks
@@ -260,6 +261,15 @@ def test_after_hole_is_the_buffer_below_the_hole(history, seed):
         assert (parent(src) if src else "").endswith(s["after_hole"])  # the parent's code: later hunks not typed
 
 
+def test_the_typed_start_of_a_line_is_its_first_word_with_what_stands_before_it():
+    assert typed_head("        import msvcrt") == "        import"
+    assert typed_head("    self.items = []") == "    self"
+    assert typed_head('@app.route("/")') == "@app"
+    assert typed_head("    )") == "" and typed_head("") == ""
+    s = {"before_hole": "def f():\n", "after_hole": "    return 1\n"}
+    assert session_buffer(s, "    x") == "def f():\n    x\n    return 1\n"
+
+
 def test_session_buffer_needs_after_hole():
     with pytest.raises(Exception, match="make-tasks"):
         session_buffer({"before_hole": "x = 1\n"})
@@ -383,6 +393,18 @@ def test_eval_end_to_end_extractive(history, tmp_path, monkeypatch):
     assert summary["failed"] == 0 and len(records) == 4 and {r["variant"] for r in records} == {"editor"}
     with pytest.raises(Exception, match="variant=editor"):
         run_eval(loaded, repos, EvalOptions(backend="extractive"), Config(), out=out, progress=False)
+    # inside the hole's line: its first word typed, the answer scored with it; holes without a word after it left out
+    out = tmp_path / "out-mid.jsonl"
+    summary = run_eval(loaded, repos, EvalOptions(backend="extractive", editor=True, mid_line=True), Config(), out=out,
+                       progress=False)
+    records = read_results(out)
+    asked = [t for t in loaded if typed_head(t.ground_truth).strip() not in ("", t.ground_truth.strip())]
+    assert summary["failed"] == 0 and len(records) == len(asked) >= 1
+    assert {r["variant"] for r in records} == {"editor-mid-line"}
+    for r in records:
+        truth = by_id[r["task_id"]].ground_truth
+        assert r["prediction"].startswith(typed_head(truth))
+        assert r["em"] == float(r["prediction"].strip() == truth.strip())
     trees = list((tmp_path / "cache" / "repocomp" / "eval" / "trees" / "tiny").iterdir())
     assert len(trees) == len({t.metadata["session"]["parent"] for t in tasks})  # one tree per parent
 

@@ -92,7 +92,7 @@ def memory_gt_hit(ground_truth: str, decision: MemoryDecision | None) -> bool:
 def _run_fields(task: Task, options: EvalOptions) -> dict[str, Any]:
     return {"task_id": task.task_id, "repo": task.repo, "path": task.path, "kind": task.kind, "mode": options.mode,
             "fragrel": bool(options.alpha), "backend": options.backend, "query_relations": options.query_relations,
-            "definitions": options.definitions, "variant": "editor" if options.editor else "left"}
+            "definitions": options.definitions, "variant": options.variant}
 
 
 def error_record(task: Task, options: EvalOptions, error: str) -> dict[str, Any]:
@@ -187,7 +187,7 @@ def check_same_run(records: list[dict[str, Any]], options: EvalOptions, out: str
         recorded = (r.get("mode"), r.get("fragrel"), r.get("backend"), r.get("definitions", options.definitions),
                     r.get("memory_requested", options.memory), r.get("variant", "left"))
         if recorded != (options.mode, bool(options.alpha), options.backend, options.definitions, options.memory,
-                        "editor" if options.editor else "left"):
+                        options.variant):
             raise RepocompError(
                 f"{out} holds results of another run (mode={r.get('mode')}, fragrel={r.get('fragrel')}, "
                 f"backend={r.get('backend')}, definitions={r.get('definitions')}, "

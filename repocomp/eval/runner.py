@@ -35,7 +35,7 @@ from repocomp.eval.records import (
     rewrite_clean,
     summarize,
 )
-from repocomp.eval.session_tasks import run_session_tasks
+from repocomp.eval.session_tasks import run_session_tasks, typed_head
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
 from repocomp.index.walk import decode_source, read_regular
 
@@ -54,6 +54,14 @@ class EvalOptions:
     workers: int = 1
     memory: bool = True  # session tasks: replay the session into a SessionMemory (False: --no-memory)
     editor: bool = False  # the buffer as an editor sends it: the code after the hole too (`--editor`)
+    # session tasks: the hole line's first word typed, the cursor after it (`--mid-line`): a request inside a line
+    mid_line: bool = False
+
+    @property
+    def variant(self) -> str:
+        """What the engine was given, in the records: the code before the hole ("left") or the editor's buffer,
+        and "-mid-line" when the cursor is inside the hole's line."""
+        return ("editor" if self.editor else "left") + ("-mid-line" if self.mid_line else "")
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -228,6 +236,18 @@ def open_engine(root: Path, config: Config, options: EvalOptions) -> tuple[Any, 
     return index, Completer(index, config, backend=backend)
 
 
+def mid_line_tasks(tasks: list[Task]) -> list[Task]:
+    """The session tasks a request inside the hole's line can be asked at: the line has a word and something
+    follows the first (`typed_head`); the others are left out, with a count in the log."""
+    if any(t.kind != SESSION_KIND for t in tasks):
+        raise RepocompError("--mid-line is for session tasks (repocomp eval make-tasks --kind session)")
+    kept = [t for t in tasks if typed_head(t.ground_truth).strip() not in ("", t.ground_truth.strip())]
+    if len(kept) < len(tasks):
+        log.info("--mid-line: %d of %d holes left out (no word, or nothing after the first)",
+                 len(tasks) - len(kept), len(tasks))
+    return kept
+
+
 def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: EvalOptions, config: Config, *,
              out: str | os.PathLike[str] | None = None, summary_json: str | os.PathLike[str] | None = None,
              progress: bool = True,
@@ -235,6 +255,8 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
              ) -> dict[str, Any]:
     """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
     options.validate()
+    if options.mid_line:
+        tasks = mid_line_tasks(tasks)
     # resolved once for the run; records say what ran (the definitions after the model's budget rule)
     config = resolve_config(eval_config(config, options), reads_prompt=options.backend != "none")
     options = replace(options, alpha=config.retrieval.alpha, query_relations=config.retrieval.query_relations,

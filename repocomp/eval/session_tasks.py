@@ -522,13 +522,24 @@ def typed_texts(task: Task, parent_text: Callable[[str], str | None]) -> dict[st
     return texts
 
 
-def session_buffer(session: dict[str, Any]) -> str:
-    """The hole's buffer as the editor has it: the typed lines above, the empty hole line, the code below."""
+def typed_head(line: str) -> str:
+    """The start of `line` a developer has typed when the cursor is inside it (`--mid-line`): its indentation, its
+    first word and what stands before that word (`self` of `self.x = 1`, `@app` of a decorator)."""
+    head = _FIRST_WORD.match(line)
+    return head.group(0) if head else ""
+
+
+_FIRST_WORD = re.compile(r"\s*\W*\w+")
+
+
+def session_buffer(session: dict[str, Any], typed: str = "") -> str:
+    """The hole's buffer as the editor has it: the typed lines above, the hole line (empty, or the `typed` start of
+    it), the code below."""
     if "after_hole" not in session:
         raise RepocompError("the task has no after_hole (made before tasks carried the code after the cursor): "
                             "make the tasks again with `repocomp eval make-tasks --kind session`")
     after = session["after_hole"]
-    return session["before_hole"] + ("\n" + after if after else "")
+    return session["before_hole"] + typed + ("\n" + after if after else "")
 
 
 def _session(task: Task) -> dict[str, Any]:
@@ -614,8 +625,10 @@ class SessionEvaluator:
                     before = session["before_hole"]
                     if not texts.get(task.path, "").startswith(before) or before.count("\n") != task.line_no:
                         raise RepocompError(f"{task.task_id}: before_hole is not the typed file up to line_no")
-                    # the hole's file up to the hole, as the line tasks see it, or the editor's whole buffer
-                    buffer = session_buffer(session) if self.options.editor else before
+                    # the hole's file up to the hole, as the line tasks see it, or the editor's whole buffer; with
+                    # --mid-line the hole line's first word typed, the cursor after it
+                    typed = typed_head(task.ground_truth) if self.options.mid_line else ""
+                    buffer = session_buffer(session, typed) if self.options.editor else before + typed
                     texts[task.path] = buffer
                     removed = {f["from"] for f in session["files"] if f.get("status") == "R" and f.get("from")}
                     self._set_state(texts, removed - set(texts))
@@ -627,16 +640,19 @@ class SessionEvaluator:
                     self.completer.memory = memory
                     summary_ms = await self._summarize(memory)
                     t1 = time.perf_counter()
-                    result = await self.completer.acomplete(task.path, buffer, task.line_no, 0, CompletionOptions(
+                    options = CompletionOptions(
                         mode=self.options.mode,
                         oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
                         kind=COMPLETION_KIND.get(task.kind, "line"), context_start_line=task.context_start_lineno,
-                        trace=True))
+                        trace=True)
+                    result = await self.completer.acomplete(task.path, buffer, task.line_no, len(typed), options)
                 except RepocompError as exc:
                     on_record({**error_record(task, self.options, str(exc)),
                                **session_fields(task, self.options, False, 0)})
                     continue
                 t2 = time.perf_counter()
+                if typed:  # the line as the developer would have it: the word typed, then the answer
+                    result = dataclasses.replace(result, text=typed + result.text)
                 record = make_record(task, result, self.options, {"no_leak_update": round((t1 - t0) * 1e3, 3),
                                                                   "summary": summary_ms,
                                                                   "task_total": round((t2 - t0) * 1e3, 3)})
