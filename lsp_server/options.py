@@ -4,8 +4,9 @@ One schema: the engine options are the config's own sections (`repocomp.config.s
 so an editor may set any key of `[backend]` (its backends' sections too: `{"backend": {"vllm": {...}}}`),
 `[retrieval]`, `[prompt]` and `[memory]`, read by the config's converter and checked by the config's rules; only
 the server's own knobs (`ServerOptions`) are declared here. Keys may be camelCase (editor convention) or snake_case.
-An unknown key or a value of the wrong type is reported when the options arrive, a value the config's rules reject when it is applied to a folder's config (`apply_options`);
-each is reported once (the caller shows it via window/showMessage) and replaced by the folder's value, never fatal.
+An unknown key or a value of the wrong type is reported when the options arrive, a value the config's rules reject
+when it is applied to a folder's config (`apply_options`); each is reported once (the caller shows it via
+window/showMessage) and replaced by the folder's value, never fatal.
 Engine options left out keep what the workspace's own repocomp.toml / pyproject.toml says.
 
 Example (JSON, as an editor sends it)::

@@ -1,7 +1,7 @@
 """What a repository may set. A repository is untrusted input (README, "Security model"): its own `repocomp.toml` /
 `pyproject.toml` may not send code off the machine, make repocomp write outside the repository or raise its memory
-budget: `[backend.vllm] endpoints` other than loopback, an `[index] dir` outside the root and an `[index] max_memory_mb`
-above the default are dropped with a warning naming the file and key. No setting a repository may set points
+budget: `[backend.vllm] endpoints` other than loopback, an `[index] dir` outside the root and an
+`[index] max_memory_mb` above the default are dropped with a warning naming the file and key. No setting a repository may set points
 outside it: its path-valued ones (`[prompt] tokenizer`, `[backend] model`) are taken from its root and dropped with a
 warning when they lead out; its `[index] exclude` holds at most `MAX_REPOSITORY_EXCLUDES` patterns."""
 
