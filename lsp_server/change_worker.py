@@ -221,14 +221,15 @@ class ChangeWorker:
         return False
 
     def _save(self, folder: FolderIndex) -> None:
-        """Write the folder's index (under the write lock: a request's buffer sync must not change it mid-write)."""
+        """Write the folder's index: what it writes is made and read back under the write lock, the file written
+        while requests read on (`FolderIndex.shared`: this thread applies the changes, so none comes meanwhile)."""
         index = folder.index
         if index is None:
             return
         folder.lock.acquire_write()
         try:
             version = folder.version
-            index.save()
+            index.save(while_written=folder.shared)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)
         except Exception as exc:  # a read-only disk: keep serving from memory, say it once per version

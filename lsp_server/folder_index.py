@@ -67,6 +67,13 @@ class RWLock:
             self._writer = False
             self._cond.notify_all()
 
+    def downgrade(self) -> None:
+        """The writer becomes a reader, with no writer in between: readers may join it; writers still wait."""
+        with self._cond:
+            self._writer = False
+            self._readers += 1
+            self._cond.notify_all()
+
 
 @dataclass
 class FolderIndex:
@@ -122,6 +129,17 @@ class FolderIndex:
             yield
         finally:
             self.lock.release_write()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """Inside `writing()`: while the writer only reads (a save writing the index file), requests read beside
+        it; the write lock is held again after (a thread that changes the index still waits for all of it)."""
+        self.lock.downgrade()
+        try:
+            yield
+        finally:
+            self.lock.release_read()
+            self.lock.acquire_write()
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Index | None]:

@@ -190,3 +190,60 @@ def test_stale_relations_are_refreshed_in_the_background_and_a_changed_index_is_
         assert "ledger/notes.py" in Index.load(root, config).files
     finally:
         indexes.close()
+
+
+def test_rwlock_downgrade_lets_readers_in_and_keeps_writers_out() -> None:
+    lock = RWLock()
+    lock.acquire_write()
+    assert not lock.try_acquire_read()
+    lock.downgrade()
+    assert lock.try_acquire_read()  # a reader beside the downgraded writer
+    lock.release_read()
+    wrote = threading.Event()
+    writer = threading.Thread(target=lambda: (lock.acquire_write(), wrote.set(), lock.release_write()))
+    writer.start()
+    assert not wrote.wait(0.2)  # a writer waits for the downgraded one
+    lock.release_read()
+    writer.join(2)
+    assert wrote.is_set()
+
+
+def test_a_save_lets_requests_read_while_the_index_file_is_written(tmp_path: Path, monkeypatch) -> None:
+    """The change worker's save makes what it writes under the write lock, then writes the file while requests
+    read on (a read lock taken from another thread succeeds mid-write), then holds the write lock again."""
+    import shutil
+
+    from repocomp.index import Index, persistence
+
+    root = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", root)
+    indexes = WorkspaceIndexes(debounce_s=0.01, save_after_s=0.1)
+    read_mid_write: list[bool] = []
+    write_mapped = persistence.write_mapped
+
+    def spying(*args, **kwargs):
+        got: list[bool] = []
+        request = threading.Thread(target=lambda: got.append(folder.lock.try_acquire_read()))
+        request.start()
+        request.join(5)
+        if got == [True]:
+            folder.lock.release_read()
+        read_mid_write.append(got == [True] and not folder.lock._writer)
+        return write_mapped(*args, **kwargs)
+
+    monkeypatch.setattr(persistence, "write_mapped", spying)
+    try:
+        folder = indexes.add_folder(root, Config())
+        folder.index, folder.state = Index.build(root, Config()), "ready"
+        indexes.file_changed(root / "ledger" / "notes.py", "NOTE = 1\n")
+        assert indexes.wait_idle(10)
+        for _ in range(200):
+            if folder.saved_version == folder.version:
+                break
+            threading.Event().wait(0.05)
+        assert folder.saved_version == folder.version == 1 and read_mid_write == [True]
+        assert folder.lock.try_acquire_read()  # nothing held after the save
+        folder.lock.release_read()
+        assert "ledger/notes.py" in Index.load(root, Config()).files
+    finally:
+        indexes.close()

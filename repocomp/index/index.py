@@ -105,11 +105,12 @@ class Index:
 
         return load_index(cls, root, config)
 
-    def save(self) -> Path:
-        """Write the index file and read it back in place (`persistence.save_index`)."""
+    def save(self, while_written: Callable[[], AbstractContextManager[None]] | None = None) -> Path:
+        """Write the index file and read it back in place (`persistence.save_index`); `while_written`: a context
+        the file's writing runs in (the language server lets requests read the index meanwhile)."""
         from repocomp.index.persistence import save_index
 
-        return save_index(self)
+        return save_index(self, while_written)
 
     def relpath(self, path: str | Path) -> str:
         """`path` (absolute, or relative to the repository root) as the index names it; outside -> error.

@@ -4,8 +4,11 @@ of the `IndexUnusableError` kinds; `_leads_out` says when the repository's own i
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,26 +53,19 @@ def _leads_out(index: Index) -> bool:
         return True
 
 
-def save_index(index: Index) -> Path:
+def save_index(index: Index, while_written: Callable[[], AbstractContextManager[None]] | None = None) -> Path:
     """Write the index file; a repository that cannot be written gets it in the user's cache (said once).
 
     Stale relation rows are recomputed first, but for a partial build's (files still to come): it keeps them
-    listed, for the refresh at the build's end (or its resumption)."""
+    listed, for the refresh at the build's end (or its resumption). The writing, which only reads the index, runs
+    inside `while_written` (the caller may let readers in); the switch to the written file after it does not."""
     if index.summary.pending_files == 0:
         index.refresh_relations()
     t = time.perf_counter()
     page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
-    meta, arrays = index_codec.encode(index)
-    folder = index.index_dir
-    if _leads_out(index):
-        target, written = _write_fallback(index, meta, arrays, "it leads outside the repository")
-    else:
-        try:
-            target, written = write_mapped(folder, meta, arrays)
-        except OSError as exc:
-            if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
-                raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
-            target, written = _write_fallback(index, meta, arrays, exc.strerror or str(exc))
+    meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
+    with while_written() if while_written is not None else contextlib.nullcontext():
+        target, written = _write(index, meta, arrays)
     del arrays  # what the write still held (the large tables went as written; read_back trims) before reading
     # from now on read in place from what was written: what building and updating held in memory goes
     index_codec.read_back(index, meta, written)
@@ -79,6 +75,18 @@ def save_index(index: Index) -> Path:
     index.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
     index.summary.index_bytes = target.stat().st_size
     return target
+
+
+def _write(index: Index, meta: dict[str, Any], arrays: dict[str, Stored]) -> tuple[Path, dict[str, np.ndarray]]:
+    folder = index.index_dir
+    if _leads_out(index):
+        return _write_fallback(index, meta, arrays, "it leads outside the repository")
+    try:
+        return write_mapped(folder, meta, arrays)
+    except OSError as exc:
+        if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+            raise RepocompError(f"cannot write the index to {folder}: {exc.strerror or exc}") from None
+        return _write_fallback(index, meta, arrays, exc.strerror or str(exc))
 
 
 def _write_fallback(index: Index, meta: dict[str, Any], arrays: dict[str, Stored], why: str
