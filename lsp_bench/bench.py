@@ -7,6 +7,8 @@ Figures (targets from the LSP issue, extractive backend):
   superseded by a newer one for the same document, and separately cancelled with `$/cancelRequest`;
 - save visibility p95 (<= 200 ms): a line with a fresh identifier is saved in one file; the time from didSave
   until a completion in another buffer returns it;
+- requests during an index save (the server writes a changed index after `server.saveAfterMs` of quiet, 30 s):
+  round trips of those that overlapped it against the others in the same loop;
 - server RSS with the index loaded (<= 600 MB).
 
 The repository is copied to a temporary directory first (a stored index under .repocomp/ comes along), so the
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
+
+from lsp_server.options import ServerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +61,12 @@ class LspBenchResult:
     rss_mb: float
     file_rss_mb: float  # of rss_mb: pages of files read in place (the index), which the kernel can take back
     requests: int
+    # requests one after another while the index the save rounds changed was saved (round trips): how many
+    # overlapped the save, their median and slowest, and the median of the others in the same loop
+    during_save: int = 0
+    during_save_p50_ms: float = float("nan")
+    during_save_max_ms: float = float("nan")
+    beside_save_p50_ms: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
 
@@ -272,6 +282,38 @@ async def _measure_typing(session: Session, sites: list[tuple[Path, str, int, in
     return (await session.stats())["completed_ms"][before:]
 
 
+async def _measure_during_save(session: Session, edited: Path, sites: list[tuple[Path, str, int, int]],
+                               timeout_s: float) -> tuple[list[float], list[float]]:
+    """A line added to `edited`'s buffer (never to the file), then requests one after another until the server has
+    saved the index it changed (once the folder has been quiet for `server.saveAfterMs`): the round trips of those
+    that overlapped the save (from when it waited for the write lock to when it let go), and of the others. Nothing
+    when no save came in `timeout_s`."""
+    uri, text = edited.as_uri(), edited.read_text(encoding="utf-8", errors="replace")
+    session.open(uri, text)
+    session.replace(uri, text + "\nzq_bench_save_probe = 1\n")
+    # the documents asked in stay open: opening and closing them would be changes, and a folder saves when quiet
+    opened = {path.as_uri(): text for path, text, _, _ in sites} | {uri: ""}
+    for doc, doc_text in opened.items():
+        if doc != uri:
+            session.open(doc, doc_text)
+    timed: list[tuple[float, float]] = []  # each request's start and end, time.monotonic() (the server's clock too)
+    start = time.monotonic()
+    span = None
+    while span is None and time.monotonic() - start < timeout_s:
+        for path, _, line, col in sites:
+            t0 = time.monotonic()
+            await session.inline(path.as_uri(), line, col)
+            timed.append((t0, time.monotonic()))
+        saves = [f["last_save"] for f in (await session.stats())["folders"] if f.get("last_save")]
+        span = next((s for s in saves if s[0] >= start), None)
+    for doc in opened:
+        session.close(doc)
+    if span is None:
+        return [], []
+    during = [(b - a) * 1000 for a, b in timed if a < span[1] and b > span[0]]
+    return during, [(b - a) * 1000 for a, b in timed if not (a < span[1] and b > span[0])]
+
+
 async def _measure_cancellation(session: Session, endpoint: str, rounds: int) -> tuple[list[float], list[float]]:
     from pygls.exceptions import JsonRpcException
 
@@ -359,7 +401,8 @@ async def _folder_version(session: Session) -> int:
 
 async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, keys: int = 5,
                     cancel_rounds: int = 20, save_rounds: int = 20, seed: int = 0,
-                    ready_timeout: float = 1800.0, in_place: bool = False) -> LspBenchResult:
+                    ready_timeout: float = 1800.0, in_place: bool = False,
+                    save_after_ms: int = ServerOptions.save_after_ms, save_wait_s: float = 900.0) -> LspBenchResult:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="repocomp-bench-lsp-") as tmp:
         work = repo if in_place else Path(tmp) / repo.name
@@ -372,13 +415,15 @@ async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, 
         hole = _Blackhole()
         endpoint = await hole.start()
         try:
-            await session.start(BENCH_OPTIONS)
+            await session.start(BENCH_OPTIONS | {"server": {"saveAfterMs": save_after_ms}})
             ready_s = await session.wait_ready(ready_timeout)
             await _measure_inline(session, _cursor_sites(files, 10, rng))  # warm-up (tokenizer, caches)
             server_side, roundtrips = await _measure_inline(session, _cursor_sites(files, requests, rng))
             typing = await _measure_typing(session, _cursor_sites(files, typing_sites, rng), keys)
             supersede, cancel = await _measure_cancellation(session, endpoint, cancel_rounds)
             save = await _measure_save_visibility(session, files, save_rounds, rng)
+            during_save, beside = await _measure_during_save(session, rng.choice(files), _cursor_sites(files, 10, rng),
+                                                             save_wait_s)
             stats = await session.stats()
             rss, file_rss = stats["rss_bytes"] / 2**20, stats["file_rss_bytes"] / 2**20
         finally:
@@ -392,6 +437,9 @@ async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, 
         supersede_p95_ms=round(pct(supersede, 0.95), 2), cancel_p95_ms=round(pct(cancel, 0.95), 2),
         save_visible_p50_ms=round(pct(save, 0.5), 2), save_visible_p95_ms=round(pct(save, 0.95), 2),
         rss_mb=round(rss, 1), file_rss_mb=round(file_rss, 1), requests=len(server_side) + len(typing),
+        during_save=len(during_save), during_save_p50_ms=round(pct(during_save, 0.5), 2),
+        during_save_max_ms=round(max(during_save, default=float("nan")), 2),
+        beside_save_p50_ms=round(pct(beside, 0.5), 2),
     )
 
 
@@ -407,6 +455,8 @@ def format_table(r: LspBenchResult) -> str:
         ("$/cancelRequest answered p95", f"{r.cancel_p95_ms:.1f} ms", f"<= {TARGETS['cancel_p95_ms']:.0f} ms"),
         ("save visible to next completion p50 / p95", f"{r.save_visible_p50_ms:.0f} / {r.save_visible_p95_ms:.0f} ms",
          f"<= {TARGETS['save_visible_p95_ms']:.0f} ms p95"),
+        ("requests during an index save: n, p50 / max", f"{r.during_save}, {r.during_save_p50_ms:.0f} / "
+         f"{r.during_save_max_ms:.0f} ms", f"the others p50 {r.beside_save_p50_ms:.0f} ms"),
         ("server RSS with index", f"{r.rss_mb:.0f} MB", f"<= {TARGETS['rss_mb']:.0f} MB"),
         ("  of which pages of files read in place", f"{r.file_rss_mb:.0f} MB", ""),
     ]

@@ -180,11 +180,11 @@ class ChangeWorker:
                 chunk = dict(items[i : i + CHUNK])
                 folder.lock.acquire_write()
                 try:
-                    self._apply_chunk(folder, chunk)
-                    folder.version += 1
-                    folder.changed_at = time.monotonic()
-                    if self._on_batch is not None:
-                        self._on_batch(folder)
+                    if self._apply_chunk(folder, chunk):  # a buffer opened or closed as the index holds it: none
+                        folder.version += 1
+                        folder.changed_at = time.monotonic()
+                        if self._on_batch is not None:
+                            self._on_batch(folder)
                 finally:
                     folder.lock.release_write()
             logger.info("index of %s: %d file(s) updated in %.0f ms", folder.root.name, len(items),
@@ -226,6 +226,7 @@ class ChangeWorker:
         index = folder.index
         if index is None:
             return
+        began = time.monotonic()
         folder.lock.acquire_write()
         try:
             version = folder.version
@@ -237,20 +238,23 @@ class ChangeWorker:
             logger.warning("saving the index of %s failed: %s", folder.root, exc)
         finally:
             folder.lock.release_write()
+            folder.last_save = (began, time.monotonic())
 
-    def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> None:
+    def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> bool:
+        """Whether the changes changed the index."""
         index = folder.index
         assert index is not None
         try:
-            index.update_files(changes, defer_relations=True)  # rows follow in `_upkeep` slices: a short hold
-            return
+            return index.update_files(changes, defer_relations=True)  # rows follow in `_upkeep` slices: a short hold
         except Exception as exc:  # find the bad file(s); apply the rest one by one
             logger.warning("batch update of %d file(s) failed (%s); retrying file by file", len(changes), exc)
+        changed = False
         for rel, text in changes.items():
             try:
-                index.update_files({rel: text}, defer_relations=True)
+                changed |= index.update_files({rel: text}, defer_relations=True)
             except Exception as exc:
                 logger.warning("index update of %s failed: %s", rel, exc)
+        return changed
 
     def close(self) -> None:
         """Stop the worker (queued changes are dropped); save indexes whose files changed."""

@@ -89,6 +89,9 @@ class FolderIndex:
     lock: RWLock = field(default_factory=RWLock)
     version: int = 0  # bumped by every applied batch (lets tests and the bench see a save land)
     saved_version: int = 0  # the version last written to disk
+    # time.monotonic() when the last save began (waiting for the write lock) and ended: `bench lsp` times the
+    # requests that overlapped it (the same clock in every process of the machine)
+    last_save: tuple[float, float] | None = None
     changed_at: float = 0.0  # time.monotonic() of the last applied batch
     read_at: float = 0.0  # time.monotonic() when a request last finished reading the index
     refreshed_at: float = 0.0  # time.monotonic() of the last slice of the background relation refresh

@@ -46,12 +46,14 @@ class ServerOptions:
     max_document_bytes: int = 1_000_000  # larger documents are not kept nor completed
     watch_files: bool = True  # watchdog observer for changes made outside the editor
     debounce_ms: int = 15  # quiet time that closes a batch of file changes (bursts are capped at 300 ms)
+    save_after_ms: int = 30_000  # a changed index is written to disk once its folder has been quiet this long
 
     def validate(self) -> None:
         check_setting(self.request_timeout_ms is None or 0 < self.request_timeout_ms <= 86_400_000,
                       "request_timeout_ms must be in 1..86400000")
         check_setting(0 < self.max_document_bytes <= 1 << 30, "max_document_bytes must be in 1..1073741824 (1 GiB)")
         check_setting(0 <= self.debounce_ms <= 60_000, "debounce_ms must be in 0..60000")
+        check_setting(0 <= self.save_after_ms <= 86_400_000, "save_after_ms must be in 0..86400000")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ class WorkspaceFolders:
         self.server.messages.bind(asyncio.get_running_loop())
         self.server.indexes = WorkspaceIndexes(
             on_progress=lambda folder, *progress: self.server.index_progress.report(folder.root, *progress),
-            on_state=self._on_index_state, debounce_s=self.server.options.server.debounce_ms / 1000)
+            on_state=self._on_index_state, debounce_s=self.server.options.server.debounce_ms / 1000,
+            save_after_s=self.server.options.server.save_after_ms / 1000)
         for root in self.roots():
             self.add(root)
 

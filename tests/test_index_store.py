@@ -279,7 +279,9 @@ def test_fragment_texts_follow_their_files_through_updates(repo):
 def test_update_from_buffer_text_and_remove_file(repo):
     index = Index.build(repo, EXACT)
     buffer = (repo / "app.py").read_text() + "\n\ndef unsaved():\n    return Engine(1).start()\n"
-    index.update_file(repo / "app.py", text=buffer)
+    assert not index.update_files({"app.py": (repo / "app.py").read_text()})  # the text it holds: no change
+    assert index.update_files({"app.py": buffer})
+    assert not index.update_files({"app.py": buffer})
     assert index.file_lines("app.py")[-2] == "    return Engine(1).start()"
     index.remove_file("pkg/core.py")
     index.refresh_relations()

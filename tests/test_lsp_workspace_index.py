@@ -21,10 +21,12 @@ class RecordingIndex:
         self.calls: list[dict[str, str | None]] = []
         self.saves = 0
 
-    def update_files(self, changes: dict[str, str | None], defer_relations: bool = False) -> None:
+    def update_files(self, changes: dict[str, str | None], defer_relations: bool = False) -> bool:
+        """Whether the index changed: a text named `same` is what it holds already."""
         self.calls.append(dict(changes))
+        return any(text != "same" for text in changes.values())
 
-    def save(self) -> None:
+    def save(self, while_written=None) -> None:
         self.saves += 1
 
 
@@ -55,6 +57,21 @@ def test_a_burst_of_500_changes_is_one_batch_in_chunks(tmp_path: Path) -> None:
         assert set(seen) == {f"pkg/m{i}.py" for i in range(500)} | {"gone.py"}
         assert seen["pkg/m0.py"] == "x = 1\n" and seen["gone.py"] is None and seen["pkg/m7.py"] is None
         assert indexes.folders[tmp_path.resolve()].version == 11
+    finally:
+        indexes.close()
+
+
+def test_a_batch_that_changes_nothing_is_no_new_version(tmp_path: Path) -> None:
+    """A buffer opened or closed as the index holds it changes nothing: no new version, so the folder still counts
+    as quiet for its save."""
+    indexes = WorkspaceIndexes(debounce_s=0.01)
+    try:
+        _ready_folder(indexes, tmp_path)
+        folder = indexes.folders[tmp_path.resolve()]
+        indexes.file_changed(tmp_path / "a.py", "same")
+        assert indexes.wait_idle(5) and folder.version == 0
+        indexes.file_changed(tmp_path / "a.py", "a = 2\n")
+        assert indexes.wait_idle(5) and folder.version == 1
     finally:
         indexes.close()
 

@@ -225,14 +225,15 @@ class Index:
         return self._text_chars
 
     def update_files(self, changes: dict[str, str | None], removed: bool = False,
-                     defer_relations: bool = False) -> None:
-        """Apply a batch of changes ({relative path: text or None to read disk}) with one relation update.
+                     defer_relations: bool = False) -> bool:
+        """Apply a batch of changes ({relative path: text or None to read disk}) with one relation update; whether
+        any changed the index (a text it already holds does not).
 
         `defer_relations`: leave even the changed windows' relation rows to `refresh_relations` (the language
         server's background upkeep does it in slices), so that the update itself holds the index briefly."""
         new_texts = self._read_changes(changes, removed)
         if not new_texts:
-            return
+            return False
         old_paths = [p for p in new_texts if p in self.files]
         new_paths = [p for p, v in new_texts.items() if v is not None]
         self.revisions.note(new_texts)
@@ -279,6 +280,7 @@ class Index:
         self.summary.fragments = int(self.alive_mask().sum())
         if self._needs_compaction(self.summary.fragments):
             self.compact()
+        return True
 
     # -- compaction ----------------------------------------------------------------------------------------------
     def _needs_compaction(self, live_fragments: int) -> bool:

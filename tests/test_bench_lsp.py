@@ -1,0 +1,27 @@
+"""`repocomp bench lsp` end to end on the LSP fixture, the server a real one over stdio: every phase gives its
+figures, and the index saved after the save rounds is timed against the requests that overlapped it."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+from lsp_helpers import copy_repo
+
+from lsp_bench.bench import format_table, run_bench
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_phase_is_measured_and_a_save_is_overlapped_by_requests(tmp_path: Path) -> None:
+    repo = copy_repo(tmp_path)
+    result = asyncio.run(run_bench(repo, requests=10, typing_sites=2, keys=2, cancel_rounds=2, save_rounds=2,
+                                   ready_timeout=120, save_after_ms=500, save_wait_s=60))
+    assert result.requests == 10 + 2 * 2 and result.inline_p95_ms > 0 and result.cancel_p95_ms > 0
+    assert result.save_visible_p95_ms > 0 and result.rss_mb > 30
+    # the server saved the changed index while requests ran one after another: at least one overlapped it
+    assert result.during_save >= 1 and not math.isnan(result.during_save_max_ms), result
+    assert result.during_save_max_ms < 10_000 and result.beside_save_p50_ms > 0
+    assert "requests during an index save" in format_table(result)
