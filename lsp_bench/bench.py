@@ -63,6 +63,7 @@ class LspBenchResult:
     requests: int
     # requests one after another while the index the save rounds changed was saved (round trips): how many
     # overlapped the save, their median and slowest, and the median of the others in the same loop
+    index_save_s: float = 0.0
     during_save: int = 0
     during_save_p50_ms: float = float("nan")
     during_save_max_ms: float = float("nan")
@@ -283,35 +284,38 @@ async def _measure_typing(session: Session, sites: list[tuple[Path, str, int, in
 
 
 async def _measure_during_save(session: Session, edited: Path, sites: list[tuple[Path, str, int, int]],
-                               timeout_s: float) -> tuple[list[float], list[float]]:
+                               timeout_s: float) -> tuple[list[float], list[float], float]:
     """A line added to `edited`'s buffer (never to the file), then requests one after another until the server has
     saved the index it changed (once the folder has been quiet for `server.saveAfterMs`): the round trips of those
-    that overlapped the save (from when it waited for the write lock to when it let go), and of the others. Nothing
-    when no save came in `timeout_s`."""
+    that overlapped the save (from when it waited for the write lock to when it let go), of the others, and the
+    save's seconds. Nothing when no save came in `timeout_s`."""
     uri, text = edited.as_uri(), edited.read_text(encoding="utf-8", errors="replace")
     session.open(uri, text)
     session.replace(uri, text + "\nzq_bench_save_probe = 1\n")
-    # the documents asked in stay open: opening and closing them would be changes, and a folder saves when quiet
-    opened = {path.as_uri(): text for path, text, _, _ in sites} | {uri: ""}
-    for doc, doc_text in opened.items():
-        if doc != uri:
-            session.open(doc, doc_text)
     timed: list[tuple[float, float]] = []  # each request's start and end, time.monotonic() (the server's clock too)
     start = time.monotonic()
     span = None
     while span is None and time.monotonic() - start < timeout_s:
-        for path, _, line, col in sites:
+        # each a site not asked before in this loop (a repeated request is answered from what it showed); a
+        # document opened as the index holds it is no change, so the folder stays quiet
+        for path, site_text, line, col in sites:
+            site = path.as_uri()
+            if site != uri:
+                session.open(site, site_text)
             t0 = time.monotonic()
-            await session.inline(path.as_uri(), line, col)
+            await session.inline(site, line, col)
             timed.append((t0, time.monotonic()))
-        saves = [f["last_save"] for f in (await session.stats())["folders"] if f.get("last_save")]
-        span = next((s for s in saves if s[0] >= start), None)
-    for doc in opened:
-        session.close(doc)
+            if site != uri:
+                session.close(site)
+            if len(timed) % 10 == 0:
+                saves = [f["last_save"] for f in (await session.stats())["folders"] if f.get("last_save")]
+                if (span := next((s for s in saves if s[0] >= start), None)) is not None:
+                    break
+    session.close(uri)
     if span is None:
-        return [], []
+        return [], [], 0.0
     during = [(b - a) * 1000 for a, b in timed if a < span[1] and b > span[0]]
-    return during, [(b - a) * 1000 for a, b in timed if not (a < span[1] and b > span[0])]
+    return during, [(b - a) * 1000 for a, b in timed if not (a < span[1] and b > span[0])], span[1] - span[0]
 
 
 async def _measure_cancellation(session: Session, endpoint: str, rounds: int) -> tuple[list[float], list[float]]:
@@ -422,8 +426,8 @@ async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, 
             typing = await _measure_typing(session, _cursor_sites(files, typing_sites, rng), keys)
             supersede, cancel = await _measure_cancellation(session, endpoint, cancel_rounds)
             save = await _measure_save_visibility(session, files, save_rounds, rng)
-            during_save, beside = await _measure_during_save(session, rng.choice(files), _cursor_sites(files, 10, rng),
-                                                             save_wait_s)
+            during_save, beside, save_s = await _measure_during_save(
+                session, rng.choice(files), _cursor_sites(files, 600, rng), save_wait_s)
             stats = await session.stats()
             rss, file_rss = stats["rss_bytes"] / 2**20, stats["file_rss_bytes"] / 2**20
         finally:
@@ -437,7 +441,7 @@ async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, 
         supersede_p95_ms=round(pct(supersede, 0.95), 2), cancel_p95_ms=round(pct(cancel, 0.95), 2),
         save_visible_p50_ms=round(pct(save, 0.5), 2), save_visible_p95_ms=round(pct(save, 0.95), 2),
         rss_mb=round(rss, 1), file_rss_mb=round(file_rss, 1), requests=len(server_side) + len(typing),
-        during_save=len(during_save), during_save_p50_ms=round(pct(during_save, 0.5), 2),
+        index_save_s=round(save_s, 2), during_save=len(during_save), during_save_p50_ms=round(pct(during_save, 0.5), 2),
         during_save_max_ms=round(max(during_save, default=float("nan")), 2),
         beside_save_p50_ms=round(pct(beside, 0.5), 2),
     )
@@ -455,8 +459,8 @@ def format_table(r: LspBenchResult) -> str:
         ("$/cancelRequest answered p95", f"{r.cancel_p95_ms:.1f} ms", f"<= {TARGETS['cancel_p95_ms']:.0f} ms"),
         ("save visible to next completion p50 / p95", f"{r.save_visible_p50_ms:.0f} / {r.save_visible_p95_ms:.0f} ms",
          f"<= {TARGETS['save_visible_p95_ms']:.0f} ms p95"),
-        ("requests during an index save: n, p50 / max", f"{r.during_save}, {r.during_save_p50_ms:.0f} / "
-         f"{r.during_save_max_ms:.0f} ms", f"the others p50 {r.beside_save_p50_ms:.0f} ms"),
+        (f"requests during an index save ({r.index_save_s:.1f} s): n, p50 / max", f"{r.during_save}, "
+         f"{r.during_save_p50_ms:.0f} / {r.during_save_max_ms:.0f} ms", f"the others p50 {r.beside_save_p50_ms:.0f} ms"),
         ("server RSS with index", f"{r.rss_mb:.0f} MB", f"<= {TARGETS['rss_mb']:.0f} MB"),
         ("  of which pages of files read in place", f"{r.file_rss_mb:.0f} MB", ""),
     ]

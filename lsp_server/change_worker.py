@@ -140,23 +140,24 @@ class ChangeWorker:
                     batch, self._pending = self._pending, {}
                     self._busy = True
             if batch is None:
-                try:
-                    more_upkeep = self._upkeep()
-                except Exception:  # pragma: no cover - upkeep must never stop the worker
-                    logger.exception("index upkeep failed")
-                    more_upkeep = False
+                more_upkeep = self._safe_upkeep()
                 continue
+            changed = True
             try:
-                self._apply(batch)
+                changed = self._apply(batch)
             except Exception:  # pragma: no cover - _apply isolates per file; this is the last resort
                 logger.exception("applying a batch of %d file changes failed", len(batch))
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+            if not changed:  # documents opened and closed as the index holds them: the folders are as quiet as
+                more_upkeep = self._safe_upkeep()  # before, so their upkeep (a refresh slice, a save) goes on
             heap.trim()  # also when continuous typing never lets the refresh catch up (at most every TRIM_EVERY_S)
 
-    def _apply(self, batch: dict[Path, _Change]) -> None:
+    def _apply(self, batch: dict[Path, _Change]) -> bool:
+        """Apply `batch`; whether it changed any folder's index."""
+        changed = False
         by_folder: dict[Path, dict[str, str | None]] = {}
         for path, change in batch.items():
             folder = self._registry.folder_for(path)
@@ -181,6 +182,7 @@ class ChangeWorker:
                 folder.lock.acquire_write()
                 try:
                     if self._apply_chunk(folder, chunk):  # a buffer opened or closed as the index holds it: none
+                        changed = True
                         folder.version += 1
                         folder.changed_at = time.monotonic()
                         if self._on_batch is not None:
@@ -189,6 +191,14 @@ class ChangeWorker:
                     folder.lock.release_write()
             logger.info("index of %s: %d file(s) updated in %.0f ms", folder.root.name, len(items),
                         (time.perf_counter() - started) * 1000)
+        return changed
+
+    def _safe_upkeep(self) -> bool:
+        try:
+            return self._upkeep()
+        except Exception:  # pragma: no cover - upkeep must never stop the worker
+            logger.exception("index upkeep failed")
+            return False
 
     def _upkeep(self) -> bool:
         """Between changes, one bounded step: a slice of stale relation rows, or saving a quiet changed index.
