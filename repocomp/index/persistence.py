@@ -57,14 +57,15 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
     """Write the index file; a repository that cannot be written gets it in the user's cache (said once).
 
     Stale relation rows are recomputed first, but for a partial build's (files still to come): it keeps them
-    listed, for the refresh at the build's end (or its resumption). The writing, which only reads the index, runs
-    inside `while_written` (the caller may let readers in); the switch to the written file after it does not."""
+    listed, for the refresh at the build's end (or its resumption). Encoding and writing, which only read the
+    index, run inside `while_written` (the caller may let readers in); the refresh before and the switch to the
+    written file after do not."""
     if index.summary.pending_files == 0:
         index.refresh_relations()
     t = time.perf_counter()
-    page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
-    meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
     with while_written() if while_written is not None else contextlib.nullcontext():
+        page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
+        meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
         target, written = _write(index, meta, arrays)
     del arrays  # what the write still held (the large tables went as written; read_back trims) before reading
     # from now on read in place from what was written: what building and updating held in memory goes
