@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from repocomp.config.schema import Config
+from repocomp.errors import RepocompError
 from repocomp.eval.metrics import edit_similarity
 from repocomp.eval.records import memory_gt_hit, read_results
 from repocomp.eval.runner import EvalOptions, run_eval
@@ -17,12 +18,12 @@ from repocomp.eval.session_tasks import (
     SessionEvaluator,
     apply_edit,
     commit_changes,
+    cursor_inside,
     hole_line_ok,
     make_session_tasks,
     materialize,
     open_history,
     session_buffer,
-    typed_head,
     typed_texts,
 )
 from repocomp.eval.tasks import load_tasks, write_tasks
@@ -261,13 +262,23 @@ def test_after_hole_is_the_buffer_below_the_hole(history, seed):
         assert (parent(src) if src else "").endswith(s["after_hole"])  # the parent's code: later hunks not typed
 
 
-def test_the_typed_start_of_a_line_is_its_first_word_with_what_stands_before_it():
-    assert typed_head("        import msvcrt") == "        import"
-    assert typed_head("    self.items = []") == "    self"
-    assert typed_head('@app.route("/")') == "@app"
-    assert typed_head("    )") == "" and typed_head("") == ""
+def test_a_cursor_after_the_first_word_of_the_line():
+    assert cursor_inside("        import msvcrt", "word") == ("        import", "")
+    assert cursor_inside("    self.items = []", "word") == ("    self", "")
+    assert cursor_inside('@app.route("/")', "word") == ("@app", "")
+    assert cursor_inside("    )", "word") is None and cursor_inside("    pass", "word") is None
     s = {"before_hole": "def f():\n", "after_hole": "    return 1\n"}
     assert session_buffer(s, "    x") == "def f():\n    x\n    return 1\n"
+
+
+def test_a_cursor_inside_the_brackets_an_editor_paired():
+    """Typed up to the line's first opening bracket, its closer after the cursor, where that closer ends the line
+    and something stands between (brackets inside strings are not brackets)."""
+    assert cursor_inside('    log = get("a(b")', "bracket") == ("    log = get(", ")")
+    assert cursor_inside("    rv = [self.options_metavar]", "bracket") == ("    rv = [", "]")
+    assert cursor_inside("    f(a)[0]", "bracket") is None  # the first bracket closes before the line ends
+    assert cursor_inside("    f(),", "bracket") is None and cursor_inside("    f()", "bracket") is None
+    assert cursor_inside("    x = 1  # (note)", "bracket") is None and cursor_inside('    s = "(x)"', "bracket") is None
 
 
 def test_session_buffer_needs_after_hole():
@@ -393,18 +404,24 @@ def test_eval_end_to_end_extractive(history, tmp_path, monkeypatch):
     assert summary["failed"] == 0 and len(records) == 4 and {r["variant"] for r in records} == {"editor"}
     with pytest.raises(Exception, match="variant=editor"):
         run_eval(loaded, repos, EvalOptions(backend="extractive"), Config(), out=out, progress=False)
-    # inside the hole's line: its first word typed, the answer scored with it; holes without a word after it left out
-    out = tmp_path / "out-mid.jsonl"
-    summary = run_eval(loaded, repos, EvalOptions(backend="extractive", editor=True, mid_line=True), Config(), out=out,
-                       progress=False)
-    records = read_results(out)
-    asked = [t for t in loaded if typed_head(t.ground_truth).strip() not in ("", t.ground_truth.strip())]
-    assert summary["failed"] == 0 and len(records) == len(asked) >= 1
-    assert {r["variant"] for r in records} == {"editor-mid-line"}
-    for r in records:
-        truth = by_id[r["task_id"]].ground_truth
-        assert r["prediction"].startswith(typed_head(truth))
-        assert r["em"] == float(r["prediction"].strip() == truth.strip())
+    # inside the hole's line: the answer scored with what was typed before the cursor and what stood after it;
+    # holes without such a place left out
+    for where, variant in (("word", "editor-mid-line"), ("bracket", "editor-in-brackets")):
+        out = tmp_path / f"out-{where}.jsonl"
+        summary = run_eval(loaded, repos, EvalOptions(backend="extractive", editor=True, mid_line=where), Config(),
+                           out=out, progress=False)
+        records = read_results(out)
+        asked = [t for t in loaded if cursor_inside(t.ground_truth, where) is not None]
+        assert summary["failed"] == 0 and len(records) == len(asked)
+        assert {r["variant"] for r in records} <= {variant}
+        for r in records:
+            truth = by_id[r["task_id"]].ground_truth
+            typed, after = cursor_inside(truth, where)
+            assert r["prediction"].startswith(typed) and r["prediction"].endswith(after)
+            assert r["em"] == float(r["prediction"].strip() == truth.strip())
+    assert len(read_results(tmp_path / "out-word.jsonl")) >= 1
+    with pytest.raises(RepocompError, match="needs --editor"):
+        run_eval(loaded, repos, EvalOptions(backend="extractive", mid_line="bracket"), Config(), progress=False)
     trees = list((tmp_path / "cache" / "repocomp" / "eval" / "trees" / "tiny").iterdir())
     assert len(trees) == len({t.metadata["session"]["parent"] for t in tasks})  # one tree per parent
 

@@ -56,9 +56,11 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--editor", action="store_true",
                    help="the buffer as an editor sends it: the code after the hole too (line and API tasks: the file "
                         "with the hole emptied; session tasks: the buffer at that moment)")
-    p.add_argument("--mid-line", action="store_true",
-                   help="session tasks: the hole line's first word typed and the cursor after it (a request inside a "
-                        "line); holes with nothing after that word are left out; the answer is scored with the word")
+    p.add_argument("--mid-line", nargs="?", const="word", choices=("word", "bracket"),
+                   help="session tasks: the cursor inside the hole's line, the answer scored with the line's rest: "
+                        "word (the default) types its first word; bracket types up to its first opening bracket "
+                        "and puts the closer after the cursor, as an editor's auto-pairing does (with --editor); "
+                        "holes without such a place are left out")
     p.add_argument("--no-memory", action="store_true",
                    help="session tasks: no session memory (buffers synced, nothing remembered of the edits)")
     # ablations of the session memory's parts (session tasks)
@@ -162,7 +164,7 @@ def _evaluate(a: argparse.Namespace) -> int:
         config = config.replace("backend", timeout_s=a.timeout or _EVAL_TIMEOUT_S)
     options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
                           backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None,
-                          memory=not a.no_memory, editor=a.editor, mid_line=a.mid_line)
+                          memory=not a.no_memory, editor=a.editor, mid_line=a.mid_line or "")
     summary = run_eval(tasks, a.repos, options, config, out=a.out, summary_json=a.summary_json,
                        progress=not a.no_progress and sys.stderr.isatty())
     print(json.dumps({k: v for k, v in summary.items() if k != "per_repo"}))

@@ -35,7 +35,7 @@ from repocomp.eval.records import (
     rewrite_clean,
     summarize,
 )
-from repocomp.eval.session_tasks import run_session_tasks, typed_head
+from repocomp.eval.session_tasks import cursor_inside, run_session_tasks
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, check_paths
 from repocomp.index.walk import decode_source, read_regular
 
@@ -54,14 +54,15 @@ class EvalOptions:
     workers: int = 1
     memory: bool = True  # session tasks: replay the session into a SessionMemory (False: --no-memory)
     editor: bool = False  # the buffer as an editor sends it: the code after the hole too (`--editor`)
-    # session tasks: the hole line's first word typed, the cursor after it (`--mid-line`): a request inside a line
-    mid_line: bool = False
+    # session tasks: the cursor inside the hole's line (`--mid-line`, `cursor_inside`): "word" or "bracket"
+    mid_line: str = ""
 
     @property
     def variant(self) -> str:
         """What the engine was given, in the records: the code before the hole ("left") or the editor's buffer,
-        and "-mid-line" when the cursor is inside the hole's line."""
-        return ("editor" if self.editor else "left") + ("-mid-line" if self.mid_line else "")
+        and where inside the hole's line the cursor was ("-mid-line" after its first word, "-in-brackets")."""
+        inside = {"": "", "word": "-mid-line", "bracket": "-in-brackets"}[self.mid_line]
+        return ("editor" if self.editor else "left") + inside
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -70,6 +71,10 @@ class EvalOptions:
             raise RepocompError(f"unknown backend {self.backend!r}; use one of {', '.join(EVAL_BACKENDS)}")
         if self.workers < 1:
             raise RepocompError("--workers must be >= 1")
+        if self.mid_line not in ("", "word", "bracket"):
+            raise RepocompError(f"unknown --mid-line {self.mid_line!r}; use word or bracket")
+        if self.mid_line == "bracket" and not self.editor:
+            raise RepocompError("--mid-line bracket puts the closer after the cursor: it needs --editor")
 
 
 def eval_config(config: Config, options: EvalOptions) -> Config:
@@ -236,14 +241,14 @@ def open_engine(root: Path, config: Config, options: EvalOptions) -> tuple[Any, 
     return index, Completer(index, config, backend=backend)
 
 
-def mid_line_tasks(tasks: list[Task]) -> list[Task]:
-    """The session tasks a request inside the hole's line can be asked at: the line has a word and something
-    follows the first (`typed_head`); the others are left out, with a count in the log."""
+def mid_line_tasks(tasks: list[Task], where: str) -> list[Task]:
+    """The session tasks whose hole's line has the place `where` names (`cursor_inside`); the others are left out,
+    with a count in the log."""
     if any(t.kind != SESSION_KIND for t in tasks):
         raise RepocompError("--mid-line is for session tasks (repocomp eval make-tasks --kind session)")
-    kept = [t for t in tasks if typed_head(t.ground_truth).strip() not in ("", t.ground_truth.strip())]
+    kept = [t for t in tasks if cursor_inside(t.ground_truth, where) is not None]
     if len(kept) < len(tasks):
-        log.info("--mid-line: %d of %d holes left out (no word, or nothing after the first)",
+        log.info("--mid-line %s: %d of %d holes left out (the line has no such place)", where,
                  len(tasks) - len(kept), len(tasks))
     return kept
 
@@ -256,7 +261,7 @@ def run_eval(tasks: list[Task], repos_dir: str | os.PathLike[str], options: Eval
     """Evaluate `tasks`, appending one record per task to `out` (skipping tasks already there); the summary."""
     options.validate()
     if options.mid_line:
-        tasks = mid_line_tasks(tasks)
+        tasks = mid_line_tasks(tasks, options.mid_line)
     # resolved once for the run; records say what ran (the definitions after the model's budget rule)
     config = resolve_config(eval_config(config, options), reads_prompt=options.backend != "none")
     options = replace(options, alpha=config.retrieval.alpha, query_relations=config.retrieval.query_relations,

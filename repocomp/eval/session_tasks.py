@@ -522,14 +522,61 @@ def typed_texts(task: Task, parent_text: Callable[[str], str | None]) -> dict[st
     return texts
 
 
-def typed_head(line: str) -> str:
-    """The start of `line` a developer has typed when the cursor is inside it (`--mid-line`): its indentation, its
-    first word and what stands before that word (`self` of `self.x = 1`, `@app` of a decorator)."""
-    head = _FIRST_WORD.match(line)
-    return head.group(0) if head else ""
+def cursor_inside(line: str, where: str) -> tuple[str, str] | None:
+    """A cursor inside the hole's `line` (`--mid-line`): (what is typed before it, what stands after it on the
+    line), or None where the line has no such place.
+    - "word": its indentation, its first word and what stands before that word (`    self` of `    self.x = 1`,
+      `@app` of a decorator) typed, nothing after it; something must follow the word;
+    - "bracket": typed up to its first opening bracket, whose closer ends the line, and that closer after the cursor
+      (as an editor's auto-pairing puts it): `    log = get(` + `)` of `    log = get("x")`; something must
+      stand between the two."""
+    if where == "word":
+        head = _FIRST_WORD.match(line)
+        return (head.group(0), "") if head and head.group(0).strip() != line.strip() else None
+    opened = _first_opener(line)
+    if opened is None:
+        return None
+    typed, closer = line[:opened + 1], _PAIRS[line[opened]]
+    rest = line.rstrip()
+    if _closing_at(line, opened) != len(rest) - 1 or not rest[opened + 1:-1].strip():
+        return None
+    return typed, closer
 
 
 _FIRST_WORD = re.compile(r"\s*\W*\w+")
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _first_opener(line: str) -> int | None:
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            quote = "" if ch == quote and line[i - 1] != "\\" else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return None
+        elif ch in _PAIRS:
+            return i
+    return None
+
+
+def _closing_at(line: str, opened: int) -> int:
+    """Where the bracket at `opened` closes (strings skipped), -1 when it does not on this line."""
+    depth, quote = 0, ""
+    for i in range(opened, len(line)):
+        ch = line[i]
+        if quote:
+            quote = "" if ch == quote and line[i - 1] != "\\" else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in _PAIRS:
+            depth += 1
+        elif ch in _PAIRS.values():
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
 
 
 def session_buffer(session: dict[str, Any], typed: str = "") -> str:
@@ -626,9 +673,10 @@ class SessionEvaluator:
                     if not texts.get(task.path, "").startswith(before) or before.count("\n") != task.line_no:
                         raise RepocompError(f"{task.task_id}: before_hole is not the typed file up to line_no")
                     # the hole's file up to the hole, as the line tasks see it, or the editor's whole buffer; with
-                    # --mid-line the hole line's first word typed, the cursor after it
-                    typed = typed_head(task.ground_truth) if self.options.mid_line else ""
-                    buffer = session_buffer(session, typed) if self.options.editor else before + typed
+                    # --mid-line the cursor inside the hole's line (`cursor_inside`)
+                    typed, after = cursor_inside(task.ground_truth, self.options.mid_line) if self.options.mid_line \
+                        else ("", "")
+                    buffer = session_buffer(session, typed + after) if self.options.editor else before + typed
                     texts[task.path] = buffer
                     removed = {f["from"] for f in session["files"] if f.get("status") == "R" and f.get("from")}
                     self._set_state(texts, removed - set(texts))
@@ -651,8 +699,8 @@ class SessionEvaluator:
                                **session_fields(task, self.options, False, 0)})
                     continue
                 t2 = time.perf_counter()
-                if typed:  # the line as the developer would have it: the word typed, then the answer
-                    result = dataclasses.replace(result, text=typed + result.text)
+                if typed:  # the line as the developer would have it: what was typed, the answer, what stood after it
+                    result = dataclasses.replace(result, text=typed + result.text + after)
                 record = make_record(task, result, self.options, {"no_leak_update": round((t1 - t0) * 1e3, 3),
                                                                   "summary": summary_ms,
                                                                   "task_total": round((t2 - t0) * 1e3, 3)})
