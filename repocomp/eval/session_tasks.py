@@ -674,8 +674,11 @@ class SessionEvaluator:
                         raise RepocompError(f"{task.task_id}: before_hole is not the typed file up to line_no")
                     # the hole's file up to the hole, as the line tasks see it, or the editor's whole buffer; with
                     # --mid-line the cursor inside the hole's line (`cursor_inside`)
-                    typed, after = cursor_inside(task.ground_truth, self.options.mid_line) if self.options.mid_line \
+                    place = cursor_inside(task.ground_truth, self.options.mid_line) if self.options.mid_line \
                         else ("", "")
+                    if place is None:  # run_eval leaves such holes out
+                        raise RepocompError(f"{task.task_id}: no place for --mid-line {self.options.mid_line}")
+                    typed, after = place
                     buffer = session_buffer(session, typed + after) if self.options.editor else before + typed
                     texts[task.path] = buffer
                     removed = {f["from"] for f in session["files"] if f.get("status") == "R" and f.get("from")}
