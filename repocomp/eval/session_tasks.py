@@ -533,22 +533,20 @@ def cursor_inside(line: str, where: str) -> tuple[str, str] | None:
     if where == "word":
         head = _FIRST_WORD.match(line)
         return (head.group(0), "") if head and head.group(0).strip() != line.strip() else None
-    opened = _first_opener(line)
-    if opened is None:
-        return None
-    typed, closer = line[:opened + 1], _PAIRS[line[opened]]
+    span = _first_brackets(line)
     rest = line.rstrip()
-    if _closing_at(line, opened) != len(rest) - 1 or not rest[opened + 1:-1].strip():
+    if span is None or span[1] != len(rest) - 1 or not rest[span[0] + 1:-1].strip():
         return None
-    return typed, closer
+    return line[:span[0] + 1], line[span[1]]
 
 
 _FIRST_WORD = re.compile(r"\s*\W*\w+")
-_PAIRS = {"(": ")", "[": "]", "{": "}"}
 
 
-def _first_opener(line: str) -> int | None:
-    quote = ""
+def _first_brackets(line: str) -> tuple[int, int] | None:
+    """Where the line's first bracket opens and where it closes (strings skipped, a comment ends the code), or
+    None when it has none or it does not close on the line."""
+    start, depth, quote = -1, 0, ""
     for i, ch in enumerate(line):
         if quote:
             quote = "" if ch == quote and line[i - 1] != "\\" else quote
@@ -556,27 +554,14 @@ def _first_opener(line: str) -> int | None:
             quote = ch
         elif ch == "#":
             return None
-        elif ch in _PAIRS:
-            return i
-    return None
-
-
-def _closing_at(line: str, opened: int) -> int:
-    """Where the bracket at `opened` closes (strings skipped), -1 when it does not on this line."""
-    depth, quote = 0, ""
-    for i in range(opened, len(line)):
-        ch = line[i]
-        if quote:
-            quote = "" if ch == quote and line[i - 1] != "\\" else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in _PAIRS:
+        elif ch in "([{":
+            start = i if start < 0 else start
             depth += 1
-        elif ch in _PAIRS.values():
+        elif ch in ")]}" and start >= 0:
             depth -= 1
             if depth == 0:
-                return i
-    return -1
+                return start, i
+    return None
 
 
 def session_buffer(session: dict[str, Any], typed: str = "") -> str:
