@@ -314,8 +314,11 @@ async def _measure_during_save(session: Session, edited: Path, sites: list[tuple
     session.close(uri)
     if span is None:
         return [], [], 0.0
-    during = [(b - a) * 1000 for a, b in timed if a < span[1] and b > span[0]]
-    return during, [(b - a) * 1000 for a, b in timed if not (a < span[1] and b > span[0])], span[1] - span[0]
+    during: list[float] = []
+    beside: list[float] = []
+    for a, b in timed:
+        (during if a < span[1] and b > span[0] else beside).append((b - a) * 1000)
+    return during, beside, span[1] - span[0]
 
 
 async def _measure_cancellation(session: Session, endpoint: str, rounds: int) -> tuple[list[float], list[float]]:
