@@ -19,6 +19,7 @@ from pathlib import Path
 
 from graph import maxproduct
 from lsp_server.folder_index import FolderIndex, FolderRegistry, StateCallback
+from lsp_server.options import ServerOptions
 from repocomp.index import heap
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ _REFRESH_AFTER_READ_S = 0.03
 _REFRESH_MAX_DEFER_S = 1.0
 _SLICE_GAP_S = 0.005
 _UPKEEP_POLL_S = 0.25
-SAVE_AFTER_S = 30.0
+SAVE_AFTER_S = ServerOptions.save_after_ms / 1000  # the server option's default (`server.saveAfterMs`)
 
 
 @dataclass
