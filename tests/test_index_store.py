@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -378,6 +379,39 @@ def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_
     assert (repo / ".repocomp" / INDEX_FILE).read_bytes() == before
     assert [p.name for p in (repo / ".repocomp").iterdir()] == [INDEX_FILE]
     index.save()
+    _assert_same(Index.load(repo, EXACT), index)
+
+
+def test_a_save_reads_the_written_file_back_while_readers_read_on_and_switches_to_it_after(repo, monkeypatch):
+    """The read-back's checks run inside `while_written` (where the language server lets requests read) and leave
+    the index's tables as they were; the switch to the written file comes after it and answers the same."""
+    index = Index.build(repo, EXACT.replace("retrieval", alpha=0.5))
+    index.save()
+    index.update_file("app.py", text="x = compute(1)\n")
+    index.remove_file("pkg/core.py")
+
+    def tables():
+        return (index.fragments, index.term_index, index.relations, index.upkeep.fragment_nodes,
+                index.graph.files["app.py"].node_ids, index.files["app.py"].source)
+
+    seen = {"checked": []}
+    csr = index_codec._csr
+    monkeypatch.setattr(index_codec, "_csr", lambda *a: seen["checked"].append(seen.get("inside")) or csr(*a))
+
+    @contextlib.contextmanager
+    def while_written():
+        before = tables()
+        seen["inside"] = True
+        yield
+        seen["inside"] = False
+        seen["unchanged"] = all(a is b for a, b in zip(before, tables()))
+        seen["before"] = before
+
+    index.save(while_written=while_written)
+    assert seen["unchanged"] and seen["checked"] == [True] * 5  # W, its symmetric, F, F^T, the costs
+    assert not any(a is b for a, b in zip(seen["before"], tables()))  # each table now read from the file
+    assert isinstance(index.files["app.py"].source, np.ndarray)  # read in place
+    assert index.file_lines("app.py") == ["x = compute(1)", ""]
     _assert_same(Index.load(repo, EXACT), index)
 
 

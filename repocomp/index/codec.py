@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from functools import partial
 from sys import intern  # JSON gives each occurrence of a name its own string: resolutions repeat names a lot
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -309,7 +309,7 @@ def decode(index: Index, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
     if len(a["window_frag"]) and not 0 <= a["window_frag"].min() <= a["window_frag"].max() < n_frags:
         raise ValueError("window fragment out of range")
     index.fragments = FragmentStore(stored=_stored_fragments(a, entries, (text_start, first_newline, newlines)))
-    _read_matrices(index, meta, a, n_frags, n_ids)
+    _take_matrices(index, _matrices(meta, a, n_frags, n_ids))
     stale = a.get("stale_rows", np.zeros(0, np.int64))  # (a file written before partial builds kept them: none)
     if stale.ndim != 1 or stale.dtype.kind != "i" or (len(stale) and not (
             0 <= stale[0] and stale[-1] < n_frags and (np.diff(stale) > 0).all())):
@@ -331,34 +331,42 @@ def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
             "calls": split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
 
 
-def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
-    """Take the large tables of `index` from `meta` and `a`, what `encode(index)` gave and was just written
+def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> Callable[[], None]:
+    """The large tables of `index` read from `meta` and `a`, what `encode(index)` gave and was just written
     (`store.write_mapped`): the same values, read in place instead of the copies that building and updating made in
     memory (files' texts, syntax tables, definitions and windows, their graph nodes and edges included: a build's
-    batches otherwise kept them all)."""
+    batches otherwise kept them all).
+
+    This only reads the index (requests may read beside it: the checks of a large index take seconds); the
+    function it returns switches the index to what it read, assignments only (the moment a writer's lock holds)."""
     entries = list(index.files.values())
     t = _file_arrays(a)  # per table, each file's slice of it
     parses = StoredParses(meta, a)
-    for i, (entry, source) in enumerate(zip(entries, split(a["text"], a["text_len"]))):
-        nodes = index.graph.files[entry.path]
-        entry.source, entry.windows = source, t["windows"][i]
-        entry.parse = index.resolver.files[entry.path].parse = parses.ref(i)
-        entry.node_ids = nodes.node_ids = t["id"][i]
-        nodes.syntax_edges, nodes.call_edges = t["syntax"][i], t["calls"][i]
-    heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from
+    texts = split(a["text"], a["text_len"])
     bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
     page_out(file_map(a["text"]))
     stored = FragmentStore(stored=_stored_fragments(a, entries, bounds))
     stored.keep_text_index(index.fragments)
-    index.fragments = stored
-    _read_matrices(index, meta, a, len(stored), index.graph.n_ids)
+    matrices = _matrices(meta, a, len(stored), index.graph.n_ids)
     # the vocabulary as written (the tokens added since a load among them), but for a build with batches to come:
     # it keeps the dict its next batch adds to (a dict's lookups are what tokenizing a batch costs)
     vocab = index.term_index.vocab
     batches_to_come = isinstance(vocab, dict) and index.summary.pending_files > 0
     term = {"version": TermIndex.STATE_VERSION} | ({"vocab": vocab} if batches_to_come else {})
-    index.term_index = TermIndex.from_state(term | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS})
+    term_index = TermIndex.from_state(term | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS})
     page_out(file_map(a["text"]))
+
+    def switch() -> None:
+        for i, (entry, source) in enumerate(zip(entries, texts)):
+            nodes = index.graph.files[entry.path]
+            entry.source, entry.windows = source, t["windows"][i]
+            entry.parse = index.resolver.files[entry.path].parse = parses.ref(i)
+            entry.node_ids = nodes.node_ids = t["id"][i]
+            nodes.syntax_edges, nodes.call_edges = t["syntax"][i], t["calls"][i]
+        index.fragments, index.term_index = stored, term_index
+        _take_matrices(index, matrices)
+
+    return switch
 
 
 def _stored_fragments(a: dict[str, np.ndarray], entries: list[FileEntry],
@@ -390,20 +398,32 @@ def _stored_fragments(a: dict[str, np.ndarray], entries: list[FileEntry],
     return StoredFragments(a["text"], start, end, loc_ptr, locations, [e.path for e in entries])
 
 
-def _read_matrices(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray], n_frags: int, n_ids: int
-                   ) -> None:
-    """W, its symmetric (where stored), F, its transpose and the graph's cost matrix, as stored."""
-    index.upkeep.relations = relations = _csr(a, "rel", (n_frags, n_frags))
-    if meta["symmetric"] is True:
-        symmetric = _csr(a, "sym", (n_frags, n_frags))
-        if symmetric.nnz < relations.nnz:
-            raise ValueError("the symmetric relations hold less than the relations")
-        index.upkeep.keep_symmetric(symmetric)
+class _Matrices(NamedTuple):
+    relations: sp.csr_matrix  # W
+    symmetric: sp.csr_matrix | None  # its symmetric, where stored
+    fragment_nodes: sp.csr_matrix  # F
+    node_fragments: sp.csr_matrix  # F's transpose
+    costs: sp.csr_matrix  # the graph's cost matrix
+
+
+def _matrices(meta: dict[str, Any], a: dict[str, np.ndarray], n_frags: int, n_ids: int) -> _Matrices:
+    """W, its symmetric (where stored), F, its transpose and the graph's cost matrix, as stored, checked."""
+    relations = _csr(a, "rel", (n_frags, n_frags))
+    symmetric = _csr(a, "sym", (n_frags, n_frags)) if meta["symmetric"] is True else None
+    if symmetric is not None and symmetric.nnz < relations.nnz:
+        raise ValueError("the symmetric relations hold less than the relations")
     f, f_t = _csr(a, "frag_nodes", (n_frags, n_ids)), _csr(a, "node_frags", (n_ids, n_frags))
     if f.nnz != f_t.nnz:
         raise ValueError("F's transpose differs from F")
-    index.upkeep.set_fragment_nodes(f, f_t)
-    index.graph.keep_cost_matrix(_csr(a, "costs", (n_ids, n_ids)))
+    return _Matrices(relations, symmetric, f, f_t, _csr(a, "costs", (n_ids, n_ids)))
+
+
+def _take_matrices(index: Index, m: _Matrices) -> None:
+    index.upkeep.relations = m.relations
+    if m.symmetric is not None:
+        index.upkeep.keep_symmetric(m.symmetric)
+    index.upkeep.set_fragment_nodes(m.fragment_nodes, m.node_fragments)
+    index.graph.keep_cost_matrix(m.costs)
 
 
 def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_matrix:

@@ -57,9 +57,9 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
     """Write the index file; a repository that cannot be written gets it in the user's cache (said once).
 
     Stale relation rows are recomputed first, but for a partial build's (files still to come): it keeps them
-    listed, for the refresh at the build's end (or its resumption). Encoding and writing, which only read the
-    index, run inside `while_written` (the caller may let readers in); the refresh before and the switch to the
-    written file after do not."""
+    listed, for the refresh at the build's end (or its resumption). Encoding, writing and reading back, which only
+    read the index, run inside `while_written` (the caller may let readers in); the refresh before and the switch
+    to the written file after (assignments) do not."""
     if index.summary.pending_files == 0:
         index.refresh_relations()
     t = time.perf_counter()
@@ -67,9 +67,10 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
         page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
         meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
         target, written = _write(index, meta, arrays)
-    del arrays  # what the write still held (the large tables went as written; read_back trims) before reading
+        del arrays  # what the write still held (the large tables went as written) before reading
+        switch = index_codec.read_back(index, meta, written)
     # from now on read in place from what was written: what building and updating held in memory goes
-    index_codec.read_back(index, meta, written)
+    switch()
     page_out(index.mapped)  # the file read before: what the parsed files still read from it stays readable
     index.mapped = file_map(written["text"])
     heap.trim(every_s=0)
