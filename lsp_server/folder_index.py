@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -148,50 +149,63 @@ class FolderIndex:
     async def reading(self) -> AsyncIterator[Index | None]:
         """Hold the read lock (taken off the event loop when a batch is being written) and yield the index. While
         a build adds its next batch (state "partial") nothing waits for it: the index is None (in-file) then."""
-        if self.state == "partial" and self.lock.try_acquire_read():
-            try:
-                yield self.index
-            finally:
-                self.read_at = time.monotonic()
-                self.lock.release_read()
-            return
         if self.state == "partial":
-            yield None
-            return
-        if not self.lock.try_acquire_read():
-            acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
-            try:
-                await asyncio.shield(acquiring)
-            except asyncio.CancelledError:  # the thread still gets the lock: hand it back when it does
-                acquiring.add_done_callback(lambda f: None if f.cancelled() or f.exception() else
-                                            self.lock.release_read())
-                raise
+            if not self.lock.try_acquire_read():
+                yield None
+                return
+            index = self.index
+        else:
+            if not self.lock.try_acquire_read():
+                await self._acquire_read()
+            index = self.index if self.ready else None
+        held = [True]  # False while `released()` has handed it back
+        token = _HOLD.set(held)
         try:
-            yield self.index if self.ready else None
+            yield index
         finally:
+            _HOLD.reset(token)
             self.read_at = time.monotonic()
-            self.lock.release_read()
+            if held[0]:
+                self.lock.release_read()
 
     @contextlib.asynccontextmanager
     async def released(self) -> AsyncIterator[None]:
         """Inside `reading()`: hand the read lock back for a while (a model generating, which reads no index) so
         that updates need not wait for it, and hold it again after. The index may have changed in between:
-        nothing read from it before may be used after, except through the index itself."""
+        nothing read from it before may be used after, except through the index itself. A request cancelled
+        meanwhile reads nothing more: it does not wait for the lock again (a writer's batch may hold it)."""
+        held = _HOLD.get()
+        if held is None:  # `reading()` gave no index and holds nothing (a build's batch was being written)
+            yield
+            return
         self.lock.release_read()
+        held[0] = False
         try:
             yield
-        finally:
-            # Held again before `reading()` releases it, even when cancelled meanwhile: the wait is one batch.
-            if not self.lock.try_acquire_read():
-                acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
-                cancelled = False
-                while not acquiring.done():
-                    try:
-                        await asyncio.shield(acquiring)
-                    except asyncio.CancelledError:
-                        cancelled = True
-                if cancelled:
-                    raise asyncio.CancelledError
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            await self._hold_again(held)
+            raise
+        await self._hold_again(held)
+
+    async def _hold_again(self, held: list[bool]) -> None:
+        if not self.lock.try_acquire_read():
+            await self._acquire_read()
+        held[0] = True
+
+    async def _acquire_read(self) -> None:
+        """The read lock, waited for off the event loop; cancelled, the thread's lock is handed back when got."""
+        acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
+        try:
+            await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            acquiring.add_done_callback(lambda f: None if f.cancelled() or f.exception() else self.lock.release_read())
+            raise
+
+
+# this task's hold of a folder's read lock (a request's, inside `FolderIndex.reading()`)
+_HOLD: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("repocomp_read_hold", default=None)
 
 
 class FolderRegistry:

@@ -286,7 +286,8 @@ class RepocompServer(LanguageServer):
         folders = [{"root": str(f.root), "state": f.state, "version": f.version, "saved_version": f.saved_version,
                     "last_save": f.last_save, "error": f.error, "ids": f.id_counts()}
                    for f in (indexes.folders.values() if indexes is not None else ())]
-        return {"completed_ms": list(self.stats.completed_ms), "superseded": self.stats.superseded,
+        return {"completed_ms": list(self.stats.completed_ms), "completed_stages": list(self.stats.completed_stages),
+                "superseded": self.stats.superseded,
                 "cancelled": self.stats.cancelled, "failed": self.stats.failed,
                 "cut_by_time": self.stats.cut_by_time, "retrieval_skipped": self.stats.retrieval_skipped,
                 "rss_bytes": rss_bytes(), "file_rss_bytes": file_rss_bytes(), "memory": self.sessions.stats()

@@ -19,6 +19,8 @@ class RequestStats:
     """Server-side timings of recent completion requests, for `repocomp/stats`."""
 
     completed_ms: deque[float] = dataclasses.field(default_factory=lambda: deque(maxlen=2000))
+    # each of those requests' stages (the pipeline's timings, ms): where a slow one's time went
+    completed_stages: deque[dict[str, float]] = dataclasses.field(default_factory=lambda: deque(maxlen=2000))
     superseded: int = 0
     cancelled: int = 0
     failed: int = 0
@@ -40,6 +42,7 @@ class RequestStats:
         if result.cut_by_time or emptied:
             self.cut_by_time += 1
         self.completed_ms.append(elapsed_s * 1000)
+        self.completed_stages.append({k: round(v, 2) for k, v in result.timings_ms.items()})
         return emptied
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from lsp_helpers import copy_repo
 
-from lsp_bench.bench import format_table, run_bench
+from lsp_bench.bench import format_table, run_bench, tail_stages
 
 pytestmark = pytest.mark.slow
 
@@ -25,3 +25,11 @@ def test_every_phase_is_measured_and_a_save_is_overlapped_by_requests(tmp_path: 
     assert result.during_save >= 1 and not math.isnan(result.during_save_max_ms), result
     assert result.during_save_max_ms < 10_000 and result.beside_save_p50_ms > 0
     assert "requests during an index save" in format_table(result)
+    # where the slowest typing requests' time went: the pipeline's stages, and the time outside them
+    assert {"total", "outside"} <= result.typing_tail_ms.keys() and result.typing_tail_ms["total"] > 0
+
+
+def test_the_typing_tail_is_the_slowest_requests_stage_by_stage() -> None:
+    completed = [10.0] * 9 + [100.0]
+    stages = [{"total": 9.0, "retrieve_1": 5.0}] * 9 + [{"total": 40.0, "retrieve_1": 30.0}]
+    assert tail_stages(completed, stages) == {"outside": 60.0, "total": 40.0, "retrieve_1": 30.0}

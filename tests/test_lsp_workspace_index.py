@@ -119,6 +119,77 @@ def test_reading_waits_for_a_writer_without_blocking_the_loop(tmp_path: Path) ->
         indexes.close()
 
 
+def test_a_request_cancelled_while_its_model_generates_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+    """The read lock is handed back while the model generates; a writer takes it meanwhile. Cancelled then
+    (`$/cancelRequest`), the request ends at once instead of waiting for the writer's batch, and holds nothing
+    after; one that finishes normally waits and holds the lock again for what it reads after."""
+    indexes = WorkspaceIndexes()
+    try:
+        _ready_folder(indexes, tmp_path)
+        folder = indexes.folders[tmp_path.resolve()]
+        writer_in = threading.Event()
+
+        async def request(hold_again: list[bool]) -> None:
+            async with folder.reading():
+                async with folder.released():
+                    threading.Thread(target=lambda: (folder.lock.acquire_write(), writer_in.set())).start()
+                    await asyncio.get_running_loop().run_in_executor(None, writer_in.wait, 5)
+                    await asyncio.sleep(10)  # the model generating
+                hold_again.append(True)
+
+        async def main() -> tuple[float, list[bool]]:
+            held: list[bool] = []
+            task = asyncio.ensure_future(request(held))
+            while not writer_in.is_set():
+                await asyncio.sleep(0.01)
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            return loop.time() - t0, held
+
+        took, held = asyncio.run(main())
+        assert took < 1.0 and not held  # the writer still holds the lock: nothing waited for it
+        assert folder.lock._readers == 0  # and the request holds nothing
+        folder.lock.release_write()
+
+        async def finishing() -> int:
+            async with folder.reading():
+                async with folder.released():
+                    pass
+                return folder.lock._readers
+
+        assert asyncio.run(finishing()) == 1 and folder.lock._readers == 0
+    finally:
+        indexes.close()
+
+
+def test_a_request_without_the_index_hands_back_nothing_while_its_model_generates(tmp_path: Path) -> None:
+    """While a build's batch is being written the request goes in-file without the lock: its model's generation
+    leaves the lock alone (the writer keeps it, no reader is counted)."""
+    indexes = WorkspaceIndexes()
+    try:
+        _ready_folder(indexes, tmp_path)
+        folder = indexes.folders[tmp_path.resolve()]
+        folder.state = "partial"
+        folder.lock.acquire_write()
+
+        async def main() -> object:
+            async with folder.reading() as index:
+                async with folder.released():
+                    pass
+                return index
+
+        assert asyncio.run(main()) is None
+        assert folder.lock._writer and folder.lock._readers == 0
+        folder.lock.release_write()
+    finally:
+        indexes.close()
+
+
 def test_rwlock_prefers_writers() -> None:
     lock = RWLock()
     assert lock.try_acquire_read()
