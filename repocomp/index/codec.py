@@ -331,18 +331,32 @@ def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
             "calls": split(a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
 
 
-def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> Callable[[], None]:
+def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray], readers: bool = False
+              ) -> Callable[[], None]:
     """The large tables of `index` read from `meta` and `a`, what `encode(index)` gave and was just written
     (`store.write_mapped`): the same values, read in place instead of the copies that building and updating made in
     memory (files' texts, syntax tables, definitions and windows, their graph nodes and edges included: a build's
-    batches otherwise kept them all).
+    batches otherwise kept them all). The function it returns switches the index to what it read.
 
-    This only reads the index (requests may read beside it: the checks of a large index take seconds); the
-    function it returns switches the index to what it read, assignments only (the moment a writer's lock holds)."""
+    With `readers` (requests read the index meanwhile) this only reads the index, and the switch is assignments
+    only (the moment a writer's lock holds), the checks of a large index taking seconds; without, the files' copies
+    go first, so that the checks' tables never add to them (a build's peak)."""
     entries = list(index.files.values())
     t = _file_arrays(a)  # per table, each file's slice of it
     parses = StoredParses(meta, a)
     texts = split(a["text"], a["text_len"])
+
+    def take_files() -> None:
+        for i, (entry, source) in enumerate(zip(entries, texts)):
+            nodes = index.graph.files[entry.path]
+            entry.source, entry.windows = source, t["windows"][i]
+            entry.parse = index.resolver.files[entry.path].parse = parses.ref(i)
+            entry.node_ids = nodes.node_ids = t["id"][i]
+            nodes.syntax_edges, nodes.call_edges = t["syntax"][i], t["calls"][i]
+
+    if not readers:
+        take_files()
+        heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from
     bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
     page_out(file_map(a["text"]))
     stored = FragmentStore(stored=_stored_fragments(a, entries, bounds))
@@ -357,12 +371,8 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray]) -> C
     page_out(file_map(a["text"]))
 
     def switch() -> None:
-        for i, (entry, source) in enumerate(zip(entries, texts)):
-            nodes = index.graph.files[entry.path]
-            entry.source, entry.windows = source, t["windows"][i]
-            entry.parse = index.resolver.files[entry.path].parse = parses.ref(i)
-            entry.node_ids = nodes.node_ids = t["id"][i]
-            nodes.syntax_edges, nodes.call_edges = t["syntax"][i], t["calls"][i]
+        if readers:
+            take_files()
         index.fragments, index.term_index = stored, term_index
         _take_matrices(index, matrices)
 

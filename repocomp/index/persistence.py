@@ -68,7 +68,7 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
         meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
         target, written = _write(index, meta, arrays)
         del arrays  # what the write still held (the large tables went as written) before reading
-        switch = index_codec.read_back(index, meta, written)
+        switch = index_codec.read_back(index, meta, written, readers=while_written is not None)
     # from now on read in place from what was written: what building and updating held in memory goes
     switch()
     page_out(index.mapped)  # the file read before: what the parsed files still read from it stays readable
