@@ -80,16 +80,17 @@ class SymbolLookup:
         self._def_info: dict[str, tuple[object, dict[int, tuple[str, int]]]] = {}  # path -> (sym, node -> info)
         self._bases: dict[tuple[DefRef, int], list[DefRef]] = {}
         self.generation = 0  # bumped when some file's symbols changed
+        self._seen_changes = -1  # the resolver's `changes` the table was last brought up to
 
     def refresh(self) -> None:
         """Call once per request: brings the method-name table up to date with the files whose symbols changed
         (theirs only: a repository's table is large). Each name lists its methods in the resolver's file order, as
         a table built afresh would (a file set again moves to the end there and here)."""
-        files, held = self.resolver.files, self._methods_of
-        # Identity, not id(): a freed FileSymbols' address can be reused by its replacement. Both keep the same
-        # order, so an unchanged repository is one pass.
-        if len(files) == len(held) and all(a is b for a, b in zip(files.values(), held.values())):
+        if self.resolver.changes == self._seen_changes:  # a repository's 27k files: no pass over them
             return
+        self._seen_changes = self.resolver.changes
+        files, held = self.resolver.files, self._methods_of
+        # Identity, not id(): a freed FileSymbols' address can be reused by its replacement.
         gone = {p for p, sym in held.items() if files.get(p) is not sym}
         new = [sym for p, sym in files.items() if held.get(p) is not sym]
         if not gone and not new:

@@ -100,11 +100,13 @@ class Resolver:
         # the memory, 15 MB for a 7.6-million-line monorepo's files)
         self.consulted: dict[str, tuple[str, ...]] = {}
         self._readers: dict[str, set[str]] = defaultdict(set)  # key -> paths that consulted it
+        self.changes = 0  # bumped whenever `files` changes: its readers' caches need one look, not a pass over it
 
     # -- maintenance -------------------------------------------------------------------------------------------
     def set_file(self, sym: FileSymbols) -> None:
         self.remove_file(sym.path)
         self.files[sym.path] = sym
+        self.changes += 1
         for key in sym.keys():
             (self._modules if key.startswith("mod:") else self._names)[key].append(sym.path)
 
@@ -114,6 +116,7 @@ class Resolver:
         old = self.files.pop(path, None)
         if old is None:
             return
+        self.changes += 1
         for key in old.keys():
             table = self._modules if key.startswith("mod:") else self._names
             table[key].remove(path)

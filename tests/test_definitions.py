@@ -383,12 +383,13 @@ def test_the_method_table_follows_changed_files_as_a_fresh_one_would(index: Inde
 
     kept = SymbolLookup(index.resolver, index.file_lines)
     table(kept)
-    generation = kept.generation
+    generation, changes = kept.generation, index.resolver.changes
     assert table(kept) == table(SymbolLookup(index.resolver, index.file_lines)) and kept.generation == generation
     index.update_file("pkg/base.py", text=BASE.replace("def setup(self)", "def forward(self)"))  # a name moves
     index.update_file("pkg/other.py", text="class Other:\n    def layer_count(self):\n        return 2\n")
     index.remove_file("pkg/layers.py")
     assert table(kept) == table(SymbolLookup(index.resolver, index.file_lines)) and kept.generation > generation
+    assert index.resolver.changes > changes  # what tells the table to look at the files again
     assert kept.unique_method("forward") == DefRef("pkg/base.py", kept.unique_method("forward").node, "forward",
                                                    "method")
     assert kept.unique_method("layer_count") is None and kept.unique_method("setup") is None
