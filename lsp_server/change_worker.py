@@ -239,6 +239,7 @@ class ChangeWorker:
             return
         began = time.monotonic()
         folder.lock.acquire_write()
+        acquired, folder.shared_span = time.monotonic(), None
         try:
             version = folder.version
             index.save(while_written=folder.shared)
@@ -249,7 +250,10 @@ class ChangeWorker:
             logger.warning("saving the index of %s failed: %s", folder.root, exc)
         finally:
             folder.lock.release_write()
-            folder.last_save = (began, time.monotonic())
+            ended = time.monotonic()
+            shared = folder.shared_span or (ended, ended)
+            folder.last_save = (began, ended)
+            folder.last_save_held_ms = round(max(shared[0] - acquired, ended - shared[1]) * 1000, 1)
 
     def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> bool:
         """Whether the changes changed the index."""

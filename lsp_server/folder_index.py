@@ -93,6 +93,9 @@ class FolderIndex:
     # time.monotonic() when the last save began (waiting for the write lock) and ended: `bench lsp` times the
     # requests that overlapped it (the same clock in every process of the machine)
     last_save: tuple[float, float] | None = None
+    # of that save: the longest time it held the write lock (ms), what a request may have waited for it
+    last_save_held_ms: float | None = None
+    shared_span: tuple[float, float] | None = None  # when the last `shared()` let readers in, and held it again
     changed_at: float = 0.0  # time.monotonic() of the last applied batch
     read_at: float = 0.0  # time.monotonic() when a request last finished reading the index
     refreshed_at: float = 0.0  # time.monotonic() of the last slice of the background relation refresh
@@ -139,11 +142,13 @@ class FolderIndex:
         """Inside `writing()`: while the writer only reads (a save writing the index file), requests read beside
         it; the write lock is held again after (a thread that changes the index still waits for all of it)."""
         self.lock.downgrade()
+        downgraded = time.monotonic()
         try:
             yield
         finally:
             self.lock.release_read()
             self.lock.acquire_write()
+            self.shared_span = (downgraded, time.monotonic())
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Index | None]:

@@ -24,6 +24,7 @@ def test_every_phase_is_measured_and_a_save_is_overlapped_by_requests(tmp_path: 
     # the server saved the changed index while requests ran one after another: at least one overlapped it
     assert result.during_save >= 1 and not math.isnan(result.during_save_max_ms), result
     assert result.during_save_max_ms < 10_000 and result.beside_save_p50_ms > 0
+    assert 0 <= result.index_save_held_ms < 10_000  # the save's longest hold of the write lock, measured
     assert "requests during an index save" in format_table(result)
     # where the slowest typing requests' time went: the pipeline's stages, and the time outside them
     assert {"total", "outside"} <= result.typing_tail_ms.keys() and result.typing_tail_ms["total"] > 0
