@@ -84,11 +84,13 @@ class RelationUpkeep:
         shape = (len(self.index.fragments), self.index.graph.n_ids)
         self.set_fragment_nodes(sp.csr_matrix((v, (r, c)), shape=shape))  # duplicates summed: locations add up
 
-    def set_fragment_nodes(self, f: sp.csr_matrix, transposed: sp.csr_matrix | None = None) -> None:
-        """Take `f` as F (a stored one, or made from the files), and its transpose where it is stored too."""
+    def set_fragment_nodes(self, f: sp.csr_matrix, transposed: sp.csr_matrix | PatchedRows | None = None,
+                           sizes: np.ndarray | None = None) -> None:
+        """Take `f` as F (a stored one, or made from the files), its transpose where it is stored too, and its row
+        sums where they are made already."""
         self.fragment_nodes = PatchedRows(f)
         self._fragment_nodes_t = None if transposed is None else patched(transposed)
-        self._sizes = np.asarray(f.sum(axis=1)).ravel()
+        self._sizes = np.asarray(f.sum(axis=1)).ravel() if sizes is None else sizes
 
     def patch_fragment_nodes(self, removed: Triplets, added: Triplets) -> None:
         """F minus the changed files' old windows plus their new ones: only the rows (and, where F's transpose is
