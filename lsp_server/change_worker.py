@@ -242,7 +242,8 @@ class ChangeWorker:
         acquired, folder.shared_span = time.monotonic(), None
         try:
             version = folder.version
-            index.save(while_written=folder.shared)
+            with heap.uncollected():
+                index.save(while_written=folder.shared)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)
         except Exception as exc:  # a read-only disk: keep serving from memory, say it once per version

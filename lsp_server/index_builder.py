@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lsp_server.folder_index import FolderIndex, StateCallback
+from repocomp.index import heap
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class IndexBuilder:
                 index.prepare()
             finally:
                 folder.lock.release_read()
+            heap.settle()  # the index's objects out of the collector's later passes
             for path in deferred:  # changes that raced the build: replay from disk
                 self._replay(path)
         if self._on_state is not None:

@@ -52,3 +52,17 @@ def test_large_blocks_are_given_back_when_freed_while_building_and_kept_in_the_a
     assert held > 150  # from the arenas: 192 MB freed, still resident (the next request's arrays reuse them)
     held, building = grown("building")
     assert held < 20 and building == 0  # mapped apart, unmapped when freed; then no build is said to be under way
+
+
+def test_an_uncollected_stretch_runs_no_collector_and_keeps_what_it_made_out_of_later_passes() -> None:
+    import gc
+
+    gc.collect()
+    frozen = gc.get_freeze_count()
+    try:
+        with heap.uncollected():
+            assert not gc.isenabled()
+            made = [[i] for i in range(1000)]
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(made)
+    finally:
+        gc.unfreeze()

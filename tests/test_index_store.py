@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import shutil
 from pathlib import Path
@@ -413,6 +414,31 @@ def test_a_save_reads_the_written_file_back_while_readers_read_on_and_switches_t
     assert isinstance(index.files["app.py"].source, np.ndarray)  # read in place
     assert index.file_lines("app.py") == ["x = compute(1)", ""]
     _assert_same(Index.load(repo, EXACT), index)
+
+
+def test_the_index_header_is_encoded_in_slices_as_one_call_would():
+    from repocomp.index.store import _json_pieces
+
+    value = {"files": [{"path": f"p{i}.py", "n": i, "x": [i, 1.5, None]} for i in range(50)],
+             "consulted": {f"p{i}.py": ["mod:a", "é"] for i in range(30)}, "empty": {}, "none": [], "n": 3}
+    for slice_len in (1, 7, 1024):
+        assert "".join(_json_pieces(value, slice_len)) == json.dumps(value, separators=(",", ":"))
+
+
+def test_a_save_leaves_no_reference_cycles_behind(repo):
+    """The language server saves with the cyclic collector off and keeps what the save made out of its later passes
+    (`heap.uncollected`): so a save, and the index tables it replaces, must be freed by their counts alone."""
+    index = Index.build(repo, EXACT.replace("retrieval", alpha=0.5))
+    index.save()
+    index.update_file("app.py", text="x = compute(1)\n")
+    [e.parsed for e in index.files.values()]  # parses made and kept by the tables the save replaces
+    gc.collect()
+    gc.disable()
+    try:
+        index.save()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncate", "old_version"])

@@ -58,11 +58,22 @@ def plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
+_CODES_SLICE = 1 << 18  # values per C loop below: each holds the interpreter's lock (a language server's requests
+# wait meanwhile), a monorepo's millions at once 100-260 ms
+
+
 def _codes(values: Sequence[_H]) -> tuple[list[_H], np.ndarray]:
     """A table of distinct values and each value's index in it (kinds, names and paths repeat a lot)."""
-    table = list(dict.fromkeys(values))  # in order of first appearance; C loops, not a Python one per value
-    code_of = {v: i for i, v in enumerate(table)}
-    return table, np.fromiter(map(code_of.__getitem__, values), np.int32, len(values))
+    slices = [values[i:i + _CODES_SLICE] for i in range(0, len(values), _CODES_SLICE)]
+    first: dict[_H, None] = {}
+    for part in slices:  # in order of first appearance; C loops, not a Python one per value
+        first.update(dict.fromkeys(part))
+    code_of = {v: i for i, v in enumerate(first)}
+    codes = np.empty(len(values), np.int32)
+    for i, part in enumerate(slices):
+        codes[i * _CODES_SLICE:i * _CODES_SLICE + len(part)] = np.fromiter(map(code_of.__getitem__, part), np.int32,
+                                                                           len(part))
+    return list(first), codes
 
 
 def _cat(parts: list[np.ndarray], dtype: Any, width: int = 0) -> np.ndarray:

@@ -119,7 +119,7 @@ def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, Stored]
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
         raise RepocompError(f"{target} is not a regular file; remove it so the index can be written there")
     remove_stale_tmp(folder)
-    header = json.dumps({"meta": meta, "arrays": list(arrays)}, separators=(",", ":")).encode()
+    header = "".join(_json_pieces({"meta": meta, "arrays": list(arrays)})).encode()
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=folder)
     placed: dict[str, tuple[int, np.dtype, tuple[int, ...]]] = {}  # name -> where its data starts, dtype, shape
     try:
@@ -135,6 +135,27 @@ def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, Stored]
         Path(tmp).unlink(missing_ok=True)
         raise
     return target, {name: _view(mapped, at, dtype, shape) for name, (at, dtype, shape) in placed.items()}
+
+
+def _json_pieces(value: Any, slice_len: int = 1024) -> Iterator[str]:
+    """`value` as compact JSON, large lists and dictionaries a slice at a time: one call of the C encoder holds the
+    interpreter's lock for the whole of it (330 ms for a monorepo's index header, while the language server's
+    requests waited); Python's own encoder lets go of it but leaves reference cycles behind."""
+    if isinstance(value, dict) and len(value) <= slice_len:
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            yield ("," if i else "") + json.dumps(str(key)) + ":"
+            yield from _json_pieces(item, slice_len)
+        yield "}"
+    elif isinstance(value, list | dict) and len(value) > slice_len:
+        items = list(value.items()) if isinstance(value, dict) else value
+        yield "{" if isinstance(value, dict) else "["
+        for i in range(0, len(items), slice_len):
+            part = dict(items[i:i + slice_len]) if isinstance(value, dict) else items[i:i + slice_len]
+            yield ("," if i else "") + json.dumps(part, separators=(",", ":"))[1:-1]
+        yield "}" if isinstance(value, dict) else "]"
+    else:
+        yield json.dumps(value, separators=(",", ":"))
 
 
 def _write_array(fh: Any, value: Stored) -> tuple[int, np.dtype, tuple[int, ...]]:
@@ -284,13 +305,18 @@ def _view(mapped: mmap.mmap, at: int, dtype: np.dtype, shape: tuple[int, ...], f
     return arr.reshape(shape, order="F" if fortran else "C")
 
 
+_PAGE_OUT_BYTES = 64 << 20
+
+
 def page_out(mapped: mmap.mmap | None) -> None:
     """Ask the kernel to take back the pages of an index file's map that are as the file holds them (read again
     from it when used); pages written since (an update's copies) stay. A hint: refused (another OS, an old kernel),
     nothing happens."""
     if mapped is not None:
         with contextlib.suppress(OSError, ValueError):
-            mapped.madvise(_MADV_PAGEOUT)
+            # a range at a time: each call holds the interpreter's lock (a 1.8 GB index's map: 100 ms at once)
+            for start in range(0, len(mapped), _PAGE_OUT_BYTES):
+                mapped.madvise(_MADV_PAGEOUT, start, min(_PAGE_OUT_BYTES, len(mapped) - start))
 
 
 def file_map(arr: np.ndarray) -> mmap.mmap | None:

@@ -9,6 +9,8 @@ held for good took 4 kB a file, 100 MB for a 7.6-million-line monorepo's 25,740 
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from sys import intern
 from typing import Any
@@ -71,7 +73,24 @@ class StoredParses:
                 raise ValueError(f"{name}: a node that is not its file's")
             if low is not None and len(values) and (~has_nodes).any():
                 raise ValueError(f"{name}: a node of a file without nodes")
-        self.parsed: Callable[[int], ParsedFile] = functools.lru_cache(maxsize=KEPT)(self._parsed)
+        # the last parses made, oldest first: kept here, not by a cache of a bound method (whose cycle with this
+        # object left a replaced index's tables for the collector's full pass)
+        self._kept: OrderedDict[int, ParsedFile] = OrderedDict()
+        self._keep, self._kept_lock = KEPT, threading.Lock()
+
+    def parsed(self, i: int) -> ParsedFile:
+        """File i's parse: the one kept, or made now (and kept)."""
+        with self._kept_lock:
+            got = self._kept.get(i)
+            if got is not None:
+                self._kept.move_to_end(i)
+                return got
+        got = self._parsed(i)
+        with self._kept_lock:
+            self._kept[i] = got = self._kept.get(i, got)  # made meanwhile by another thread: that one
+            if len(self._kept) > self._keep:
+                self._kept.popitem(last=False)
+        return got
 
     def _span(self, count: str, i: int) -> slice:
         return slice(int(self._starts[count][i]), int(self._ends[count][i]))

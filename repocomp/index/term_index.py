@@ -53,7 +53,7 @@ def _count_postings(indptr: np.ndarray, rows: np.ndarray, terms: np.ndarray, out
             out[rows[j]] += 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _merge_postings(t0, t1, b_ptr, b_rows, b_counts, stale, d_ptr, d_rows, d_counts, rows_out,
                     counts_out):  # pragma: no cover - compiled
     """Terms [t0, t1)'s postings: the base's less its stale rows, merged in row order with the delta's (which
