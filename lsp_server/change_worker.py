@@ -255,6 +255,7 @@ class ChangeWorker:
             shared = folder.shared_span or (ended, ended)
             folder.last_save = (began, ended)
             folder.last_save_held_ms = round(max(shared[0] - acquired, ended - shared[1]) * 1000, 1)
+            heap.trim(every_s=0)  # what the index let go of at the switch
 
     def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> bool:
         """Whether the changes changed the index."""

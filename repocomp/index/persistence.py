@@ -69,11 +69,12 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
         target, written = _write(index, meta, arrays)
         del arrays  # what the write still held (the large tables went as written) before reading
         switch = index_codec.read_back(index, meta, written, readers=while_written is not None)
+        page_out(index.mapped)  # the file read before: what readers read of it meanwhile (read again if needed)
     # from now on read in place from what was written: what building and updating held in memory goes
     switch()
-    page_out(index.mapped)  # the file read before: what the parsed files still read from it stays readable
     index.mapped = file_map(written["text"])
-    heap.trim(every_s=0)
+    if while_written is None:  # (a caller that lets readers in trims once its lock is let go)
+        heap.trim(every_s=0)
     index.summary.phases_s["write"] = round(time.perf_counter() - t, 4)
     index.summary.index_bytes = target.stat().st_size
     return target
