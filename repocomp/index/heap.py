@@ -82,7 +82,7 @@ def trim(every_s: float = TRIM_EVERY_S, now: float | None = None) -> bool:
 
 @contextlib.contextmanager
 def uncollected() -> Iterator[None]:
-    """No cyclic collection while an index is loaded or saved, and what it made left out of later ones after
+    """No cyclic collection while an index is saved beside requests, and what it made left out of later ones after
     (`gc.freeze`): a collector's pass over the objects a monorepo's index makes held the interpreter's lock 30 to
     450 ms at a time, eight times in a save, while the language server's requests waited. A save makes no
     reference cycles (a test holds it to that), so nothing kept out of the passes is garbage waiting for one."""
