@@ -465,7 +465,8 @@ async def run_bench(repo: Path, *, requests: int = 200, typing_sites: int = 20, 
         rss_mb=round(rss, 1), file_rss_mb=round(file_rss, 1), requests=len(server_side) + len(typing),
         index_save_s=round(save_s, 2), during_save=len(during_save), during_save_p50_ms=round(pct(during_save, 0.5), 2),
         during_save_max_ms=round(max(during_save, default=float("nan")), 2),
-        beside_save_p50_ms=round(pct(beside, 0.5), 2), index_save_held_ms=save_held_ms, typing_tail_ms=tail_stages(typing, typing_stages),
+        beside_save_p50_ms=round(pct(beside, 0.5), 2), index_save_held_ms=save_held_ms,
+        typing_tail_ms=tail_stages(typing, typing_stages),
     )
 
 

@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,18 +234,29 @@ class ChangeWorker:
         return False
 
     def _save(self, folder: FolderIndex) -> None:
-        """Write the folder's index: what it writes is made and read back under the write lock, the file written
-        while requests read on (`FolderIndex.shared`: this thread applies the changes, so none comes meanwhile)."""
+        """Write the folder's index: encoded, written and read back while requests read on (`FolderIndex.shared`:
+        this thread applies the changes, so none comes meanwhile), switched to the written file under the write
+        lock; how long that lock was held at most is kept for `repocomp/stats`."""
         index = folder.index
         if index is None:
             return
         began = time.monotonic()
         folder.lock.acquire_write()
-        acquired, folder.shared_span = time.monotonic(), None
+        held = [time.monotonic()]  # the write lock held from, let go for readers at, held again at
+
+        @contextlib.contextmanager
+        def readers_in() -> Iterator[None]:
+            try:
+                with folder.shared():
+                    held.append(time.monotonic())
+                    yield
+            finally:
+                held.append(time.monotonic())
+
         try:
             version = folder.version
             with heap.uncollected():
-                index.save(while_written=folder.shared)
+                index.save(while_written=readers_in)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)
         except Exception as exc:  # a read-only disk: keep serving from memory, say it once per version
@@ -252,9 +265,9 @@ class ChangeWorker:
         finally:
             folder.lock.release_write()
             ended = time.monotonic()
-            shared = folder.shared_span or (ended, ended)
+            acquired, shared_from, shared_to = held if len(held) == 3 else (held[0], ended, ended)
             folder.last_save = (began, ended)
-            folder.last_save_held_ms = round(max(shared[0] - acquired, ended - shared[1]) * 1000, 1)
+            folder.last_save_held_ms = round(max(shared_from - acquired, ended - shared_to) * 1000, 1)
             heap.trim(every_s=0)  # what the index let go of at the switch
 
     def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> bool:

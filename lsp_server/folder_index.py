@@ -95,7 +95,6 @@ class FolderIndex:
     last_save: tuple[float, float] | None = None
     # of that save: the longest time it held the write lock (ms), what a request may have waited for it
     last_save_held_ms: float | None = None
-    shared_span: tuple[float, float] | None = None  # when the last `shared()` let readers in, and held it again
     changed_at: float = 0.0  # time.monotonic() of the last applied batch
     read_at: float = 0.0  # time.monotonic() when a request last finished reading the index
     refreshed_at: float = 0.0  # time.monotonic() of the last slice of the background relation refresh
@@ -142,13 +141,11 @@ class FolderIndex:
         """Inside `writing()`: while the writer only reads (a save writing the index file), requests read beside
         it; the write lock is held again after (a thread that changes the index still waits for all of it)."""
         self.lock.downgrade()
-        downgraded = time.monotonic()
         try:
             yield
         finally:
             self.lock.release_read()
             self.lock.acquire_write()
-            self.shared_span = (downgraded, time.monotonic())
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Index | None]:
@@ -160,8 +157,7 @@ class FolderIndex:
                 return
             index = self.index
         else:
-            if not self.lock.try_acquire_read():
-                await self._acquire_read()
+            await self._acquire_read()
             index = self.index if self.ready else None
         held = [True]  # False while `released()` has handed it back
         token = _HOLD.set(held)
@@ -190,17 +186,17 @@ class FolderIndex:
         except asyncio.CancelledError:
             raise
         except BaseException:
-            await self._hold_again(held)
-            raise
-        await self._hold_again(held)
-
-    async def _hold_again(self, held: list[bool]) -> None:
-        if not self.lock.try_acquire_read():
             await self._acquire_read()
+            held[0] = True
+            raise
+        await self._acquire_read()
         held[0] = True
 
     async def _acquire_read(self) -> None:
-        """The read lock, waited for off the event loop; cancelled, the thread's lock is handed back when got."""
+        """The read lock, at once when free, else waited for off the event loop; cancelled, the thread's lock is
+        handed back when got."""
+        if self.lock.try_acquire_read():
+            return
         acquiring = asyncio.get_running_loop().run_in_executor(None, self.lock.acquire_read)
         try:
             await asyncio.shield(acquiring)
