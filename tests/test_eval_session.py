@@ -437,3 +437,45 @@ def test_memory_gt_hit_reads_the_entries_shown():
     assert memory_gt_hit("x = f(1)", decision(True, "    x = f(1)"))
     assert not memory_gt_hit("x = f(1)", decision(True, "x = f(2)"))
     assert not memory_gt_hit("x = f(1)", decision(False, "x = f(1)")) and not memory_gt_hit("x = f(1)", None)
+
+
+def test_generation_cache_answers_what_the_same_model_answered(history, tiny_model_dir, tmp_path, monkeypatch):
+    """`--generation-cache`: a rerun decodes nothing and answers the same; an ablation decodes only where its prompt
+    differs, and what it takes from the file is what the model answers without it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    _git(tmp_path, "clone", "-q", "--bare", str(history), str(repos / "tiny.git"))
+    write_tasks(make_session_tasks(repos / "tiny.git", n=4, seed=1, per_commit=2), tmp_path / "tasks.jsonl")
+    loaded = load_tasks(tmp_path / "tasks.jsonl")
+    config = Config().replace("backend", name="transformers", model=str(tiny_model_dir), max_new_tokens=6,
+                              fallback="")
+    cached = EvalOptions(backend="transformers", generation_cache=str(tmp_path / "generations.sqlite"))
+
+    def run(options: EvalOptions, name: str) -> list[dict]:
+        summary = run_eval(loaded, repos, options, config, out=tmp_path / name, progress=False)
+        assert summary["failed"] == 0
+        return sorted(read_results(tmp_path / name), key=lambda r: r["task_id"])
+
+    first, again = run(cached, "first.jsonl"), run(cached, "again.jsonl")
+    assert all(r["generations"] >= 1 and r["generations_cached"] == 0 for r in first)
+    assert all(r["generations_cached"] == r["generations"] for r in again)
+    assert [r["prediction"] for r in again] == [r["prediction"] for r in first]
+    # no memory: the prompts the memory changed are decoded, the others answered from the file
+    ablated = run(EvalOptions(backend="transformers", generation_cache=cached.generation_cache, memory=False),
+                  "ablated.jsonl")
+    fresh = run(EvalOptions(backend="transformers", memory=False), "fresh.jsonl")
+    assert "generations" not in fresh[0]
+    assert any(r["generations_cached"] < r["generations"] for r in ablated)
+    assert [r["prediction"] for r in ablated] == [r["prediction"] for r in fresh]
+
+
+def test_a_generation_cache_that_is_not_one_is_refused(tmp_path):
+    from repocomp.backends.extractive import ExtractiveBackend
+    from repocomp.eval.generation_cache import CachedGenerations
+
+    bad = tmp_path / "cache.sqlite"
+    bad.write_bytes(b"not a database, some other file " * 64)
+    with pytest.raises(RepocompError, match="not a usable cache file"):
+        CachedGenerations(ExtractiveBackend(), bad, {})
+    assert bad.read_bytes().startswith(b"not a database")  # left as it was

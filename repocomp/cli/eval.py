@@ -75,6 +75,10 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the summary here")
     p.add_argument("--workers", type=int, default=1, help="files evaluated concurrently (for vLLM)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
+    p.add_argument("--generation-cache", metavar="FILE", default="",
+                   help="keep the model's greedy answers in FILE (SQLite) and answer from it where the same model "
+                        "gets the same request again: runs that share the file (an ablation and its baseline) decode "
+                        "only where their prompts differ; records count the cached generations")
     p.add_argument("--timeout", type=float, metavar="S",
                    help="each completion's deadline in seconds (default: the --config file's [backend] timeout_s "
                         "when it sets one, else 600: an evaluation measures answers, and the editor's 30 s would "
@@ -164,7 +168,8 @@ def _evaluate(a: argparse.Namespace) -> int:
         config = config.replace("backend", timeout_s=a.timeout or _EVAL_TIMEOUT_S)
     options = EvalOptions(mode=a.mode, plain=a.no_fragrel, alpha=a.alpha, query_relations=a.query_relations,
                           backend=a.backend, workers=a.workers, definitions=False if a.no_definitions else None,
-                          memory=not a.no_memory, editor=a.editor, mid_line=a.mid_line or "")
+                          memory=not a.no_memory, editor=a.editor, mid_line=a.mid_line or "",
+                          generation_cache=a.generation_cache)
     summary = run_eval(tasks, a.repos, options, config, out=a.out, summary_json=a.summary_json,
                        progress=not a.no_progress and sys.stderr.isatty())
     print(json.dumps({k: v for k, v in summary.items() if k != "per_repo"}))

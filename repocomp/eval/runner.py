@@ -25,6 +25,7 @@ from typing import Any
 from repocomp.backends.model_defaults import resolve_config
 from repocomp.config.schema import EVAL_BACKENDS, MODES, Config
 from repocomp.errors import RepocompError
+from repocomp.eval.generation_cache import counting, counts_fields, eval_backend
 from repocomp.eval.records import (
     append_record,
     check_same_run,
@@ -56,6 +57,7 @@ class EvalOptions:
     editor: bool = False  # the buffer as an editor sends it: the code after the hole too (`--editor`)
     # session tasks: the cursor inside the hole's line (`--mid-line`, `cursor_inside`): "word" or "bracket"
     mid_line: str = ""
+    generation_cache: str = ""  # a file keeping greedy generations across runs (`--generation-cache`)
 
     @property
     def variant(self) -> str:
@@ -185,20 +187,21 @@ class RepoEvaluator:
                     current = text
                 t1 = time.perf_counter()
                 try:
-                    result = await self.completer.acomplete(path, text, line, 0, CompletionOptions(
-                        mode=self.options.mode,
-                        oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
-                        kind=COMPLETION_KIND.get(task.kind, "auto"), context_start_line=task.context_start_lineno,
-                        trace=True))
+                    with counting() as counts:
+                        result = await self.completer.acomplete(path, text, line, 0, CompletionOptions(
+                            mode=self.options.mode,
+                            oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
+                            kind=COMPLETION_KIND.get(task.kind, "auto"),
+                            context_start_line=task.context_start_lineno, trace=True))
                 except RepocompError as exc:  # a slow or dead backend fails this task, not the run
                     log.warning("%s: %s", task.task_id, exc)
                     on_record(error_record(task, self.options, str(exc)))
                     continue
                 t2 = time.perf_counter()
                 attainable = gt_line_attainable(task.ground_truth, self.index, path, task.context_start_lineno)
-                on_record(make_record(task, result, self.options,
-                                      {"no_leak_update": round((t1 - t0) * 1e3, 3),
-                                       "task_total": round((t2 - t0) * 1e3, 3)}, attainable))
+                record = make_record(task, result, self.options, {"no_leak_update": round((t1 - t0) * 1e3, 3),
+                                                                  "task_total": round((t2 - t0) * 1e3, 3)}, attainable)
+                on_record({**record, **(counts_fields(counts) if self.options.generation_cache else {})})
         finally:
             self._pending_restore.add(path)  # back to the file on disk, together with the next change
 
@@ -235,9 +238,7 @@ def open_engine(root: Path, config: Config, options: EvalOptions) -> tuple[Any, 
     index = Index.open(root, config)  # a read-only repository's index goes to the user's cache
     backend = None
     if options.backend != "none":
-        from repocomp.backends import make_backend
-
-        backend = make_backend(config.backend)
+        backend = eval_backend(config.backend, options.generation_cache)
     return index, Completer(index, config, backend=backend)
 
 

@@ -62,6 +62,7 @@ from graph.languages import language_for
 from repocomp.config.paths import user_cache_dir
 from repocomp.config.schema import Config
 from repocomp.errors import RepocompError
+from repocomp.eval.generation_cache import counting, counts_fields, eval_backend
 from repocomp.eval.records import error_record, make_record, memory_fields, session_fields
 from repocomp.eval.tasks import COMPLETION_KIND, SESSION_KIND, Task, _non_code_rows, _parser, _prompt_for
 
@@ -674,14 +675,15 @@ class SessionEvaluator:
                         memory = self.memory()
                         n_events = replay_events(memory, task, self.parent_text, time.time())
                     self.completer.memory = memory
-                    summary_ms = await self._summarize(memory)
-                    t1 = time.perf_counter()
-                    options = CompletionOptions(
-                        mode=self.options.mode,
-                        oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
-                        kind=COMPLETION_KIND.get(task.kind, "line"), context_start_line=task.context_start_lineno,
-                        trace=True)
-                    result = await self.completer.acomplete(task.path, buffer, task.line_no, len(typed), options)
+                    with counting() as counts:
+                        summary_ms = await self._summarize(memory)
+                        t1 = time.perf_counter()
+                        options = CompletionOptions(
+                            mode=self.options.mode,
+                            oracle_text=task.ground_truth if self.options.mode == "oracle" else None,
+                            kind=COMPLETION_KIND.get(task.kind, "line"),
+                            context_start_line=task.context_start_lineno, trace=True)
+                        result = await self.completer.acomplete(task.path, buffer, task.line_no, len(typed), options)
                 except RepocompError as exc:
                     on_record({**error_record(task, self.options, str(exc)),
                                **session_fields(task, self.options, False, 0)})
@@ -694,7 +696,8 @@ class SessionEvaluator:
                                                                   "task_total": round((t2 - t0) * 1e3, 3)})
                 decision = getattr(result, "memory", None)  # the memory controller's choice, when the engine says
                 on_record({**record, **session_fields(task, self.options, memory is not None, n_events),
-                           **memory_fields(task.ground_truth, decision)})
+                           **memory_fields(task.ground_truth, decision),
+                           **(counts_fields(counts) if self.options.generation_cache else {})})
         finally:
             self.completer.memory = None
             self._set_state({}, set())
@@ -736,9 +739,7 @@ def default_session_engine(options: EvalOptions) -> EngineFactory:
         if not backend_box:
             backend = None
             if options.backend != "none":
-                from repocomp.backends import make_backend
-
-                backend = make_backend(config.backend)
+                backend = eval_backend(config.backend, options.generation_cache)
             backend_box.append(backend)
         index = Index.open(root, config)
         return index, Completer(index, config, backend=backend_box[0])
