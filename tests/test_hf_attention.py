@@ -54,3 +54,16 @@ def test_a_block_skips_the_keys_its_mask_hides() -> None:
     assert torch.allclose(out.transpose(1, 2)[:, :, hf_attention.BLOCK:], reference[:, :, hf_attention.BLOCK:],
                           atol=1e-5)
     assert out[:, : hf_attention.BLOCK].isnan().any()  # the first block does see the poisoned keys
+
+
+def test_blocked_attention_only_for_models_with_sliding_window_layers(tiny_model_dir) -> None:
+    """The backend registers the blocked attention where a sliding window hides keys (Gemma 3); a causal-only model
+    (Llama, Qwen2.5-Coder) keeps torch's SDPA, which measured as fast or faster there."""
+    from repocomp.backends.hf import TransformersBackend, has_sliding_window
+
+    assert has_sliding_window(tiny_gemma3("eager").config)
+    assert not has_sliding_window(transformers.LlamaConfig())
+    assert not has_sliding_window(transformers.Qwen2Config(use_sliding_window=False, sliding_window=4096))
+    assert has_sliding_window(transformers.Qwen2Config(use_sliding_window=True, sliding_window=4096))
+    model, _ = TransformersBackend(model=str(tiny_model_dir), device="cpu", dtype="float32")._load()
+    assert model.config._attn_implementation == "sdpa"

@@ -162,9 +162,17 @@ def last_hidden(backend: TransformersBackend, positions: int = 3) -> torch.Tenso
 
 @pytest.fixture(scope="module")
 def local_bf16(local_model: lm.LocalModel) -> TransformersBackend:
-    b = TransformersBackend(model=str(local_model.path), dtype="bfloat16")
-    b._load_once()
-    return b
+    return with_head(TransformersBackend(model=str(local_model.path), dtype="bfloat16"))
+
+
+def with_head(backend: TransformersBackend) -> TransformersBackend:
+    """The backend loaded, with a head whatever this CPU's timing at load decided (`float16_reads_faster`)."""
+    backend._load_once()
+    loaded = backend._loaded
+    assert loaded is not None
+    if loaded.output_head is None:
+        loaded.output_head = OutputHead.for_model(loaded.model)
+    return backend
 
 
 @pytest.mark.local_model
@@ -201,18 +209,39 @@ def test_local_model_kernel_bounds(local_bf16: TransformersBackend) -> None:
 
 @pytest.fixture(scope="module")
 def local_f32(local_model: lm.LocalModel) -> TransformersBackend:
-    b = TransformersBackend(model=str(local_model.path), dtype="float32")
-    b._load_once()
-    return b
+    return with_head(TransformersBackend(model=str(local_model.path), dtype="float32"))
 
 
 @pytest.mark.local_model
 def test_local_model_in_float32_greedy_tokens_and_kernel_bounds(local_f32: TransformersBackend) -> None:
     """float32, as an AVX2 CPU runs the local model: the head certifies against the float32 product."""
     loaded = local_f32._loaded
-    assert loaded is not None and loaded.output_head is not None  # the backend's own head: on by default
+    assert loaded is not None and loaded.output_head is not None
     head = loaded.output_head
     before = head.stats()["accepted"]
     assert_code_prompts_decode_alike(local_f32, head)
     assert head.stats()["accepted"] - before > 3 * 10  # every pass verifies a draft: most positions are certified
     check_kernel_bounds(head, last_hidden(local_f32))
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_the_backend_builds_the_head_where_float16_reads_faster(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                faster: bool) -> None:
+    """The head pays only where this CPU's float16 product beats the model's own (timed at load): otherwise the
+    backend runs its lm_head alone, with the same tokens."""
+    import weakref
+
+    from repocomp.backends import hf, output_head
+
+    timed: list[torch.dtype] = []
+
+    def decide(weight: torch.Tensor) -> bool:
+        timed.append(weight.dtype)
+        return faster
+
+    monkeypatch.setattr(output_head, "float16_reads_faster", decide)
+    monkeypatch.setattr(hf, "_LOADED", weakref.WeakValueDictionary())
+    backend = TransformersBackend(model=str(tiny_model_dir), dtype="float32")
+    backend._load_once()
+    assert backend._loaded is not None and timed == [torch.float32]
+    assert (backend._loaded.output_head is not None) is faster

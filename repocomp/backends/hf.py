@@ -54,6 +54,15 @@ __all__ = ["TransformersBackend", "auto_dtype", "cpu_has_native_bf16"]
 log = logging.getLogger(__name__)
 
 
+def has_sliding_window(config: Any) -> bool:
+    """Whether a model's attention has sliding-window layers, whose masks hide most keys of a long prompt: there the
+    blocked attention (hf_attention.py) skips what torch's SDPA computes and throws away. With causal masks alone
+    (Qwen2.5-Coder) SDPA was as fast or faster (docs/performance.md, Decisions)."""
+    config = getattr(config, "text_config", None) or config
+    return "sliding_attention" in (getattr(config, "layer_types", None) or ()) or bool(
+        getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True))
+
+
 @dataclass(eq=False)
 class _LoadedModel:
     model: CausalLM
@@ -141,16 +150,18 @@ class TransformersBackend:
                 loaded = _LoadedModel(*self._load(), prefix_cache=PrefixCache())
                 _LOADED[key] = loaded
             if self.fast_output_head and not loaded.output_head_built:  # the fp16 copy: once, off the request path
-                from repocomp.backends.output_head import OutputHead
+                from repocomp.backends.output_head import OutputHead, float16_reads_faster
 
-                loaded.output_head = OutputHead.for_model(loaded.model)
+                weight = getattr(getattr(loaded.model, "lm_head", None), "weight", None)
+                if weight is not None and weight.device.type == "cpu" and float16_reads_faster(weight):
+                    loaded.output_head = OutputHead.for_model(loaded.model)
                 loaded.output_head_built = True
             self._loaded = loaded
 
     def _load(self) -> tuple[CausalLM, PreTrainedTokenizerBase]:
         try:
             import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
         except ImportError as exc:
             raise BackendError(
                 f"the transformers backend needs torch and transformers ({exc.name} is missing): "
@@ -164,7 +175,7 @@ class TransformersBackend:
             dtype = {"auto": auto_dtype(self.device, cpu_has_native_bf16()), "float32": torch.float32,
                      "bfloat16": torch.bfloat16}[self.dtype]
             options: dict[str, Any] = {}
-            if self.device == "cpu":  # skips the products the mask throws away (hf_attention.py; README, Latency)
+            if self.device == "cpu" and has_sliding_window(AutoConfig.from_pretrained(source, local_files_only=True)):
                 from repocomp.backends.hf_attention import register
 
                 options["attn_implementation"] = register()

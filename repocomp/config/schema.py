@@ -332,7 +332,8 @@ class TransformersConfig:
     dtype: str = "auto"
     # greedy on CPU (bf16 or float32): pick each token through a float16 copy of the output matrix, certified to be
     # the full lm_head's token (else it runs); the same answers, each token about 45 ms sooner on 2 cores, for
-    # 335 MB more memory and 1-2 s more load (output_head.py)
+    # 335 MB more memory and 1-2 s more load (output_head.py); only where this CPU's float16 product is faster than
+    # the model's own, timed at load (on a Xeon with AMX it is not)
     fast_output_head: bool = True
 
     def validate(self) -> None:
