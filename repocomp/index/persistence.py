@@ -113,8 +113,11 @@ def load_index(cls: type[Index], root: str | Path, config: Config | None = None)
     Raises one of the `IndexUnusableError` kinds (`IndexMissingError`, `IndexStaleError`, `IndexCorruptError`)
     when no stored index can be used; no raw error of the store, codec or numpy/scipy comes out.
     """
-    root = Path(root)
-    config = config or load_config(root)
+    with heap.uncollected(collect=True):  # the collector's passes over what a load makes: half its time
+        return _load(cls, Path(root), config or load_config(root))
+
+
+def _load(cls: type[Index], root: Path, config: Config) -> Index:
     index = cls(root, config)
     try:
         if _leads_out(index):  # another folder's index, whatever it holds: never read
