@@ -58,7 +58,7 @@ def test_nothing_edited_or_memory_off_is_not_consulted():
 
 
 def test_the_controller_skips_memory_when_nothing_relates():
-    mem = _session()
+    mem = _session(min_score=0.05)  # the threshold's setting (off by default)
     _add_tax(mem)
     assert len(mem.hunks()) == 2  # the signature and the return line, four lines apart
     # typing in util/strings.py, about padding: no shared identifier, another file, no graph relation

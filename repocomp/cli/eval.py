@@ -65,7 +65,9 @@ def run_parser() -> argparse.ArgumentParser:
                    help="session tasks: no session memory (buffers synced, nothing remembered of the edits)")
     # ablations of the session memory's parts (session tasks)
     p.add_argument("--no-controller", action="store_true",
-                   help="memory ablation: consult the session at every request (no relevance threshold)")
+                   help="memory ablation: consult the session at every request (no relevance threshold: the "
+                        "default since the threshold was not shown to help; for a --config file that sets "
+                        "[memory] min_score)")
     p.add_argument("--no-replaced", action="store_true",
                    help="memory ablation: the code replaced at the cursor is not shown first (only as any hunk)")
     p.add_argument("--no-thoughts", action="store_true", help="memory ablation: raw hunks only, no thoughts")

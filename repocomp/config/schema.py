@@ -287,7 +287,10 @@ class MemoryConfig:
     # editing-session holes (docs/evaluation.md), and it costs a graph query per request
     relations: bool = False
     alpha: float = 0.5  # FragRel Eq. 10 for memory entries (the paper's value)
-    min_score: float = 0.05  # the controller's threshold: no entry above it, the session is not consulted
+    # the controller's threshold (SCM's decision to consult the session): no entry above it, the session is not
+    # consulted; 0 = consulted whenever it holds an entry. Off: never shown to help the code model (400 editor
+    # holes: no difference; docs/evaluation.md, Decisions)
+    min_score: float = 0.0
     persist: bool = True  # keep the recall storage across restarts
     half_life_s: float = 600.0  # recency: an entry's weight halves every this many seconds of the session
     # MemGPT's recursive summary written by the model when the session is idle, shown where a hunk's one-line

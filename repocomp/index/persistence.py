@@ -113,8 +113,9 @@ def load_index(cls: type[Index], root: str | Path, config: Config | None = None)
     Raises one of the `IndexUnusableError` kinds (`IndexMissingError`, `IndexStaleError`, `IndexCorruptError`)
     when no stored index can be used; no raw error of the store, codec or numpy/scipy comes out.
     """
+    root = Path(root)
     with heap.uncollected(collect=True):  # the collector's passes over what a load makes: half its time
-        return _load(cls, Path(root), config or load_config(root))
+        return _load(cls, root, config or load_config(root))
 
 
 def _load(cls: type[Index], root: Path, config: Config) -> Index:
