@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -67,15 +66,12 @@ class CachedGenerations:
         self.name = backend.name
         self._settings = settings  # the configuration that decides the model's answers (its model, dtype, device)
         self._identity: str | None = None
-        self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(str(path), check_same_thread=False)
+            self._db = sqlite3.connect(str(path))  # used on the event loop's thread only
             self._db.execute("CREATE TABLE IF NOT EXISTS generations (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
             self._db.commit()
         except sqlite3.Error as exc:
             raise RepocompError(f"--generation-cache {path}: not a usable cache file ({exc})") from exc
-        self.hits = 0
-        self.misses = 0
 
     @property
     def capabilities(self) -> Capabilities:
@@ -98,19 +94,15 @@ class CachedGenerations:
         greedy = request.temperature == 0.0
         key = self._key(request) if greedy else ""
         if greedy:
-            with self._lock:
-                row = self._db.execute("SELECT text FROM generations WHERE key = ?", (key,)).fetchone()
+            row = self._db.execute("SELECT text FROM generations WHERE key = ?", (key,)).fetchone()
             if row is not None:
-                self.hits += 1
                 if counts is not None:
                     counts[1] += 1
                 return Generation(text=row[0], backend=self.name)
-        self.misses += 1
         answer = await self.backend.agenerate(request)
         if greedy and not (answer.fell_back or answer.error or answer.at_time_limit):
-            with self._lock:
-                self._db.execute("INSERT OR REPLACE INTO generations VALUES (?, ?)", (key, answer.text))
-                self._db.commit()
+            self._db.execute("INSERT OR REPLACE INTO generations VALUES (?, ?)", (key, answer.text))
+            self._db.commit()
         return answer
 
     async def aload(self) -> None:
@@ -120,8 +112,7 @@ class CachedGenerations:
         try:
             await self.backend.aclose()
         finally:
-            with self._lock:
-                self._db.close()
+            self._db.close()
 
     def stats(self) -> dict[str, Any]:
         return self.backend.stats()
