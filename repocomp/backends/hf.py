@@ -150,11 +150,9 @@ class TransformersBackend:
                 loaded = _LoadedModel(*self._load(), prefix_cache=PrefixCache())
                 _LOADED[key] = loaded
             if self.fast_output_head and not loaded.output_head_built:  # the fp16 copy: once, off the request path
-                from repocomp.backends.output_head import OutputHead, float16_reads_faster
+                from repocomp.backends.output_head import OutputHead
 
-                weight = getattr(getattr(loaded.model, "lm_head", None), "weight", None)
-                if weight is not None and weight.device.type == "cpu" and float16_reads_faster(weight):
-                    loaded.output_head = OutputHead.for_model(loaded.model)
+                loaded.output_head = OutputHead.for_model(loaded.model, timed=True)
                 loaded.output_head_built = True
             self._loaded = loaded
 

@@ -122,9 +122,10 @@ class OutputHead:
         self.slack = 0.0  # widens every bound: tests force fallbacks with it
 
     @classmethod
-    def for_model(cls, model: Any, k: int = _TOP_K) -> OutputHead | None:
+    def for_model(cls, model: Any, k: int = _TOP_K, timed: bool = False) -> OutputHead | None:
         """A head for `model`'s lm_head, or None where it does not apply (not a bf16 or float32 CPU model whose
-        logits are the plain lm_head product of the base model's last hidden state)."""
+        logits are the plain lm_head product of the base model's last hidden state) or, when `timed`, where it
+        would not pay on this CPU (`float16_reads_faster`)."""
         head = getattr(model, "lm_head", None)
         weight = getattr(head, "weight", None)
         config = getattr(model, "config", None)
@@ -136,6 +137,8 @@ class OutputHead:
         from repocomp.backends.prefix_cache import cache_argument
 
         if cache_argument(model.model) != cache_argument(model):  # generate_greedy passes the cache to both
+            return None
+        if timed and not float16_reads_faster(weight):
             return None
         try:
             return cls(weight, k)
