@@ -88,11 +88,16 @@ class SymbolLookup:
         a table built afresh would (a file set again moves to the end there and here)."""
         if self.resolver.changes == self._seen_changes:  # a repository's 27k files: no pass over them
             return
-        self._seen_changes = self.resolver.changes
         files, held = self.resolver.files, self._methods_of
+        paths = self.resolver.changed_since(self._seen_changes) if self._seen_changes >= 0 else None
+        self._seen_changes = self.resolver.changes
         # Identity, not id(): a freed FileSymbols' address can be reused by its replacement.
-        gone = {p for p, sym in held.items() if files.get(p) is not sym}
-        new = [sym for p, sym in files.items() if held.get(p) is not sym]
+        if paths is None:  # the first look, or the resolver's log no longer reaches back: a pass over the files
+            gone = {p for p, sym in held.items() if files.get(p) is not sym}
+            new = [sym for p, sym in files.items() if held.get(p) is not sym]
+        else:
+            gone = {p for p in paths if p in held and files.get(p) is not held[p]}
+            new = [files[p] for p in paths if p in files and held.get(p) is not files[p]]
         if not gone and not new:
             return
         table = self._methods

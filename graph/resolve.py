@@ -101,14 +101,33 @@ class Resolver:
         self.consulted: dict[str, tuple[str, ...]] = {}
         self._readers: dict[str, set[str]] = defaultdict(set)  # key -> paths that consulted it
         self.changes = 0  # bumped whenever `files` changes: its readers' caches need one look, not a pass over it
+        # the paths set or removed, in order, from change `changes_from` on: a reader brings its cache up to date
+        # from the paths changed since it last looked (a keystroke: one path, not the 27k of a repository)
+        self.changed_paths: list[str] = []
+        self.changes_from = 0
 
     # -- maintenance -------------------------------------------------------------------------------------------
     def set_file(self, sym: FileSymbols) -> None:
         self.remove_file(sym.path)
         self.files[sym.path] = sym
-        self.changes += 1
+        self._changed(sym.path)
         for key in sym.keys():
             (self._modules if key.startswith("mod:") else self._names)[key].append(sym.path)
+
+    def _changed(self, path: str) -> None:
+        self.changes += 1
+        self.changed_paths.append(path)
+        if len(self.changed_paths) > 2 * len(self.files) + 1024:  # a long session: the log stays within the files'
+            self.changes_from = self.changes  # size (a reader that looked before this makes its cache again)
+            self.changed_paths = []
+
+    def changed_since(self, changes: int) -> list[str] | None:
+        """The paths set or removed since change `changes`, each once, in the order of their last change (that of
+        `files` for those still in it); None when the log no longer reaches back that far."""
+        if changes < self.changes_from:
+            return None
+        recent = self.changed_paths[changes - self.changes_from:]
+        return list(dict.fromkeys(reversed(recent)))[::-1]
 
     def remove_file(self, path: str) -> None:
         for key in self.consulted.pop(path, ()):  # what it looked at: a removed file is nobody's reader
@@ -116,7 +135,7 @@ class Resolver:
         old = self.files.pop(path, None)
         if old is None:
             return
-        self.changes += 1
+        self._changed(path)
         for key in old.keys():
             table = self._modules if key.startswith("mod:") else self._names
             table[key].remove(path)

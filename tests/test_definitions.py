@@ -393,3 +393,30 @@ def test_the_method_table_follows_changed_files_as_a_fresh_one_would(index: Inde
     assert kept.unique_method("forward") == DefRef("pkg/base.py", kept.unique_method("forward").node, "forward",
                                                    "method")
     assert kept.unique_method("layer_count") is None and kept.unique_method("setup") is None
+
+
+def test_the_method_table_reads_the_changed_paths_from_the_resolvers_log(index: Index) -> None:
+    """After its first look, the table is brought up to date from the paths the resolver logged as changed; once
+    the log was trimmed (a long session), from a pass over the files again: both as a fresh table."""
+    from graph.lookup import SymbolLookup
+
+    lookup = SymbolLookup(index.resolver, index.file_lines)
+    lookup.refresh()
+    resolver = index.resolver
+    start = resolver.changes
+    index.update_file("pkg/other.py", text="class Other:\n    def forward(self):\n        return 2\n")
+    index.update_file("pkg/base.py", text=BASE + "\nLIMIT = 3\n")
+    index.update_file("pkg/other.py", text="class Other:\n    def measure_depth(self):\n        return 2\n")
+    assert resolver.changed_since(start) == ["pkg/base.py", "pkg/other.py"]  # each once, by its last change
+    lookup.refresh()
+    fresh = SymbolLookup(resolver, index.file_lines)
+    fresh.refresh()
+    assert lookup._methods == fresh._methods and "measure_depth" in lookup._methods
+    seen = resolver.changes
+    for k in range(2 * len(resolver.files) + 1100):  # past the log's bound: it starts again
+        index.update_file("pkg/other.py", text=f"class Other:\n    def step_{k % 3}(self):\n        return 2\n")
+    assert resolver.changed_since(seen) is None and resolver.changed_since(resolver.changes) == []
+    lookup.refresh()
+    fresh = SymbolLookup(resolver, index.file_lines)
+    fresh.refresh()
+    assert lookup._methods == fresh._methods and "measure_depth" not in lookup._methods
