@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from graph.facts import family
 from graph.languages import CLASS_KINDS
 from graph.resolve import FileSymbols, Resolver
@@ -65,8 +67,7 @@ class Resolution:
 LinesOf = Callable[[str], list[str] | None]
 
 
-def _constant_re(name: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(name)}\s*(?::[^=]*)?=(?!=)")
+_CONSTANT = re.compile(r"^([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")  # `NAME = ...`, `NAME: type = ...`
 
 
 class SymbolLookup:
@@ -76,16 +77,16 @@ class SymbolLookup:
         self.resolver = resolver
         self.lines_of = lines_of
         self._methods_of: dict[str, FileSymbols] = {}  # path -> the symbols the table holds (held, not id()s)
-        self._methods: dict[str, list[DefRef]] = {}
+        self._methods: dict[str, dict[str, list[DefRef]]] = {}  # method name -> path -> its methods of that name
         self._def_info: dict[str, tuple[object, dict[int, tuple[str, int]]]] = {}  # path -> (sym, node -> info)
+        self._constants: dict[str, tuple[object, dict[str, int]]] = {}  # path -> (sym, constant name -> node)
         self._bases: dict[tuple[DefRef, int], list[DefRef]] = {}
         self.generation = 0  # bumped when some file's symbols changed
         self._seen_changes = -1  # the resolver's `changes` the table was last brought up to
 
     def refresh(self) -> None:
         """Call once per request: brings the method-name table up to date with the files whose symbols changed
-        (theirs only: a repository's table is large). Each name lists its methods in the resolver's file order, as
-        a table built afresh would (a file set again moves to the end there and here)."""
+        (theirs only: a repository's table is large, and `forward` has thousands of methods in it)."""
         if self.resolver.changes == self._seen_changes:  # a repository's 27k files: no pass over them
             return
         files, held = self.resolver.files, self._methods_of
@@ -102,17 +103,18 @@ class SymbolLookup:
             return
         table = self._methods
         for name in {m for p in gone for cls_methods in held[p].methods.values() for m in cls_methods}:
-            kept = [ref for ref in table[name] if ref.path not in gone]
-            if kept:
-                table[name] = kept
-            else:
+            owners = table[name]
+            for p in gone:
+                owners.pop(p, None)
+            if not owners:
                 del table[name]
         for p in gone:
             del held[p]
         for sym in new:
             for cls_methods in sym.methods.values():
                 for method, node in cls_methods.items():
-                    table.setdefault(method, []).append(DefRef(sym.path, node, method, "method"))
+                    table.setdefault(method, {}).setdefault(sym.path, []).append(
+                        DefRef(sym.path, node, method, "method"))
             held[sym.path] = sym
         self.generation += 1
 
@@ -195,17 +197,25 @@ class SymbolLookup:
 
     def constant(self, sym: FileSymbols, name: str) -> DefRef | None:
         """A top-level assignment `name = ...` of the module (its statement node)."""
-        lines = self.lines_of(sym.path)
+        cached = self._constants.get(sym.path)
+        if cached is None or cached[0] is not sym:  # found once per parse: a file's text and nodes are large
+            cached = self._constants[sym.path] = (sym, self._find_constants(sym))
+        node = cached[1].get(name)
+        return DefRef(sym.path, node, name, "constant") if node is not None else None
+
+    def _find_constants(self, sym: FileSymbols) -> dict[str, int]:
         parsed = sym.parsed
-        if lines is None or parsed.language != "python":
-            return None
-        pattern = _constant_re(name)
-        for node in range(1, parsed.n_nodes):
-            if parsed.parent[node] == 0 and parsed.kinds[node] == "expression_statement":
-                line = int(parsed.start_line[node])
-                if line < len(lines) and pattern.match(lines[line]):
-                    return DefRef(sym.path, node, name, "constant")
-        return None
+        lines = self.lines_of(sym.path) if parsed.language == "python" else None
+        if lines is None:
+            return {}
+        found: dict[str, int] = {}
+        for node in np.flatnonzero(np.asarray(parsed.parent) == 0).tolist():
+            line = int(parsed.start_line[node])
+            if node and parsed.kinds[node] == "expression_statement" and line < len(lines):
+                m = _CONSTANT.match(lines[line])
+                if m is not None:
+                    found.setdefault(m.group(1), node)  # the first assignment, as a scan from the top finds
+        return found
 
     # -- members -------------------------------------------------------------------------------------------------
     def class_bases(self, ref: DefRef) -> list[DefRef]:
@@ -313,8 +323,9 @@ class SymbolLookup:
     def unique_method(self, name: str) -> DefRef | None:
         """The method `name` when exactly one class of the repository defines it: what `obj.name(...)` calls when
         the type of `obj` is unknown (as of the last `refresh`)."""
-        owners = self._methods.get(name, ())
-        return owners[0] if len(owners) == 1 else None
+        owners = self._methods.get(name, {})
+        only = next(iter(owners.values())) if len(owners) == 1 else ()
+        return only[0] if len(only) == 1 else None
 
     # -- names in a file -----------------------------------------------------------------------------------------
     def enclosing_class(self, path: str, line: int) -> DefRef | None:

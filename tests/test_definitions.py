@@ -374,12 +374,13 @@ async def test_a_buffer_synced_while_a_completion_awaits_the_model_leaves_it_con
 
 def test_the_method_table_follows_changed_files_as_a_fresh_one_would(index: Index) -> None:
     """The table of methods by name is brought up to date from the files whose symbols changed only (a large
-    repository's table is not made again per request), and holds what a table made afresh holds, in its order."""
+    repository's table is not made again per request), and holds what a table made afresh holds."""
     from graph.lookup import SymbolLookup
 
     def table(lookup: SymbolLookup) -> dict[str, list[DefRef]]:
         lookup.refresh()
-        return {name: list(refs) for name, refs in lookup._methods.items()}
+        return {name: sorted(ref for refs in owners.values() for ref in refs)
+                for name, owners in lookup._methods.items()}
 
     kept = SymbolLookup(index.resolver, index.file_lines)
     table(kept)
@@ -394,6 +395,22 @@ def test_the_method_table_follows_changed_files_as_a_fresh_one_would(index: Inde
                                                    "method")
     assert kept.unique_method("layer_count") is None and kept.unique_method("setup") is None
 
+
+def test_a_module_constant_is_found_in_the_file_as_it_is_now(index: Index) -> None:
+    """The constants of a module are found once per parse of it, and again after the file changed."""
+    from graph.lookup import SymbolLookup
+
+    lookup = SymbolLookup(index.resolver, index.file_lines)
+    path = "pkg/limits.py"
+    index.update_file(path, text="SCALE = 4\n\n\ndef helper(x):\n    return x\n")
+    first = lookup.constant(index.resolver.files[path], "SCALE")
+    assert first is not None and index.resolver.files[path].parsed.start_line[first.node] == 0
+    assert lookup.constant(index.resolver.files[path], "helper") is None  # a function, not an assignment
+    index.update_file(path, text="import os\n\nDEPTH: int = 2\nSCALE == 3\n")
+    assert lookup.constant(index.resolver.files[path], "SCALE") is None  # a comparison, not an assignment
+    depth = lookup.constant(index.resolver.files[path], "DEPTH")
+    assert depth is not None and index.resolver.files[path].parsed.start_line[depth.node] == 2
+    index.remove_file(path)
 
 def test_the_method_table_reads_the_changed_paths_from_the_resolvers_log(index: Index) -> None:
     """After its first look, the table is brought up to date from the paths the resolver logged as changed; once

@@ -38,6 +38,7 @@ from graph.facts import family
 from graph.languages import CLASS_KINDS
 from graph.lookup import DefRef, Resolution, SymbolLookup
 from graph.maxproduct import max_product_strengths
+from graph.stored_rows import CodedView
 from repocomp.config.schema import DefinitionsConfig
 
 if TYPE_CHECKING:
@@ -184,6 +185,18 @@ def _import_names(text: str) -> list[str]:
     return names
 
 
+_IMPORT_KINDS = frozenset({"import_statement", "import_from_statement"})
+
+
+def _import_nodes(kinds: Sequence[str]) -> list[int]:
+    """The Python import statements among a parse's nodes (a monorepo's large file: 100,000 nodes, read by code
+    where the index was loaded, not node by node)."""
+    if isinstance(kinds, CodedView):
+        wanted = [code for code, kind in enumerate(kinds.table) if kind in _IMPORT_KINDS]
+        return np.flatnonzero(np.isin(kinds.codes, wanted)).tolist()
+    return [node for node, kind in enumerate(kinds) if kind in _IMPORT_KINDS]
+
+
 def _source_imports(state: BufferState, index: Any, cfg: DefinitionsConfig) -> None:
     entry = index.files.get(state.path)
     if entry is None:
@@ -200,9 +213,7 @@ def _source_imports(state: BufferState, index: Any, cfg: DefinitionsConfig) -> N
         return
     if parsed.language != "python":
         return
-    for node in range(1, parsed.n_nodes):
-        if parsed.kinds[node] not in ("import_statement", "import_from_statement"):
-            continue
+    for node in _import_nodes(parsed.kinds):
         start, end = int(parsed.start_line[node]), int(parsed.end_line[node])
         if end > state.cursor_line:
             continue  # an import at or below the cursor is not there yet
