@@ -386,15 +386,18 @@ def test_a_save_makes_each_large_table_as_it_is_written_and_leaves_the_index_as_
 
 def test_a_save_reads_the_written_file_back_while_readers_read_on_and_switches_to_it_after(repo, monkeypatch):
     """The read-back's checks run inside `while_written` (where the language server lets requests read) and leave
-    the index's tables as they were; the switch to the written file comes after it and answers the same."""
+    the index's tables as they were, but for each file's views, replaced there by equal ones read from the file;
+    the switch to the written tables comes after it and answers the same."""
     index = Index.build(repo, EXACT.replace("retrieval", alpha=0.5))
     index.save()
     index.update_file("app.py", text="x = compute(1)\n")
     index.remove_file("pkg/core.py")
 
     def tables():
-        return (index.fragments, index.term_index, index.relations, index.upkeep.fragment_nodes,
-                index.graph.files["app.py"].node_ids, index.files["app.py"].source)
+        return index.fragments, index.term_index, index.relations, index.upkeep.fragment_nodes
+
+    def file_views():
+        return index.graph.files["app.py"].node_ids, index.files["app.py"].source
 
     seen = {"checked": []}
     csr = index_codec._csr
@@ -402,15 +405,18 @@ def test_a_save_reads_the_written_file_back_while_readers_read_on_and_switches_t
 
     @contextlib.contextmanager
     def while_written():
-        before = tables()
+        before, views, lines = tables(), file_views(), index.file_lines("app.py")
         seen["inside"] = True
         yield
         seen["inside"] = False
         seen["unchanged"] = all(a is b for a, b in zip(before, tables()))
+        seen["views"] = [a is not b for a, b in zip(views, file_views())]
+        seen["equal"] = np.array_equal(views[0], file_views()[0]) and index.file_lines("app.py") == lines
         seen["before"] = before
 
     index.save(while_written=while_written)
     assert seen["unchanged"] and seen["checked"] == [True] * 5  # W, its symmetric, F, F^T, the costs
+    assert seen["views"] == [True, True] and seen["equal"]  # read from the file while readers read: equal values
     assert not any(a is b for a, b in zip(seen["before"], tables()))  # each table now read from the file
     assert isinstance(index.files["app.py"].source, np.ndarray)  # read in place
     assert index.file_lines("app.py") == ["x = compute(1)", ""]
