@@ -253,10 +253,11 @@ class ChangeWorker:
             finally:
                 held.append(time.monotonic())
 
+        retired: list[object] = []
         try:
             version = folder.version
             with heap.uncollected():
-                index.save(while_written=readers_in)
+                index.save(while_written=readers_in, retired=retired)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)
         except Exception as exc:  # a read-only disk: keep serving from memory, say it once per version
@@ -268,6 +269,7 @@ class ChangeWorker:
             acquired, shared_from, shared_to = held if len(held) == 3 else (held[0], ended, ended)
             folder.last_save = (began, ended)
             folder.last_save_held_ms = round(max(shared_from - acquired, ended - shared_to) * 1000, 1)
+            retired.clear()  # the file read before, unmapped with no lock held
             heap.trim(every_s=0)  # what the index let go of at the switch
 
     def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> bool:

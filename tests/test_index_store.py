@@ -414,7 +414,9 @@ def test_a_save_reads_the_written_file_back_while_readers_read_on_and_switches_t
         seen["equal"] = np.array_equal(views[0], file_views()[0]) and index.file_lines("app.py") == lines
         seen["before"] = before
 
-    index.save(while_written=while_written)
+    read_before, retired = index.mapped, []
+    index.save(while_written=while_written, retired=retired)
+    assert retired == [read_before] and index.mapped is not read_before  # for the caller to let go, lock let go
     assert seen["unchanged"] and seen["checked"] == [True] * 5  # W, its symmetric, F, F^T, the costs
     assert seen["views"] == [True, True] and seen["equal"]  # read from the file while readers read: equal values
     assert not any(a is b for a, b in zip(seen["before"], tables()))  # each table now read from the file

@@ -105,12 +105,14 @@ class Index:
 
         return load_index(cls, root, config)
 
-    def save(self, while_written: Callable[[], AbstractContextManager[None]] | None = None) -> Path:
+    def save(self, while_written: Callable[[], AbstractContextManager[None]] | None = None,
+             retired: list[object] | None = None) -> Path:
         """Write the index file and read it back in place (`persistence.save_index`); `while_written`: a context
-        the file's writing runs in (the language server lets requests read the index meanwhile)."""
+        the file's writing runs in (the language server lets requests read the index meanwhile); `retired`: where
+        the file read before goes, for the caller to let go once its lock is (unmapping it takes a while)."""
         from repocomp.index.persistence import save_index
 
-        return save_index(self, while_written)
+        return save_index(self, while_written, retired)
 
     def relpath(self, path: str | Path) -> str:
         """`path` (absolute, or relative to the repository root) as the index names it; outside -> error.
