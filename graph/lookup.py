@@ -211,7 +211,7 @@ class SymbolLookup:
         found: dict[str, int] = {}
         for node in np.flatnonzero(np.asarray(parsed.parent) == 0).tolist():
             line = int(parsed.start_line[node])
-            if node and parsed.kinds[node] == "expression_statement" and line < len(lines):
+            if parsed.kinds[node] == "expression_statement" and line < len(lines):
                 m = _CONSTANT.match(lines[line])
                 if m is not None:
                     found.setdefault(m.group(1), node)  # the first assignment, as a scan from the top finds

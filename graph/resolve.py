@@ -122,12 +122,11 @@ class Resolver:
             self.changed_paths = []
 
     def changed_since(self, changes: int) -> list[str] | None:
-        """The paths set or removed since change `changes`, each once, in the order of their last change (that of
-        `files` for those still in it); None when the log no longer reaches back that far."""
+        """The paths set or removed since change `changes`, each once; None when the log no longer reaches back
+        that far."""
         if changes < self.changes_from:
             return None
-        recent = self.changed_paths[changes - self.changes_from:]
-        return list(dict.fromkeys(reversed(recent)))[::-1]
+        return list(dict.fromkeys(self.changed_paths[changes - self.changes_from:]))
 
     def remove_file(self, path: str) -> None:
         for key in self.consulted.pop(path, ()):  # what it looked at: a removed file is nobody's reader

