@@ -4,8 +4,9 @@ OpenVINO GenAI builds its model straight from a GGUF file (no exporter, no torch
 F16, Q4_0, Q4_1 and Q8_0 tensors: the catalog's Q4_K_M files also hold Q5_0, Q4_K and Q6_K ones, which it refuses
 ("gguf_tensor_to_f16 failed"). `requantize` writes a copy with every other tensor dequantized and quantized again
 to Q8_0 (an 8-bit rounding of weights already rounded to 4-6 bits: the smallest second rounding that the runtime's
-int8 kernels read; 4-bit weights decoded no faster on 2 cores and lost exact matches: docs/evaluation.md). Metadata (the tokenizer, the chat template) is
-copied as it stands. Numpy only (the `gguf` package): ~25 s for the 0.5B model on 2 cores.
+int8 kernels read; 4-bit weights decoded no faster on 2 cores and lost exact matches: docs/evaluation.md).
+Metadata (the tokenizer, the chat template) is copied as it stands. Numpy only (the `gguf` package): ~25 s for the
+0.5B model on 2 cores.
 
 `write_openvino_model` then has the runtime read that copy once and save what it built (OpenVINO's IR: the model,
 its tokenizer and detokenizer) into the model folder's `openvino/`: loading the IR took 3.4 s and 1.55 GB where
