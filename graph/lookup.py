@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -67,6 +68,7 @@ class Resolution:
 LinesOf = Callable[[str], list[str] | None]
 
 
+T = TypeVar("T")
 _CONSTANT = re.compile(r"^([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")  # `NAME = ...`, `NAME: type = ...`
 
 
@@ -78,8 +80,8 @@ class SymbolLookup:
         self.lines_of = lines_of
         self._methods_of: dict[str, FileSymbols] = {}  # path -> the symbols the table holds (held, not id()s)
         self._methods: dict[str, dict[str, list[DefRef]]] = {}  # method name -> path -> its methods of that name
-        self._def_info: dict[str, tuple[object, dict[int, tuple[str, int]]]] = {}  # path -> (sym, node -> info)
-        self._constants: dict[str, tuple[object, dict[str, int]]] = {}  # path -> (sym, constant name -> node)
+        self._def_info: dict[str, tuple[Any, dict[int, tuple[str, int]]]] = {}  # path -> (sym, node -> info)
+        self._constants: dict[str, tuple[Any, dict[str, int]]] = {}  # path -> (sym, constant name -> node)
         self._bases: dict[tuple[DefRef, int], list[DefRef]] = {}
         self.generation = 0  # bumped when some file's symbols changed
         self._seen_changes = -1  # the resolver's `changes` the table was last brought up to
@@ -110,6 +112,8 @@ class SymbolLookup:
                 del table[name]
         for p in gone:
             del held[p]
+            self._def_info.pop(p, None)  # what was read of its old parse
+            self._constants.pop(p, None)
         for sym in new:
             for cls_methods in sym.methods.values():
                 for method, node in cls_methods.items():
@@ -118,14 +122,20 @@ class SymbolLookup:
             held[sym.path] = sym
         self.generation += 1
 
+    @staticmethod
+    def _of_parse(table: dict[str, tuple[Any, T]], sym: FileSymbols, make: Callable[[FileSymbols], T]) -> T:
+        """`make(sym)`, kept in `table` until the file's symbols are replaced (a file's text and nodes are large:
+        read once per parse, not per lookup)."""
+        cached = table.get(sym.path)
+        if cached is None or cached[0] is not sym:  # identity: a replaced file's symbols are a new object
+            cached = table[sym.path] = (sym, make(sym))
+        return cached[1]
+
     # -- single definitions --------------------------------------------------------------------------------------
     def _def(self, sym: FileSymbols, node: int) -> DefRef:
         parsed = sym.parsed
-        cached = self._def_info.get(sym.path)
-        if cached is None or cached[0] is not sym:
-            cached = (sym, {d: (n, c) for d, n, c in parsed.defs})
-            self._def_info[sym.path] = cached
-        name, cls = cached[1].get(node, ("", -1))
+        info = self._of_parse(self._def_info, sym, lambda s: {d: (n, c) for d, n, c in s.parsed.defs})
+        name, cls = info.get(node, ("", -1))
         node_kind = parsed.kinds[node]
         kind = "class" if node_kind in CLASS_KINDS or node_kind in TYPE_KINDS else \
             "method" if cls >= 0 or any(node in m.values() for m in sym.type_methods.values()) else "function"
@@ -197,10 +207,7 @@ class SymbolLookup:
 
     def constant(self, sym: FileSymbols, name: str) -> DefRef | None:
         """A top-level assignment `name = ...` of the module (its statement node)."""
-        cached = self._constants.get(sym.path)
-        if cached is None or cached[0] is not sym:  # found once per parse: a file's text and nodes are large
-            cached = self._constants[sym.path] = (sym, self._find_constants(sym))
-        node = cached[1].get(name)
+        node = self._of_parse(self._constants, sym, self._find_constants).get(name)
         return DefRef(sym.path, node, name, "constant") if node is not None else None
 
     def _find_constants(self, sym: FileSymbols) -> dict[str, int]:
