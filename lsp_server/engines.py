@@ -168,9 +168,10 @@ class Engines:
 
     # ----- one completion -----
 
-    async def answer(self, request: CompletionRequest, deadline: float) -> CompletionResult:
+    async def answer(self, request: CompletionRequest, deadline: float, prefill: bool = False) -> CompletionResult:
         """The engine's completion by `deadline` (time.monotonic()): repository-wide when the folder's index is
-        ready, in-file until then."""
+        ready, in-file until then. `prefill`: a prefetch (its prompt computed into the model's cache, nothing
+        written)."""
         folder = request.folder
         async with _reading(folder) as index:
             completer = self.completer_for(folder, index)
@@ -186,7 +187,7 @@ class Engines:
                 kind="line",
                 # the lock is handed back while the model generates: updates need not wait for it
                 generating=folder.released if folder is not None else None,
-                cache_key=request.cache_key, deadline=deadline)
+                cache_key=request.cache_key, deadline=deadline, prefill=prefill)
             return await completer.acomplete_at(request.engine_path(index is not None), request.cut, options)
 
     # ----- stats -----

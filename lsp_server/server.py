@@ -46,12 +46,14 @@ from lsp_server.options import Options, parse_options
 from lsp_server.progress import IndexProgress
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.request import CompletionRequest, DocumentRef, file_of, locate
+from lsp_server.prefetch import PREFETCH_METHOD, Prefetcher, prefetch_target
 from lsp_server.sessions import ACCEPT_COMMAND, Sessions, text_edit
 from lsp_server.stats import STATS_METHOD, RequestStats, file_rss_bytes, rss_bytes
 from lsp_server.summaries import SummaryWriter
 from lsp_server.workspace_folders import WorkspaceFolders
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.errors import BackendError, RepocompError
+from repocomp.prompt.cursor import Cut
 
 if TYPE_CHECKING:
     from repocomp.memory.session import SessionMemory
@@ -80,6 +82,7 @@ class RepocompServer(LanguageServer):
         self.messages = Messages(self)
         self.sessions = Sessions()
         self.summaries = SummaryWriter()
+        self.prefetches = Prefetcher()
         self.engines = Engines(self.sessions, self.messages.warn_once)
         self.generations: Generations[CompletionResult] = Generations()
         self.stats = RequestStats()
@@ -151,6 +154,7 @@ class RepocompServer(LanguageServer):
 
     async def close_engines(self) -> None:
         await self.summaries.close()
+        await self.prefetches.close()
         await self.generations.cancel_all()
         await self.engines.close()
 
@@ -167,11 +171,10 @@ class RepocompServer(LanguageServer):
             return "", ""
         line_text = request.cut.line_text
         self.summaries.cancel_all()  # the model is the request's now
+        self.prefetches.cancel()
         # The request's one deadline: the engine answers by it (an earlier round's draft, the fallback's or
         # nothing), whatever the waits for the debounce, the index and the model took of it.
-        timeout_ms = self.options.server.request_timeout_ms
-        timeout_s = (timeout_ms / 1000 if timeout_ms is not None
-                     else self.engines.config_for(request.root).backend.timeout_s)
+        timeout_s = self._timeout_s(request)
         deadline = time.monotonic() + timeout_s
         try:
             site = Site.of(request.cut, request.index_stamp, request.index_ready)
@@ -196,6 +199,29 @@ class RepocompServer(LanguageServer):
         if session is not None:
             self.sessions.shown(session[0], request.key, session[1], request.cut.line, text)
         return text, line_text
+
+    def prefetch(self, params: object) -> None:
+        """The cursor rests on a line (`repocomp/prefetch`): the context of its end laid and its prompt computed,
+        in the background (lsp_server.prefetch). At the line's end, the prompt is the one the request on a line
+        opened below extends (inside a line fill-in-the-middle lays it otherwise)."""
+        target = prefetch_target(params)
+        if target is None:
+            self.warn_once("prefetch", f"{PREFETCH_METHOD} wants {{textDocument: {{uri}}, position: {{line, "
+                                       "character}}}; ignored")
+            return
+        if not self.options.enable:
+            return
+        request = self._request(target[0], types.Position(line=target[1], character=0))
+        if request is None:
+            return
+        cut = request.cut
+        request = dataclasses.replace(request, cut=Cut.from_lines(cut.lines, cut.line, len(cut.line_text)))
+        deadline = time.monotonic() + self._timeout_s(request)
+        self.prefetches.start(lambda: self.engines.answer(request, deadline, prefill=True))
+
+    def _timeout_s(self, request: CompletionRequest) -> float:
+        timeout_ms = self.options.server.request_timeout_ms
+        return timeout_ms / 1000 if timeout_ms is not None else self.engines.config_for(request.root).backend.timeout_s
 
     def _request(self, uri: str, position: types.Position) -> CompletionRequest | None:
         """The request in engine terms; None (said once per kind) when there is nothing to complete."""
@@ -293,7 +319,7 @@ class RepocompServer(LanguageServer):
                 "cut_by_time": self.stats.cut_by_time, "retrieval_skipped": self.stats.retrieval_skipped,
                 "rss_bytes": rss_bytes(), "file_rss_bytes": file_rss_bytes(), "memory": self.sessions.stats()
                 | {"consulted": self.stats.memory_consulted, "skipped": self.stats.memory_skipped,
-                   "summaries_pending": self.summaries.busy()},
+                   "summaries_pending": self.summaries.busy()}, "prefetches": self.prefetches.stats(),
                 "folders": folders, "generations": dataclasses.asdict(self.generations.stats),
                 "backends_loading": self.engines.loading(), "prefix_cache": self.engines.prefix_cache_stats(),
                 "handlers_running": self.protocol.handlers_running,  # flat over a session (no leaked futures)
@@ -363,6 +389,10 @@ def _completion_features(server: RepocompServer) -> None:
         accept = types.Command(title="repocomp: completion accepted", command=ACCEPT_COMMAND,
                                arguments=[uri, params.position.line, text])
         return convert.to_inline_completion_list(text, params.position, accept)
+
+    @server.feature(PREFETCH_METHOD)
+    def prefetch(ls: RepocompServer, params: object) -> None:
+        ls.prefetch(params)
 
     @server.command(ACCEPT_COMMAND)
     def accepted(ls: RepocompServer, uri: str, line: int, text: str) -> None:

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from repocomp.backends import FallbackBackend, Generation, GenerationRequest
-from repocomp.backends.base import loop_deadline
+from repocomp.backends.base import PrefillingBackend, loop_deadline
 from repocomp.backends.model_defaults import is_resolved
 from repocomp.backends.profile import format_stops
 from repocomp.config.schema import MODES, Config
@@ -406,6 +406,9 @@ class Completer:
         """Round r's draft; None when the deadline passed in a later round (the previous draft stands)."""
         request, space = self._generation_request(prompt, req.hole.prefix, req.hole.suffix, blocks, req.kind,
                                                   req.deadline, req.cache_key, req.hole.language)
+        if req.prefill:
+            await self._prefill(request, generating)
+            return Generation("", getattr(self.backend, "name", "none"))
         try:
             async with generating() if generating is not None else contextlib.nullcontext():
                 return await self._generate(request, space)
@@ -483,6 +486,18 @@ class Completer:
         if not gen.copied:  # the extractive backend works on `prefix` itself
             return replace(gen, text=drop_space(gen.text, space))
         return gen
+
+    async def _prefill(self, request: GenerationRequest,
+                       generating: Callable[[], AbstractAsyncContextManager[None]] | None) -> None:
+        """A prefetch's prompt into the model's prefix cache, by the request's deadline; nothing where the backend
+        keeps no cache."""
+        if not isinstance(self.backend, PrefillingBackend):
+            return
+        assert request.deadline is not None
+        with contextlib.suppress(TimeoutError):
+            async with generating() if generating is not None else contextlib.nullcontext():
+                async with asyncio.timeout_at(loop_deadline(request.deadline)):
+                    await self.backend.aprefill(request.prompt)
 
     async def aclose(self) -> None:
         if self.backend is not None:

@@ -45,6 +45,9 @@ class CompletionOptions:
     # the editor's request and its configuration); None: `[backend] timeout_s` from when the request is checked.
     # The rounds, the backend and the fallback all read this one deadline; none adds a margin of its own.
     deadline: float | None = None
+    # a prefetch: the first round's prompt is computed into the model's prefix cache and nothing is written; the
+    # document's line context is kept (context/typed_line.py), so that a request here soon computes only the rest
+    prefill: bool = False
 
 
 DEFAULT_OPTIONS = CompletionOptions()
@@ -65,6 +68,7 @@ class Request:
     timeout_s: float
     deadline: float  # time.monotonic() by which the whole completion must be answered
     cache_key: str | None = None  # the document whose prompts a backend may reuse the prefix of
+    prefill: bool = False  # a prefetch (CompletionOptions.prefill)
 
 
 @dataclass
@@ -138,4 +142,4 @@ def check_request(path: str, cut: Cut, options: CompletionOptions, config: Confi
     timeout_s = max(0.0, deadline - now)
     return Request(Hole(_normalize_path(path), cut, context_start_line), mode, options.kind, oracle_text, rounds,
                     definitions and mode != "infile", options.explain, options.trace or options.explain,
-                    timeout_s, deadline, options.cache_key)
+                    timeout_s, deadline, options.cache_key, options.prefill)

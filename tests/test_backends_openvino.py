@@ -15,7 +15,7 @@ from gguf.quants import dequantize, quantize
 
 from repocomp.backends import GenerationRequest, make_backend
 from repocomp.backends.local_model import LocalModel
-from repocomp.backends.openvino import OpenVINOBackend
+from repocomp.backends.openvino import OpenVINOBackend, prefill_pieces
 from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR, requantize, write_openvino_model
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError, RepocompError
@@ -140,4 +140,43 @@ async def test_a_cancelled_await_frees_the_model_for_the_next_request(local_mode
         await task
     quick = await asyncio.wait_for(backend.agenerate(_request("def add(a, b):\n    return")), 60)
     assert quick.text.strip().startswith("a + b")
+    await backend.aclose()
+
+
+def test_prefill_pieces_end_after_a_newline_before_a_line_of_text_about_every_size_characters() -> None:
+    prompt = "".join(f"line {i}\n" + ("\n   \n" if i % 3 == 0 else "") for i in range(200)) + "tail"
+    ends = prefill_pieces(prompt, size=100)
+    assert ends[-1] == len(prompt) and ends == sorted(set(ends))
+    for end in ends[:-1]:
+        assert prompt[end - 1] == "\n" and prompt[end:].split("\n", 1)[0].strip()  # the next line has text
+    assert all(100 <= b - a <= 100 + 20 for a, b in zip([0, *ends[:-2]], ends[:-1]))  # a line or two past `size`
+    assert prefill_pieces("short prompt", size=100) == [len("short prompt")]
+
+
+@pytest.mark.local_model
+async def test_a_prefill_computes_the_prompt_ahead_and_yields_to_a_generation_that_waits(
+        local_model: LocalModel) -> None:
+    backend = OpenVINOBackend(str(local_model.path))
+    prompt = _SOURCE[:3000] + "\n\ndef helper(x):\n    return x"
+    fresh = (await backend.agenerate(_request(prompt))).text
+    await backend.agenerate(_request(_SOURCE[5000:8000]))  # another prompt in between
+    # each piece's prefix is tokenized as the whole prompt starts, so the cache holds what the request reads
+    tokenizer = backend._loaded.pipeline.get_tokenizer()  # noqa: SLF001
+    whole = tokenizer.encode(prompt).input_ids.data.ravel().tolist()
+    for end in prefill_pieces(prompt)[:-1]:
+        piece = tokenizer.encode(prompt[:end]).input_ids.data.ravel().tolist()
+        assert whole[:len(piece)] == piece
+    assert await backend.aprefill(prompt)
+    reused = backend.stats()["prefix_cache"]["reused_tokens"]
+    again = await backend.agenerate(_request(prompt))
+    assert again.text == fresh  # the cache answers as a fresh prompt
+    assert backend.stats()["prefix_cache"]["reused_tokens"] - reused == len(whole)
+    assert backend.stats()["model_time"]["prefills"] == 1
+
+    # a long prefill (about 14 pieces) stops between two pieces once a generation waits for the model
+    prefill = asyncio.create_task(backend.aprefill(_SOURCE[8000:22000]))
+    await asyncio.sleep(0.5)
+    quick = await asyncio.wait_for(backend.agenerate(_request("def add(a, b):\n    return")), 60)
+    assert quick.text.strip().startswith("a + b")
+    assert await prefill is False
     await backend.aclose()

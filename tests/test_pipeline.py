@@ -473,3 +473,46 @@ def test_draft_names_continue_the_cursor_line() -> None:
         ("self", "table", "get"), ("key",), ("util", "load"), ("x",)]
     assert _defines("# def load(path):\n", "load") and _defines("#     LIMIT = 3\n", "LIMIT")
     assert not _defines("x = load(path)\nif load == 2:\n", "load")
+
+
+@dataclass
+class PrefillingBackend(ScriptedBackend):
+    """A scripted backend that keeps a prefix cache: records what it was asked to prefill."""
+
+    prefilled: list[str] = field(default_factory=list)
+
+    async def aprefill(self, prompt: str) -> bool:
+        self.prefilled.append(prompt)
+        return True
+
+    async def aload(self) -> None:
+        pass
+
+    @property
+    def capabilities(self) -> object:
+        return None
+
+    def stats(self) -> dict[str, object]:
+        return {}
+
+
+def test_a_prefetch_lays_the_line_context_and_prefills_the_prompt_a_request_below_then_extends() -> None:
+    """The cursor rests at the end of line 5: a prefetch there writes nothing, keeps the context it laid and hands
+    its prompt to the backend's prefill; the request on the line opened below shows that context again and its
+    prompt extends the prefilled one whole; with no prefix cache (the extractive backend) nothing is prefilled and
+    the context is kept all the same."""
+    lines = HOLE.split("\n")
+    resting = "\n".join([*lines[:5], "    data = data.strip()", *lines[6:]])
+    opened = "\n".join([*lines[:5], "    data = data.strip()", "    ", *lines[6:]])  # `o` on line 5
+    idx = FakeIndex({"lib.py": LIB, "hole.py": HOLE}, small_config(window=4, stride=2, iterations=1, alpha=0.0))
+    for backend in (PrefillingBackend(["parse_config(data)"]), ExtractiveBackend()):
+        comp = Completer(idx, resolve_config(idx.config), backend)
+        _scripted_retrieval(comp, [["a", "b", "c"], ["c", "b", "a"]])
+        ahead = comp.complete("hole.py", resting, 5, len("    data = data.strip()"),
+                              CompletionOptions(cache_key="k", trace=True, prefill=True))
+        assert ahead.text == "" and ahead.prompt.endswith("    data = data.strip()")
+        after = comp.complete("hole.py", opened, 6, 4, CompletionOptions(cache_key="k", trace=True))
+        assert _block_order(after.prompt) == _block_order(ahead.prompt) == ["c", "b", "a"]  # the prefetch's context
+        assert after.prompt == ahead.prompt + "\n    "
+        if isinstance(backend, PrefillingBackend):
+            assert backend.prefilled == [ahead.prompt] and len(backend.requests) == 1  # no generation for it

@@ -24,6 +24,7 @@ __all__ = [
     "Capabilities",
     "Generation",
     "GenerationRequest",
+    "PrefillingBackend",
     "ReuseCounts",
     "StreamingBackend",
     "apply_stops",
@@ -105,6 +106,15 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class PrefillingBackend(Backend, Protocol):
+    async def aprefill(self, prompt: str) -> bool:
+        """Compute `prompt` into the model's prefix cache and write nothing, so that a request whose prompt starts
+        with it computes only the rest. Yields to any generation that waits (a request preempts it): False when it
+        stopped before the end."""
+        ...
+
+
+@runtime_checkable
 class StreamingBackend(Backend, Protocol):
     def astream(self, request: GenerationRequest) -> AsyncIterator[str]: ...
 
@@ -147,13 +157,12 @@ class ReuseCounts:
                 "hit_rate": self.hits / self.requests if self.requests else 0.0}
 
 
-async def generate_in_thread(generate: Callable[[GenerationRequest, threading.Event], T],
-                             request: GenerationRequest) -> T:
-    """`generate(request, cancelled)` in a worker thread, for the in-process models: cancelling the await sets
-    `cancelled`, which the generation checks after every token, so the thread's work stops too, not just the await."""
+async def generate_in_thread(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args, cancelled)` in a worker thread, for the in-process models: cancelling the await sets
+    `cancelled`, which the work checks after every token, so the thread's work stops too, not just the await."""
     cancelled = threading.Event()
     try:
-        return await asyncio.to_thread(generate, request, cancelled)
+        return await asyncio.to_thread(work, *args, cancelled)
     except asyncio.CancelledError:
         cancelled.set()
         raise

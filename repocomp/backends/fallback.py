@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from repocomp.backends.base import Backend, Capabilities, Generation, GenerationRequest
+from repocomp.backends.base import Backend, Capabilities, Generation, GenerationRequest, PrefillingBackend
 from repocomp.errors import BackendError
 
 __all__ = ["FallbackBackend"]
@@ -53,6 +53,16 @@ class FallbackBackend:
                 raise  # half a completion plus another backend's guess would be nonsense
             log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
             yield (await self.fallback.agenerate(request)).text
+
+    async def aprefill(self, prompt: str) -> bool:
+        """The primary's prefill; False where it has none or it fails (the request that follows says why)."""
+        if not isinstance(self.primary, PrefillingBackend):
+            return False
+        try:
+            return await self.primary.aprefill(prompt)
+        except BackendError as exc:
+            log.debug("backend %s could not prefill: %s", self.primary.name, exc)
+            return False
 
     async def aload(self) -> None:
         try:

@@ -9,19 +9,21 @@ local model, has its figures beside the other runtimes'.
 A pipeline is loaded once per process and shared by every backend naming the same file. Generation runs in a
 worker thread, one at a time (the pipeline serves one request here); the streamer callback sees the text after
 every token and stops the generation when the request is cancelled, its text is finished (the stop sequences, the
-request's `finished`) or its time is up.
+request's `finished`) or its time is up. `aprefill` computes a prompt ahead of its request (the language server's
+prefetch, when the developer pauses), in pieces, and stops between two when a generation waits for the model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 
 # the prefix cache's room for keys and values: about eighty prompts of the local model's 1,024 tokens (12 KB a token)
 CACHE_SIZE_GB = 1
+# a prefill computes its prompt in pieces of about this many characters (about 300 tokens: 0.3-0.5 s on 2 cores),
+# so that a request that wants the model waits for one piece at most
+PREFILL_PIECE_CHARS = 1024
 
 
 def openvino_model(model: str) -> Path:
@@ -67,11 +72,45 @@ class _Pipeline:
     pipeline: Any  # openvino_genai.LLMPipeline
     stop_ids: frozenset[int]
     lock: threading.Lock = field(default_factory=threading.Lock)
+    waiting: int = 0  # generations waiting for `lock`: a prefill stops for them
+    _count: threading.Lock = field(default_factory=threading.Lock)
     last_prompt: list[int] = field(default_factory=list)
     counts: ReuseCounts = field(default_factory=ReuseCounts)
     # where the model's time went, summed over requests (the runtime's own measures)
     spent: dict[str, float] = field(default_factory=lambda: {"requests": 0, "first_token_ms": 0.0, "decode_ms": 0.0,
-                                                             "decoded_tokens": 0})
+                                                             "decoded_tokens": 0, "prefills": 0,
+                                                             "prefill_ms": 0.0})
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """The model, for a generation: counted as waiting until it has it."""
+        with self._count:
+            self.waiting += 1
+        try:
+            self.lock.acquire()
+        finally:
+            with self._count:
+                self.waiting -= 1
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+
+def prefill_pieces(prompt: str, size: int = PREFILL_PIECE_CHARS) -> list[int]:
+    """The ends of the prompt's prefixes a prefill computes one after another: every `size` characters or so, just
+    after a newline whose next line has text (a prefix cut there is tokenized as the whole prompt starts: a newline
+    before a blank line would merge with it), and the prompt's end."""
+    ends: list[int] = []
+    at = prompt.find("\n", size)
+    while at != -1 and at + 1 < len(prompt):
+        line_end = prompt.find("\n", at + 1)
+        if prompt[at + 1:line_end if line_end != -1 else len(prompt)].strip():
+            ends.append(at + 1)
+            at = prompt.find("\n", at + 1 + size)
+        else:
+            at = line_end
+    return [*ends, len(prompt)]
 
 
 _LOAD_LOCK = threading.Lock()
@@ -165,7 +204,7 @@ class OpenVINOBackend:
             done = cancelled.is_set() or at_limit or should_stop(text, stops, request.finished)
             return og.StreamingStatus.STOP if done else og.StreamingStatus.RUNNING
 
-        with loaded.lock:
+        with loaded.turn():
             if cancelled.is_set():
                 return "", False
             self._count_reuse(loaded, prompt)
@@ -175,6 +214,35 @@ class OpenVINOBackend:
                 raise BackendError(f"openvino: generation failed: {exc}") from None
             _add_time(loaded.spent, result.perf_metrics)
         return result.texts[0], at_limit
+
+    def _prefill(self, prompt: str, cancelled: threading.Event) -> bool:
+        """`prompt` into the prefix cache, a piece at a time (each reuses the ones before); False when a generation
+        waited for the model (or the prefill was cancelled) before the last piece."""
+        import openvino_genai as og
+
+        loaded = self._loaded
+        assert loaded is not None, "aprefill loads the model first"
+        prompt = encodable(prompt)
+        config = og.GenerationConfig()
+        config.max_new_tokens, config.apply_chat_template, config.do_sample = 1, False, False
+        for end in prefill_pieces(prompt):
+            if cancelled.is_set() or loaded.waiting:
+                return False
+            with loaded.lock:
+                start = time.monotonic()
+                try:
+                    loaded.pipeline.generate([prompt[:end]], config)
+                except RuntimeError as exc:
+                    raise BackendError(f"openvino: prefill failed: {exc}") from None
+                loaded.spent["prefill_ms"] += (time.monotonic() - start) * 1000
+        with loaded.lock:
+            loaded.last_prompt = loaded.pipeline.get_tokenizer().encode(prompt).input_ids.data.ravel().tolist()
+            loaded.spent["prefills"] += 1
+        return True
+
+    async def aprefill(self, prompt: str) -> bool:
+        await self.aload()
+        return await generate_in_thread(self._prefill, prompt)
 
     @staticmethod
     def _count_reuse(loaded: _Pipeline, prompt: str) -> None:

@@ -24,7 +24,10 @@ departs from it makes a new request, whose answer is shown from then on. The tab
 latency, the requests the typing made, how many keystrokes the suggestion served, and how many first suggestions
 were the developer's line exactly. `--lines N` writes N lines from each position on, one after another (each
 emptied, asked at, typed; the code below them stays): the first requests at the lines below the position are
-timed apart, as a developer writing on in a file meets them.
+timed apart, as a developer writing on in a file meets them. `--prefetch` has the developer pause on the line above
+each position first, the line not yet written, as the language server's prefetch sees it (`repocomp/prefetch`):
+the engine lays the context of that line's end and computes its prompt into the model's cache, then the
+position's line is opened below and asked at; the table gives the prefetches' time beside the requests'.
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ class CompleteBenchResult:
     lines_asked: int = 0  # --editor: lines with a first request (the positions' and, with --lines, those below)
     line_right: list[bool] = field(default_factory=list)  # --editor: per line asked, in order (runs pair by it)
     next_line_ms: dict[str, float] = field(default_factory=dict)  # --lines: first requests at the lines below
+    prefetch: bool = False  # --prefetch: each position's line was prefetched from the line above before its request
+    prefetch_ms: dict[str, float] = field(default_factory=dict)  # --prefetch: the prefetches' time (the model's)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -99,6 +104,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "characters (default: the whole line)")
     p.add_argument("--lines", type=int, default=1, metavar="N",
                    help="with --editor: write N lines from each position on, one after another (default 1)")
+    p.add_argument("--prefetch", action="store_true",
+                   help="with --editor: prefetch from the line above each position before its request (see above)")
     p.add_argument("--config", type=Path, metavar="FILE")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.set_defaults(run=_run)
@@ -141,17 +148,24 @@ class _Typing:
     through: int = 0  # --editor: those the shown suggestion served
     right: list[bool] = field(default_factory=list)  # --editor: per line asked, whether its first suggestion was it
     next_lines: list[float] = field(default_factory=list)  # --lines: the first requests' ms at the later lines
+    prefetches: list[float] = field(default_factory=list)  # --prefetch: each prefetch's ms
 
 
 async def _type_lines(completer: Any, path: str, text: str, line: int, n_lines: int, typing: int, count: Any,
-                      typed: _Typing) -> Any:
+                      typed: _Typing, prefetch: bool = False) -> Any:
     """--editor at one position: `n_lines` lines from `line` on written one after another, each emptied to its
-    indentation and asked there, then typed (`typing` characters, 0: all); the code below them stays. The first
-    request's result (the position's)."""
+    indentation and asked there, then typed (`typing` characters, 0: all); the code below them stays. With
+    `prefetch`, first a prefetch from the line above, the lines not yet written. The first request's result (the
+    position's)."""
     from repocomp.pipeline import CompletionOptions
 
     lines = text.split("\n")
     end = min(line + n_lines, len(lines))
+    if prefetch and line > 0:
+        t0 = time.perf_counter()
+        await completer.acomplete(path, "\n".join([*lines[:line], *lines[end:]]), line - 1, len(lines[line - 1]),
+                                  CompletionOptions(kind="line", cache_key=path, prefill=True))
+        typed.prefetches.append((time.perf_counter() - t0) * 1e3)
     position = None
     for at in range(line, end):
         target = lines[at]
@@ -188,7 +202,7 @@ async def _type_lines(completer: Any, path: str, text: str, line: int, n_lines: 
 
 
 async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]], typing: int = 0,
-                 editor: bool = False, n_lines: int = 1) -> tuple[list, float, _Typing, dict[str, dict[str, float]]]:
+                 editor: bool = False, n_lines: int = 1, prefetch: bool = False) -> tuple[list, float, _Typing, dict[str, dict[str, float]]]:
     """(results, model load and warm-up in ms, the keystrokes after them, the backend's counters: prefix reuse
     under "cache_stats", the output head under "output_head_stats", the model's time after the warm-up under
     "model_time")."""
@@ -208,7 +222,7 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
         for path, line, col in positions:
             if editor:
                 results.append(await _type_lines(completer, path, texts[path], line, n_lines, typing,
-                                                 completer.count_tokens, typed))
+                                                 completer.count_tokens, typed, prefetch))
                 continue
             results.append(await completer.acomplete(path, texts[path], line, col))
             lines = texts[path].split("\n")
@@ -231,14 +245,15 @@ async def _bench(index: Any, config: Any, positions: list[tuple[str, int, int]],
 
 def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int = 0,
                        progress: Any = None, typing: int = 0, editor: bool = False,
-                       n_lines: int = 1) -> CompleteBenchResult:
+                       n_lines: int = 1, prefetch: bool = False) -> CompleteBenchResult:
     from repocomp.backends.model_defaults import resolve_config
     from repocomp.index import Index
 
     config = resolve_config(config)
     index = Index.open(root, config, build=True, progress=progress)
     pos = _positions(index, positions, seed)
-    results, load, typing_done, counters = asyncio.run(_bench(index, config, pos, typing, editor, n_lines))
+    results, load, typing_done, counters = asyncio.run(_bench(index, config, pos, typing, editor, n_lines,
+                                                                      prefetch))
     typed = typing_done.requests
     gen = [r.timings_ms[k] for r in results for k in r.timings_ms if k.startswith("generate_")]
     return CompleteBenchResult(
@@ -256,7 +271,8 @@ def run_complete_bench(root: Path, config: Any, positions: int = 40, seed: int =
         typed_new_tokens=_stats([t.new_tokens for t in typed]) if typed else {}, editor=editor,
         keystrokes=typing_done.keys, typed_through=typing_done.through, first_right=sum(typing_done.right),
         lines_asked=len(typing_done.right), line_right=typing_done.right,
-        next_line_ms=_stats(typing_done.next_lines) if typing_done.next_lines else {})
+        next_line_ms=_stats(typing_done.next_lines) if typing_done.next_lines else {}, prefetch=prefetch,
+        prefetch_ms=_stats(typing_done.prefetches) if typing_done.prefetches else {})
 
 
 def format_table(res: CompleteBenchResult) -> str:
@@ -268,7 +284,8 @@ def format_table(res: CompleteBenchResult) -> str:
              "", f"{'':<28}{'p50':>10}{'p95':>10}{'mean':>10}{'max':>10}"]
     first, typed = ("first, at the emptied line", "typed, the model asked") if res.editor else \
         ("request (ms)", "typed, a request a key (ms)")
-    for name, s in ((first, res.request_ms), ("first, at the lines below", res.next_line_ms),
+    for name, s in ((first, res.request_ms), ("prefetch, the line above", res.prefetch_ms),
+                    ("first, at the lines below", res.next_line_ms),
                     ("generation per round (ms)", res.generate_ms),
                     ("prompt tokens", res.prompt_tokens), (typed, res.typing_ms)):
         if s:
@@ -325,8 +342,10 @@ def _run(args: argparse.Namespace) -> int:
         raise RepocompError(f"--typing must be in 0..1000, got {args.typing}")
     if not 1 <= args.lines <= 1000 or (args.lines > 1 and not args.editor):
         raise RepocompError(f"--lines must be in 1..1000 and goes with --editor, got {args.lines}")
+    if args.prefetch and not args.editor:
+        raise RepocompError("--prefetch goes with --editor")
     res = run_complete_bench(root, config, args.positions, args.seed, progress, args.typing, args.editor,
-                             args.lines)
+                             args.lines, args.prefetch)
     if res.backend == "extractive":
         print("repocomp: warning: answered by the extractive backend, not a model (see `repocomp model prepare`)",
               file=sys.stderr)

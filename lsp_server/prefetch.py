@@ -1,0 +1,80 @@
+"""Prefetch: the editor says where the cursor rests (`repocomp/prefetch`, sent after a pause), and the engine lays
+the context of that line and computes its prompt into the model's prefix cache, nothing written. A request there
+soon after (typing on the line, or a new line opened below it: `[retrieval] keep_lines`) finds its context laid and
+its prompt computed up to the line, so only the rest is computed (docs/performance.md, The local model).
+
+The model is the requests' first: a request cancels the prefetch (the pieces computed stay in the cache), and the
+backend stops a prefill between two pieces when a generation waits for the model (repocomp.backends.openvino).
+One prefetch at a time: a newer one replaces it. Backends that keep no prefix cache compute nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PREFETCH_METHOD", "Prefetcher", "prefetch_target"]
+
+# the custom notification: {"textDocument": {"uri": ...}, "position": {"line": ..., "character": ...}}
+PREFETCH_METHOD = "repocomp/prefetch"
+
+
+def prefetch_target(params: object) -> tuple[str, int] | None:
+    """The notification's document and line (pygls hands a custom method's params over as named tuples); None when
+    they are not that shape."""
+    document, position = getattr(params, "textDocument", None), getattr(params, "position", None)
+    uri, line = getattr(document, "uri", None), getattr(position, "line", None)
+    if not isinstance(uri, str) or not isinstance(line, int) or isinstance(line, bool) or line < 0:
+        return None
+    return uri, line
+
+
+class Prefetcher:
+    """At most one prefetch running; counts for `repocomp/stats`."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self.done = 0
+        self.cancelled = 0
+        self.done_ms: deque[float] = deque(maxlen=200)  # the finished ones' time, retrieval and prefill
+
+    def start(self, work: Callable[[], Awaitable[Any]]) -> None:
+        """Run `work()` (the engine's prefill request) in the background, in place of the one running."""
+        self.cancel()
+        self._task = asyncio.get_running_loop().create_task(self._run(work))
+
+    async def _run(self, work: Callable[[], Awaitable[Any]]) -> None:
+        started = time.perf_counter()
+        try:
+            await work()
+        except Exception:  # noqa: BLE001 - a prefetch is never worth a failure; a cancellation goes through
+            logger.info("prefetch failed", exc_info=True)
+            return
+        self.done += 1
+        self.done_ms.append((time.perf_counter() - started) * 1000)
+
+    def cancel(self) -> None:
+        """A request wants the model: the prefetch running stops (what it computed stays cached)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            self.cancelled += 1
+        self._task = None
+
+    async def close(self) -> None:
+        task = self._task
+        self.cancel()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def stats(self) -> dict[str, Any]:
+        return {"done": self.done, "cancelled": self.cancelled, "running": int(self._task is not None
+                                                                              and not self._task.done()),
+                "done_ms": list(self.done_ms)}
