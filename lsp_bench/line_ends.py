@@ -6,7 +6,10 @@ model where this user prepared it), opens FILE and, for each of `--lines` code l
 mode, appends at the end of the line (`A`) and waits for ghost text. At a line end the answer is the next line (a
 line break, then the line as the model indents it). With `--emptied` the line itself is emptied instead (the
 developer is about to type it, the code below stands), insert mode starts at its column 0, and the answer's first
-line is scored against the line that stood there; the line is put back before the next. `--config FILE` is the
+line is scored against the line that stood there; the line is put back before the next. `--rest-ms R` (with
+`--emptied`) first rests the cursor on the line above for R ms in normal mode, as a developer who looks before
+writing on below it: the snippet's prefetch (`repocomp/prefetch`, sent after 300 ms) prepares that line's
+completion meanwhile. `--config FILE` is the
 user's settings file for the server (e.g. `[prompt] fim = "none"`). Figures: lines answered (any ghost text),
 answers right, the time from entering insert mode to the ghost text, and the server's RSS at the end (the model
 loaded, the repository open).
@@ -59,14 +62,15 @@ def _next_line(rows: list[str], line: int) -> str:
 
 
 def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: int = 120_000, *,
-                  emptied: bool = False, config_file: Path | None = None) -> LineEndsResult:
+                  emptied: bool = False, config_file: Path | None = None, rest_ms: int = 0) -> LineEndsResult:
     text = file.read_text(encoding="utf-8")
     rows = text.splitlines()
     lines = pick_lines(text, n, seed)
     steps: list[dict[str, Any]] = [{"ready": LOAD_MS}]
     for line in lines:
         if emptied:
-            steps += [{"key": "<Esc>"}, {"sleep": 50}, {"set_line": line, "text": ""},
+            rest = [{"cursor": line - 1}, {"sleep": rest_ms}] if rest_ms and line > 1 else []
+            steps += [{"key": "<Esc>"}, {"sleep": 50}, {"set_line": line, "text": ""}, *rest,
                       {"insert": True, "line": line, "col": 0}, {"ghost": ghost_ms}, {"key": "<Esc>"}, {"sleep": 50},
                       {"set_line": line, "text": rows[line - 1]}]
         else:
@@ -118,6 +122,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--ghost-ms", type=int, default=120_000, help="wait for ghost text per line end (default 120 s)")
     p.add_argument("--emptied", action="store_true",
                    help="empty each line and complete at its column 0 (the line the developer is about to type)")
+    p.add_argument("--rest-ms", type=int, default=0, metavar="R",
+                   help="with --emptied: rest the cursor on the line above for R ms first (default 0)")
     p.add_argument("--config", type=Path, metavar="FILE", help="the user's settings file for the server")
     p.add_argument("--json", type=Path, metavar="F", help="also write the figures and answers as JSON")
     p.set_defaults(run=_run)
@@ -130,5 +136,5 @@ def _run(args: argparse.Namespace) -> int:
     if not file.is_file():
         raise SystemExit(f"{file}: no such file")
     result = run_line_ends(args.repo.resolve(), file.resolve(), args.lines, args.seed, args.ghost_ms,
-                           emptied=args.emptied, config_file=args.config)
+                           emptied=args.emptied, config_file=args.config, rest_ms=args.rest_ms)
     return report(result, format_table(result), args.json)

@@ -7,7 +7,8 @@
 --   {"ready": ms}                       until the repocomp client is attached, its folders indexed and its
 --                                       model loaded (the server's `repocomp/stats`)
 --   {"insert": true, "line": L, "col": C} enter insert mode at (L, C), the plan's (line, col) by default; a col
---                                       at or past the line's end appends (`A`)
+--                                       at or past the line's end appends (`A`); timed as a keystroke
+--   {"cursor": L}                       the cursor to the end of line L, in normal mode
 --   {"type": "abc", "gaps_ms": [...]}   keystrokes through nvim_input, gaps_ms[i] before key i (default 0)
 --   {"ghost": ms, "expect": "..."}      until ghost text shows (text starting with `expect` when given);
 --                                       records the time from the last keystroke and the text shown
@@ -102,6 +103,11 @@ run_step = function(i)
       vim.api.nvim_win_set_cursor(0, { row, col })
       vim.api.nvim_input("i")
     end
+    last_key_ns = uv.hrtime()
+    next_step(i)
+  elseif step.cursor then
+    local line = vim.api.nvim_buf_get_lines(buf, step.cursor - 1, step.cursor, true)[1]
+    vim.api.nvim_win_set_cursor(0, { step.cursor, math.max(0, #line - 1) })
     next_step(i)
   elseif step.type then
     local chars, gaps, k = vim.fn.split(step.type, "\\zs"), step.gaps_ms or {}, 0

@@ -620,3 +620,34 @@ async def test_typing_the_first_character_of_an_answer_at_an_empty_indented_line
         assert (await stats(client))["generations"] == {"started": 1, "reused": 1, "skipped": 0}
     finally:
         slow.stop()
+
+
+async def test_a_prefetch_lays_the_context_a_request_on_the_line_opened_below_shows(
+        client: LanguageClient, repo: Path) -> None:
+    """`repocomp/prefetch` where the cursor rests: the server lays that line's context in the background (with the
+    extractive backend nothing is computed ahead), and the request on the line opened below shows it without
+    retrieving again; a prefetch of another shape is said once and changes nothing."""
+    await initialize(client, repo)
+    await wait_ready(client)
+    buffer = "def report_again(order):\n    summary = describe_order(order)\n"
+    uri = open_doc(client, repo / "shop" / "again.py", buffer)
+    client.protocol.notify("repocomp/prefetch", {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 4}})
+    deadline = time.monotonic() + 30
+    while (await stats(client))["prefetches"]["done"] < 1:
+        assert time.monotonic() < deadline, "the prefetch never finished"
+        await asyncio.sleep(0.05)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=2, character=0), end=types.Position(line=2, character=0)),
+            text="    ")]))
+    await inline(client, uri, types.Position(line=2, character=4))
+    stages = (await stats(client))["completed_stages"][-1]
+    assert "prompt_1" in stages and "retrieve_1" not in stages, stages  # round 1: the prefetch's context again
+
+    client.protocol.notify("repocomp/prefetch", {"textDocument": uri, "line": 1})
+    deadline = time.monotonic() + 10
+    while not any("repocomp/prefetch" in m for m in warnings(client)):
+        assert time.monotonic() < deadline, "a malformed prefetch was not said"
+        await asyncio.sleep(0.05)
+    assert (await stats(client))["prefetches"]["done"] == 1
