@@ -46,6 +46,8 @@ class LineEndsResult:
     # model's weights, the index), which the kernel takes back under memory pressure; 0 where not read
     server_rss_mb: float = 0.0
     server_file_rss_mb: float = 0.0
+    prefetches: int = 0  # prefetches the server finished (`repocomp/stats`), and their time in all
+    prefetch_s: float = 0.0
 
 
 def pick_lines(text: str, n: int, seed: int) -> list[int]:
@@ -94,10 +96,12 @@ def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: 
     right = sum(1 for line, answer in zip(lines, answers, strict=False)
                 if answer is not None and answer.strip().split("\n")[0].strip() == want(line).strip())
     stats = run.result.get("stats") or {}
+    prefetched = stats.get("prefetches") or {}
     return LineEndsResult(str(file), lines, sum(a is not None for a in answers), right,
                           round(statistics.median(latencies), 1) if latencies else 0.0,
                           round(max(latencies), 1) if latencies else 0.0, answers, run.result.get("error"), emptied,
-                          round(stats.get("rss_bytes", 0) / 2**20, 1), round(stats.get("file_rss_bytes", 0) / 2**20, 1))
+                          round(stats.get("rss_bytes", 0) / 2**20, 1), round(stats.get("file_rss_bytes", 0) / 2**20, 1),
+                          prefetched.get("done", 0), round(sum(prefetched.get("done_ms", [])) / 1000, 1))
 
 
 def format_table(r: LineEndsResult) -> str:
@@ -107,7 +111,8 @@ def format_table(r: LineEndsResult) -> str:
              f"{r.next_line_right} of {n}"),
             ("insert mode -> ghost text p50 / max", f"{r.latency_p50_ms:.0f} / {r.latency_max_ms:.0f} ms"),
             ("the server's RSS at the end (of it pages of files read in place)",
-             f"{r.server_rss_mb:.0f} MB ({r.server_file_rss_mb:.0f} MB)")]
+             f"{r.server_rss_mb:.0f} MB ({r.server_file_rss_mb:.0f} MB)"),
+            ("prefetches the server finished, their time in all", f"{r.prefetches}, {r.prefetch_s:.1f} s")]
     rows += [("error", r.error)] if r.error else []
     width = max(len(a) for a, _ in rows)
     return "\n".join([f"repocomp bench line-ends {r.file} (Neovim 0.12)"] + [f"{a:<{width}}  {b}" for a, b in rows])
