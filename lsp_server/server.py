@@ -43,10 +43,10 @@ from lsp_server.folder_index import FolderIndex
 from lsp_server.generations import Generations, Served, Site
 from lsp_server.messages import Messages
 from lsp_server.options import Options, parse_options
+from lsp_server.prefetch import PREFETCH_METHOD, Prefetcher, prefetch_target
 from lsp_server.progress import IndexProgress
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.request import CompletionRequest, DocumentRef, file_of, locate
-from lsp_server.prefetch import PREFETCH_METHOD, Prefetcher, prefetch_target
 from lsp_server.sessions import ACCEPT_COMMAND, Sessions, text_edit
 from lsp_server.stats import STATS_METHOD, RequestStats, file_rss_bytes, rss_bytes
 from lsp_server.summaries import SummaryWriter
