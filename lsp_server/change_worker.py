@@ -3,8 +3,9 @@
 - `file_changed` / `file_deleted` (from didSave, workspace/didChangeWatchedFiles, or the file-system watcher)
   queue a change, unless the path is noise (`is_noise`); the latest change of a path wins.
 - One worker thread coalesces a burst (a checkout touching 500 files) into one batch of `Index.update_files` calls
-  (a missing file is removed), applied in chunks under the folder's write lock so completions interleave; a change
-  to a folder still building is deferred (the build replays it from disk).
+  (a missing file is removed), applied in chunks under the folder's write lock so completions interleave (each
+  chunk read and parsed first while requests read on: `Index.prepare_update`); a change to a folder still building
+  is deferred (the build replays it from disk).
 - Between changes the worker does the upkeep: stale relation rows are recomputed a slice at a time, and an index
   whose files changed is saved once its folder has been quiet a while (and on `close`).
 """
@@ -277,7 +278,11 @@ class ChangeWorker:
         index = folder.index
         assert index is not None
         try:
-            return index.update_files(changes, defer_relations=True)  # rows follow in `_upkeep` slices: a short hold
+            # requests read on while the texts are parsed and what the change reaches in the graph is found; the
+            # relation rows follow in `_upkeep` slices: a short hold
+            with folder.shared():
+                prepared = index.prepare_update(changes)
+            return prepared is not None and index.apply_update(prepared, defer_relations=True)
         except Exception as exc:  # find the bad file(s); apply the rest one by one
             logger.warning("batch update of %d file(s) failed (%s); retrying file by file", len(changes), exc)
         changed = False

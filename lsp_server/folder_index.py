@@ -122,7 +122,7 @@ class FolderIndex:
             return None
         try:
             return {"nodes": index.graph.n_ids, "nodes_alive": index.graph.n_alive,
-                    "fragments": len(index.fragments), "fragments_alive": int(index.alive_mask().sum()),
+                    "fragments": len(index.fragments), "fragments_alive": index.fragments.n_alive(),
                     "stale": int(index.relations_stale), "compactions": index.epoch}
         finally:
             self.lock.release_read()

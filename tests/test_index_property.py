@@ -148,3 +148,30 @@ def test_ids_stay_bounded_over_many_edits_and_compaction_keeps_the_index(tmp_pat
     for query in ("return scale(shift(x))", "value = both(3)"):
         assert _scores(index, query) == _scores(fresh, query) and _hits(index, query) == _hits(fresh, query)
     assert index.graph.n_alive == fresh.graph.n_alive and nodes > 0 and frags > 0
+
+
+def test_preparing_an_update_changes_nothing_and_applying_it_is_the_update(tmp_path: Path) -> None:
+    """The language server prepares an update while requests read the index (`Index.prepare_update`): the index
+    reads the same until the update is applied, which then equals `update_files`."""
+    roots = []
+    for name in ("a", "b"):
+        root = tmp_path / name
+        for rel, text in BASE.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        roots.append(root)
+    prepared_index, updated = Index.build(roots[0], CONFIG), Index.build(roots[1], CONFIG)
+    queries = ("return scale(shift(x))", "def shift(x):")
+    before = (_fragments(prepared_index), _relations(prepared_index), [_hits(prepared_index, q) for q in queries])
+    changes = {"pkg/core.py": BODIES[4], "pkg/extra.py": BODIES[0]}
+    prepared = prepared_index.prepare_update(changes)
+    assert prepared is not None and prepared_index.prepare_update({"main.py": BASE["main.py"]}) is None
+    assert (_fragments(prepared_index), _relations(prepared_index),
+            [_hits(prepared_index, q) for q in queries]) == before
+    assert prepared_index.apply_update(prepared, defer_relations=True)
+    assert updated.update_files(changes, defer_relations=True)
+    for index in (prepared_index, updated):
+        index.refresh_relations()
+    assert _fragments(prepared_index) == _fragments(updated) != before[0]
+    assert _relations(prepared_index) == _relations(updated)
+    assert [_hits(prepared_index, q) for q in queries] == [_hits(updated, q) for q in queries]

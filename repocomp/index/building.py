@@ -166,7 +166,7 @@ def _folds_deferred(index: Index, deferred: bool) -> Iterator[None]:
 def _summarize(index: Index, walked: WalkResult, phases: dict[str, float]) -> None:
     s = index.summary
     s.files = len(index.files)
-    s.fragments = int(index.alive_mask().sum())
+    s.fragments = index.fragments.n_alive()
     s.nodes = int(index.graph.alive.sum())
     s.edges = index.graph.edge_counts()
     s.relation_nonzeros = index.upkeep.relation_count()

@@ -193,6 +193,10 @@ class FragmentStore(Sequence[Fragment | None]):
         """Per id: still present (False for ids whose windows all went away)."""
         return self._alive[:len(self._items)].copy()
 
+    def n_alive(self) -> int:
+        """The ids still present (no copy of the mask: an update counts them)."""
+        return int(np.count_nonzero(self._alive[:len(self._items)]))
+
     def compact(self) -> np.ndarray:
         """Renumber the live fragments densely, in id order; returns the old ids kept (new id = position)."""
         keep = np.flatnonzero(self.alive_mask())

@@ -15,6 +15,7 @@ import mmap
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,19 @@ _MIN_DEAD_IDS = 4096
 
 Checkpoint = Callable[["Index"], object]  # sees the index between two batches of a build (what it returns: unused)
 Writing = Callable[[], AbstractContextManager[Any]]  # held while a batch changes the index (the server's write lock)
+
+
+@dataclass(frozen=True)
+class PreparedUpdate:
+    """An update's reading done (`Index.prepare_update`), for `Index.apply_update`."""
+
+    new_texts: dict[str, tuple[str, str] | None]  # path -> (language, text), or None to remove
+    old_costs: Any  # the graph's cost matrix before the change (PatchedRows)
+    old_reach: np.ndarray  # the nodes the changed files' nodes reach in it
+    dependants: set[str]  # files whose calls resolve into the changed ones
+    old_calls: dict[str, np.ndarray]  # their call edges before
+    old_part: Any  # the changed files' (fragment, node, weight) triplets before (RelationUpkeep.file_triplets)
+    parsed: list[tuple[tuple[str, tuple[str, str]], ParsedFile]]  # ((path, (language, text)), parse) of new texts
 
 
 class Index:
@@ -233,27 +247,40 @@ class Index:
 
         `defer_relations`: leave even the changed windows' relation rows to `refresh_relations` (the language
         server's background upkeep does it in slices), so that the update itself holds the index briefly."""
+        prepared = self.prepare_update(changes, removed)
+        return prepared is not None and self.apply_update(prepared, defer_relations)
+
+    def prepare_update(self, changes: dict[str, str | None], removed: bool = False) -> PreparedUpdate | None:
+        """What an update reads and changes nothing of: the new texts and their parses, and in the graph as it is
+        what the changed files reach and the calls of the files that read them (None: nothing changes). The
+        language server prepares while requests read on, then applies with the index to itself; nothing may
+        change the index in between."""
         new_texts = self._read_changes(changes, removed)
         if not new_texts:
-            return False
+            return None
         old_paths = [p for p in new_texts if p in self.files]
+        old_costs = self.graph.cost_matrix()
+        dependants = self.resolver.readers_of(set().union(*(self.resolver.files[p].keys() for p in old_paths)))
+        added = [(path, kept) for path in new_texts if (kept := new_texts[path]) is not None]  # (language, text)
+        return PreparedUpdate(
+            new_texts, old_costs, self.upkeep.reach(old_costs, self._file_nodes(old_paths)), dependants,
+            {p: self.graph.files[p].call_edges for p in dependants if p in self.graph.files},
+            self.upkeep.file_triplets([self.files[p] for p in old_paths]),
+            list(zip(added, parsed_files([(text, language) for _, (language, text) in added],
+                                         self.config.index.build_cores()))))
+
+    def apply_update(self, prepared: PreparedUpdate, defer_relations: bool = False) -> bool:
+        """Apply what `prepare_update` read (see `update_files`)."""
+        new_texts, old_costs, old_reach = prepared.new_texts, prepared.old_costs, prepared.old_reach
+        dependants, old_calls, old_part = prepared.dependants, prepared.old_calls, prepared.old_part
         new_paths = [p for p, v in new_texts.items() if v is not None]
         self.revisions.note(new_texts)
-
-        # in the old graph: what the change reaches, the files that resolve into the changed ones and their calls
-        old_costs = self.graph.cost_matrix()
-        old_reach = self.upkeep.reach(old_costs, self._file_nodes(old_paths))
-        dependants = self.resolver.readers_of(set().union(*(self.resolver.files[p].keys() for p in old_paths)))
-        old_calls = {p: self.graph.files[p].call_edges for p in dependants if p in self.graph.files}
-        old_part = self.upkeep.file_triplets([self.files[p] for p in old_paths])
 
         n_before = len(self.fragments)
         touched_frags: set[int] = set()
         for path in new_texts:
             touched_frags |= self._drop_file(path)
-        added = [(path, kept) for path in new_paths if (kept := new_texts[path]) is not None]  # (language, text)
-        parsed = parsed_files([(text, language) for _, (language, text) in added], self.config.index.build_cores())
-        for (path, (language, text)), parse in zip(added, parsed):
+        for (path, (language, text)), parse in prepared.parsed:
             touched_frags |= set(self.add_file(path, language, text, parse).windows.tolist())
         # a window kept (same text) keeps its id and its term row; only new and removed ids change the term index
         dead_frags = self.fragments.release(touched_frags)
@@ -279,7 +306,7 @@ class Index:
         self.upkeep.note_update(np.array(sorted(touched_frags), dtype=np.int64), old_reach, new_seeds,
                                 defer_relations)
         self.summary.files = len(self.files)
-        self.summary.fragments = int(self.alive_mask().sum())
+        self.summary.fragments = self.fragments.n_alive()
         if self._needs_compaction(self.summary.fragments):
             self.compact()
         return True
@@ -288,9 +315,9 @@ class Index:
     def _needs_compaction(self, live_fragments: int) -> bool:
         """Dead ids dominate: an edited file's nodes get new ids on every update, and its changed windows new
         fragment ids, so a long editor session would grow every per-id array without bound."""
-        dead_nodes = self.graph.n_ids - self.graph.n_alive
-        dead_frags = len(self.fragments) - live_fragments
-        return dead_nodes > max(self.graph.n_alive, _MIN_DEAD_IDS) or dead_frags > max(live_fragments, _MIN_DEAD_IDS)
+        live_nodes = self.graph.n_alive
+        dead_nodes, dead_frags = self.graph.n_ids - live_nodes, len(self.fragments) - live_fragments
+        return dead_nodes > max(live_nodes, _MIN_DEAD_IDS) or dead_frags > max(live_fragments, _MIN_DEAD_IDS)
 
     def compact(self) -> None:
         """Renumber live fragments and graph nodes densely (in id order); everything that holds an id follows.

@@ -97,17 +97,15 @@ class RelationUpkeep:
         kept, the columns) those windows touch are made again."""
         shape = (len(self.index.fragments), self.index.graph.n_ids)
         r, c = np.concatenate((removed[0], added[0])), np.concatenate((removed[1], added[1]))
-        delta = sp.csr_matrix((np.concatenate((-removed[2], added[2])), (r, c)), shape=shape)
-        rows = np.unique(r)
+        v = np.concatenate((-removed[2], added[2]))
         merge = not self.folds_deferred
-        self.fragment_nodes, new = _patch_rows(self.fragment_nodes, delta, rows, shape, merge)
+        self.fragment_nodes, rows, new = _patch_rows(self.fragment_nodes, r, c, v, shape, merge)
         sizes = np.zeros(shape[0])
         sizes[:len(self._sizes)] = self._sizes[:shape[0]]
         sizes[rows] = np.asarray(new.sum(axis=1)).ravel()
         self._sizes = sizes
         if self._fragment_nodes_t is not None:
-            self._fragment_nodes_t = _patch_rows(self._fragment_nodes_t, delta.T.tocsr(), np.unique(c),
-                                                 shape[::-1], merge)[0]
+            self._fragment_nodes_t = _patch_rows(self._fragment_nodes_t, c, r, v, shape[::-1], merge)[0]
 
     @property
     def node_fragments(self) -> PatchedRows:
@@ -416,13 +414,16 @@ def _symmetric_blocks(w: sp.csr_matrix, rows_per_block: int = 1 << 16) -> Iterat
         yield w[lo:lo + rows_per_block].maximum(wt[lo:lo + rows_per_block]).tocsr()
 
 
-def _patch_rows(m: PatchedRows, delta: sp.csr_matrix, rows: np.ndarray, shape: tuple[int, int], merge: bool
-                ) -> tuple[PatchedRows, sp.csr_matrix]:
-    """`m` (grown to `shape`) plus `delta`, whose entries all lie in `rows` (sorted, unique): the sum, and its
-    rows `rows`."""
+def _patch_rows(m: PatchedRows, r: np.ndarray, c: np.ndarray, v: np.ndarray, shape: tuple[int, int], merge: bool
+                ) -> tuple[PatchedRows, np.ndarray, sp.csr_matrix]:
+    """`m` (grown to `shape`) plus the entries (r, c, v) (repeated ones summed): the sum, the rows they lie in
+    (sorted) and those rows of it. The entries are laid over those rows only: a delta of the matrix's size, or its
+    transpose, cost a pass over every row of the graph at each keystroke."""
+    rows, at = np.unique(r, return_inverse=True)
+    delta = sp.csr_matrix((v, (at.ravel(), c)), shape=(len(rows), shape[1]))
     old = m.rows(rows[rows < m.shape[0]])
     old = sp.vstack([old, sp.csr_matrix((int((rows >= m.shape[0]).sum()), old.shape[1]))], format="csr")
-    new = (with_columns(old, shape[1]) + delta[rows]).tocsr()
+    new = (with_columns(old, shape[1]) + delta).tocsr()
     new.eliminate_zeros()
     new.sort_indices()
-    return m.replace(rows, new, shape, merge), new
+    return m.replace(rows, new, shape, merge), rows, new
