@@ -219,7 +219,7 @@ class ChangeWorker:
                     return True  # a request just ran: another may follow at once; come back after the gap
                 folder.lock.acquire_write()
                 try:
-                    index.refresh_relations(max_rows=_REFRESH_ROWS)
+                    index.refresh_relations(max_rows=_REFRESH_ROWS, computing=folder.shared)  # readers read on
                     if index.relations_stale:
                         return True
                 finally:

@@ -358,10 +358,11 @@ class Index:
     def relations_stale(self) -> bool:
         return self.upkeep.stale
 
-    def refresh_relations(self, max_rows: int | None = None, progress: Progress | None = None) -> int:
-        """Recompute stale relation rows (at most `max_rows`); once `relations_stale` is False, W equals a full
-        rebuild's."""
-        return self.upkeep.refresh(max_rows, progress)
+    def refresh_relations(self, max_rows: int | None = None, progress: Progress | None = None,
+                          computing: Callable[[], AbstractContextManager[object]] | None = None) -> int:
+        """Recompute stale relation rows (at most `max_rows`, found and computed inside `computing()`: see
+        `RelationUpkeep.refresh`); once `relations_stale` is False, W equals a full rebuild's."""
+        return self.upkeep.refresh(max_rows, progress, computing)
 
     def region_strength(self, path: str, start_line: int, end_line: int) -> np.ndarray:
         return self.upkeep.region_strength(path, start_line, end_line)

@@ -13,6 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -163,12 +164,13 @@ class RelationUpkeep:
         self._put_rows(np.unique(np.asarray(rows, dtype=np.int64)), progress)
 
     def _put_rows(self, rows: np.ndarray, progress: Progress | None = None,
-                  dead: np.ndarray | None = None, reached: list[np.ndarray] | None = None) -> None:
-        """These rows (sorted, unique) of W computed afresh, and the `dead` fragments' rows and columns gone (the
-        nodes their nodes reach appended to `reached` where given)."""
+                  dead: np.ndarray | None = None, reached: list[np.ndarray] | None = None,
+                  blocks: list[sp.csr_matrix] | None = None) -> None:
+        """These rows (sorted, unique) of W computed afresh (or as `blocks` computed them), and the `dead`
+        fragments' rows and columns gone (the nodes their nodes reach appended to `reached` where given)."""
         n = len(self.index.fragments)
         dead = np.zeros(0, np.int64) if dead is None else dead
-        blocks = self._blocks(rows, reached, progress)
+        blocks = self._blocks(rows, reached, progress) if blocks is None else blocks
         blocks.append(sp.csr_matrix((len(dead), n), dtype=np.float32))
         new = sp.vstack(blocks, format="csr", dtype=np.float32)
         new.eliminate_zeros()
@@ -297,15 +299,19 @@ class RelationUpkeep:
         self.pending_rows = np.setdiff1d(pending, self._fresh, assume_unique=True)
         return self.pending_rows
 
-    def refresh(self, max_rows: int | None = None, progress: Progress | None = None) -> int:
+    def refresh(self, max_rows: int | None = None, progress: Progress | None = None,
+                computing: Callable[[], AbstractContextManager[object]] | None = None) -> int:
         """Recompute relation rows that earlier updates left stale, at most `max_rows` of them (None: all);
         returns how many were redone. `max_rows` bounds the work of one call, so a caller holding a lock (the
-        language server's background upkeep) can do it in slices."""
-        pending = self.stale_rows()
-        now, self.pending_rows = (pending, pending[:0]) if max_rows is None else (pending[:max_rows],
-                                                                                  pending[max_rows:])
+        language server's background upkeep) can do it in slices; the rows are found and computed inside
+        `computing()` (the server lets requests read meanwhile: W and F are only read there), then written."""
+        with computing() if computing is not None else contextlib.nullcontext():
+            pending = self.stale_rows()
+            now, self.pending_rows = (pending, pending[:0]) if max_rows is None else (pending[:max_rows],
+                                                                                      pending[max_rows:])
+            blocks = self._blocks(now, None, progress) if len(now) else []
         if len(now):
-            self.recompute(now, progress)
+            self._put_rows(now, progress, blocks=blocks)
             self._fresh = np.union1d(self._fresh, now)
         return len(now)
 
