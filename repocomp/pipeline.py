@@ -497,7 +497,7 @@ class Completer:
         with contextlib.suppress(TimeoutError):
             async with generating() if generating is not None else contextlib.nullcontext():
                 async with asyncio.timeout_at(loop_deadline(request.deadline)):
-                    await self.backend.aprefill(request.prompt)
+                    await self.backend.aprefill(request)
 
     async def aclose(self) -> None:
         if self.backend is not None:

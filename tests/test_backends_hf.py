@@ -83,7 +83,7 @@ async def test_cancel_stops_the_worker(hf_backend: TransformersBackend) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     # The generation thread saw the flag: the model lock frees long before 1500 tokens would be done.
-    lock = hf_backend._loaded.gen_lock
+    lock = hf_backend._loaded.turns.lock
     for _ in range(100):
         if lock.acquire(blocking=False):
             lock.release()

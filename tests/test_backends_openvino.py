@@ -166,7 +166,7 @@ async def test_a_prefill_computes_the_prompt_ahead_and_yields_to_a_generation_th
     for end in prefill_pieces(prompt)[:-1]:
         piece = tokenizer.encode(prompt[:end]).input_ids.data.ravel().tolist()
         assert whole[:len(piece)] == piece
-    assert await backend.aprefill(prompt)
+    assert await backend.aprefill(_request(prompt))
     reused = backend.stats()["prefix_cache"]["reused_tokens"]
     again = await backend.agenerate(_request(prompt))
     assert again.text == fresh  # the cache answers as a fresh prompt
@@ -174,7 +174,7 @@ async def test_a_prefill_computes_the_prompt_ahead_and_yields_to_a_generation_th
     assert backend.stats()["model_time"]["prefills"] == 1
 
     # a long prefill (about 14 pieces) stops between two pieces once a generation waits for the model
-    prefill = asyncio.create_task(backend.aprefill(_SOURCE[8000:22000]))
+    prefill = asyncio.create_task(backend.aprefill(_request(_SOURCE[8000:22000])))
     await asyncio.sleep(0.5)
     quick = await asyncio.wait_for(backend.agenerate(_request("def add(a, b):\n    return")), 60)
     assert quick.text.strip().startswith("a + b")

@@ -481,8 +481,8 @@ class PrefillingBackend(ScriptedBackend):
 
     prefilled: list[str] = field(default_factory=list)
 
-    async def aprefill(self, prompt: str) -> bool:
-        self.prefilled.append(prompt)
+    async def aprefill(self, request: GenerationRequest) -> bool:
+        self.prefilled.append(request.prompt)
         return True
 
     async def aload(self) -> None:

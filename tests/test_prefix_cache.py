@@ -322,3 +322,30 @@ def test_an_empty_held_prompt_gives_nothing_to_reuse() -> None:
     """llama.cpp's context holds nothing before its first request: no prefix, never a negative one."""
     assert pc.reusable(0, 0, 32) == 0 and pc.reusable(5, 0, 32) == 0
     assert pc.reusable(100, 200, 32) == 96 and pc.reusable(300, 200, 32) == 192
+
+
+def test_a_prefill_fills_the_cache_a_request_then_reuses_and_answers_as_a_fresh_prompt(
+        bf16_backend: TransformersBackend) -> None:
+    """The language server's prefetch (`aprefill`): the prompt's aligned chunks computed under the request's key, in
+    pieces not counted as requests; the request that follows (the prompt, or the prompt typed on) reuses them and
+    answers as without a key; no prefill without a key, and none while a generation waits for the model."""
+    backend, key, prompt = bf16_backend, "/ws\0file:///ws/prefilled.py", PROMPTS[2] * 3
+    chunk = backend._loaded.prefix_cache.chunk
+    n = backend.encode(prompt)["input_ids"].shape[1]
+    assert n > 4 * chunk  # several pieces of two chunks
+    before = backend.cache_stats()
+    assert backend._prefill(req(prompt, key), threading.Event())
+    after = backend.cache_stats()
+    assert after["requests"] == before["requests"] and after["entries"] >= 1
+    for typed in (prompt, prompt + "x = f("):
+        reused = backend.cache_stats()["reused_tokens"]
+        assert text(backend, typed, key) == text(backend, typed, None)
+        assert backend.cache_stats()["reused_tokens"] - reused >= (n - 1) // chunk * chunk - chunk
+    assert not backend._prefill(req(prompt + "#", None), threading.Event())
+    backend._loaded.turns.waiting += 1  # as a generation that waits for the model
+    try:
+        entries = backend.cache_stats()["entries"]
+        assert not backend._prefill(req(PROMPTS[0] * 3, key + "2"), threading.Event())
+        assert backend.cache_stats()["entries"] == entries
+    finally:
+        backend._loaded.turns.waiting -= 1

@@ -13,9 +13,10 @@ importing each other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -24,6 +25,7 @@ __all__ = [
     "Capabilities",
     "Generation",
     "GenerationRequest",
+    "ModelTurns",
     "PrefillingBackend",
     "ReuseCounts",
     "StreamingBackend",
@@ -107,11 +109,36 @@ class Backend(Protocol):
 
 @runtime_checkable
 class PrefillingBackend(Backend, Protocol):
-    async def aprefill(self, prompt: str) -> bool:
-        """Compute `prompt` into the model's prefix cache and write nothing, so that a request whose prompt starts
-        with it computes only the rest. Yields to any generation that waits (a request preempts it): False when it
-        stopped before the end."""
+    async def aprefill(self, request: GenerationRequest) -> bool:
+        """Compute the request's prompt into the model's prefix cache (under its `cache_key` where the cache keeps
+        keys) and write nothing, so that a request whose prompt starts with it computes only the rest. Yields to any
+        generation that waits (a request preempts it): False when it stopped before the end."""
         ...
+
+
+class ModelTurns:
+    """An in-process model's lock, counting the generations that wait for it: a prefill, done in pieces, stops
+    between two once one waits."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting = 0
+        self._count = threading.Lock()
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """The model, for a generation: counted as waiting until it has it."""
+        with self._count:
+            self.waiting += 1
+        try:
+            self.lock.acquire()
+        finally:
+            with self._count:
+                self.waiting -= 1
+        try:
+            yield
+        finally:
+            self.lock.release()
 
 
 @runtime_checkable

@@ -54,12 +54,12 @@ class FallbackBackend:
             log.warning("backend %s failed (%s); answering with %s", self.primary.name, exc, self.fallback.name)
             yield (await self.fallback.agenerate(request)).text
 
-    async def aprefill(self, prompt: str) -> bool:
+    async def aprefill(self, request: GenerationRequest) -> bool:
         """The primary's prefill; False where it has none or it fails (the request that follows says why)."""
         if not isinstance(self.primary, PrefillingBackend):
             return False
         try:
-            return await self.primary.aprefill(prompt)
+            return await self.primary.aprefill(request)
         except BackendError as exc:
             log.debug("backend %s could not prefill: %s", self.primary.name, exc)
             return False

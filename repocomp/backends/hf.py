@@ -7,7 +7,9 @@ so cancelling `agenerate` stops the thread's work too, not just the await.
 
 Prefix reuse: a loaded model keeps the KV caches of recent prompts per `GenerationRequest.cache_key`, and a request
 prefills only the tokens after its longest common prefix with one of its key's (prefix_cache.py); greedy requests
-decode with prompt lookup from there (`greedy.generate_greedy`), with or without a key.
+decode with prompt lookup from there (`greedy.generate_greedy`), with or without a key. `aprefill` (the language
+server's prefetch) fills such a cache ahead of its request, a few aligned chunks at a time, and stops between two
+once a generation waits for the model.
 
 A request's steps (`_generate`): encode the prompt, take a cache of its longest reusable prefix, decode (greedy:
 `_decode_greedy`, sampled: `_sample`; both stop by `greedy.StopRules`), keep the cache for the next request, decode
@@ -25,7 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from repocomp.backends.base import Capabilities, Generation, GenerationRequest, apply_stops, generate_in_thread
+from repocomp.backends.base import (
+    Capabilities,
+    Generation,
+    GenerationRequest,
+    ModelTurns,
+    apply_stops,
+    generate_in_thread,
+)
 from repocomp.backends.local_model import cpu_has_native_bf16, runtime_missing
 from repocomp.backends.profile import (
     QWEN_STOP_TOKENS,
@@ -69,7 +78,7 @@ class _LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     # the KV caches of recent prompts, shared (and bounded) across the backends that share the model
     prefix_cache: PrefixCache
-    gen_lock: threading.Lock = field(default_factory=threading.Lock)  # a model is not safe to share across threads
+    turns: ModelTurns = field(default_factory=ModelTurns)  # a model is not safe to share across threads
     # built at the first load by a backend that asks for it; None where it does not apply
     output_head: OutputHead | None = None
     output_head_built: bool = False
@@ -81,6 +90,7 @@ class _LoadedModel:
 _LOAD_LOCK = threading.Lock()
 _LOADED: weakref.WeakValueDictionary[tuple[str, str, str], _LoadedModel] = weakref.WeakValueDictionary()
 _PROMPT_LOOKUP_TOKENS = 10  # draft length of prompt lookup decoding (the transformers docs' suggested value)
+_PREFILL_CHUNKS = 2  # a prefill's piece, in the prefix cache's aligned chunks: what a waiting request may wait for
 
 
 def auto_dtype(device: str, native_bf16: bool) -> torch.dtype | str:
@@ -215,7 +225,7 @@ class TransformersBackend:
         stop = StopRules(loaded.tokenizer, n_in, tuple(s for s in request.stop if s), request.finished, cancelled,
                          request.max_time_s)
         cached = loaded.prefix_cache
-        with loaded.gen_lock, torch.inference_mode():
+        with loaded.turns.turn(), torch.inference_mode():
             # a cache holding the prompt's longest common prefix with a recent prompt of this key (or nothing), cut
             # to an aligned chunk boundary, the rest prefilled in aligned chunks: the answer is the one a fresh
             # prefill gives, bit for bit (prefix_cache's docstring)
@@ -228,6 +238,41 @@ class TransformersBackend:
             cached.put(request.cache_key, out[0, :reuse.cache.get_seq_length()], n_in, reuse.cache, reuse)
         new = out[0, n_in:]
         return decode(loaded.tokenizer, new), int(new.shape[0]), stop.at_time_limit
+
+    def _prefill(self, request: GenerationRequest, cancelled: threading.Event) -> bool:
+        """The prompt's aligned chunks into the prefix cache under the request's key, `_PREFILL_CHUNKS` at a time
+        (each piece reuses the ones before); False when a generation waited for the model (or the prefill was
+        cancelled) before the last piece, or the cache keeps nothing for this request."""
+        import torch
+
+        from repocomp.backends.alignment import aligned_end
+        from repocomp.backends.prefix_cache import prefill_aligned, supports_reuse
+
+        loaded = self._loaded
+        assert loaded is not None, "aprefill loads the model first"
+        cached, chunk = loaded.prefix_cache, loaded.prefix_cache.chunk
+        if request.cache_key is None or not chunk or not supports_reuse():
+            return False
+        input_ids = self.encode(request.prompt)["input_ids"].to(self.device)
+        n, end = input_ids.shape[1], aligned_end(input_ids.shape[1], chunk)
+        for piece_end in [*range(_PREFILL_CHUNKS * chunk, end, _PREFILL_CHUNKS * chunk), end]:
+            if cancelled.is_set() or loaded.turns.waiting:
+                return False
+            with loaded.turns.lock, torch.inference_mode():
+                reuse = cached.take(request.cache_key, input_ids[0], count=False)
+                if reuse.reused >= piece_end:
+                    continue
+                fed = prefill_aligned(loaded.model, input_ids[:, :piece_end + 1], reuse.cache, reuse.reused, chunk)
+                # kept as the whole prompt's: a later request reuses it up to what was fed (prefix_cache.reusable)
+                cached.put(request.cache_key, input_ids[0, :fed], n, reuse.cache, reuse)
+        return True
+
+    async def aprefill(self, request: GenerationRequest) -> bool:
+        await self._ensure_loaded()
+        try:
+            return await generate_in_thread(self._prefill, request)
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(f"transformers: prefill failed: {exc}") from None
 
     def _decode_greedy(self, loaded: _LoadedModel, request: GenerationRequest, input_ids: torch.Tensor,
                        reuse: Reuse, stop: StopRules) -> torch.Tensor:

@@ -16,14 +16,13 @@ prefetch, when the developer pauses), in pieces, and stops between two when a ge
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from repocomp.backends.base import (
     Capabilities,
     Generation,
     GenerationRequest,
+    ModelTurns,
     ReuseCounts,
     apply_stops,
     generate_in_thread,
@@ -71,30 +71,13 @@ def openvino_model(model: str) -> Path:
 class _Pipeline:
     pipeline: Any  # openvino_genai.LLMPipeline
     stop_ids: frozenset[int]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    waiting: int = 0  # generations waiting for `lock`: a prefill stops for them
-    _count: threading.Lock = field(default_factory=threading.Lock)
+    turns: ModelTurns = field(default_factory=ModelTurns)  # one generation or prefill piece at a time
     last_prompt: list[int] = field(default_factory=list)
     counts: ReuseCounts = field(default_factory=ReuseCounts)
     # where the model's time went, summed over requests (the runtime's own measures)
     spent: dict[str, float] = field(default_factory=lambda: {"requests": 0, "first_token_ms": 0.0, "decode_ms": 0.0,
                                                              "decoded_tokens": 0, "prefills": 0,
                                                              "prefill_ms": 0.0})
-
-    @contextlib.contextmanager
-    def turn(self) -> Iterator[None]:
-        """The model, for a generation: counted as waiting until it has it."""
-        with self._count:
-            self.waiting += 1
-        try:
-            self.lock.acquire()
-        finally:
-            with self._count:
-                self.waiting -= 1
-        try:
-            yield
-        finally:
-            self.lock.release()
 
 
 def prefill_pieces(prompt: str, size: int = PREFILL_PIECE_CHARS) -> list[int]:
@@ -204,7 +187,7 @@ class OpenVINOBackend:
             done = cancelled.is_set() or at_limit or should_stop(text, stops, request.finished)
             return og.StreamingStatus.STOP if done else og.StreamingStatus.RUNNING
 
-        with loaded.turn():
+        with loaded.turns.turn():
             if cancelled.is_set():
                 return "", False
             self._count_reuse(loaded, prompt)
@@ -215,34 +198,34 @@ class OpenVINOBackend:
             _add_time(loaded.spent, result.perf_metrics)
         return result.texts[0], at_limit
 
-    def _prefill(self, prompt: str, cancelled: threading.Event) -> bool:
-        """`prompt` into the prefix cache, a piece at a time (each reuses the ones before); False when a generation
-        waited for the model (or the prefill was cancelled) before the last piece."""
+    def _prefill(self, request: GenerationRequest, cancelled: threading.Event) -> bool:
+        """The prompt into the prefix cache, a piece at a time (each reuses the ones before); False when a
+        generation waited for the model (or the prefill was cancelled) before the last piece."""
         import openvino_genai as og
 
         loaded = self._loaded
         assert loaded is not None, "aprefill loads the model first"
-        prompt = encodable(prompt)
+        prompt = encodable(request.prompt)
         config = og.GenerationConfig()
         config.max_new_tokens, config.apply_chat_template, config.do_sample = 1, False, False
         for end in prefill_pieces(prompt):
-            if cancelled.is_set() or loaded.waiting:
+            if cancelled.is_set() or loaded.turns.waiting:
                 return False
-            with loaded.lock:
+            with loaded.turns.lock:
                 start = time.monotonic()
                 try:
                     loaded.pipeline.generate([prompt[:end]], config)
                 except RuntimeError as exc:
                     raise BackendError(f"openvino: prefill failed: {exc}") from None
                 loaded.spent["prefill_ms"] += (time.monotonic() - start) * 1000
-        with loaded.lock:
+        with loaded.turns.lock:
             loaded.last_prompt = loaded.pipeline.get_tokenizer().encode(prompt).input_ids.data.ravel().tolist()
             loaded.spent["prefills"] += 1
         return True
 
-    async def aprefill(self, prompt: str) -> bool:
+    async def aprefill(self, request: GenerationRequest) -> bool:
         await self.aload()
-        return await generate_in_thread(self._prefill, prompt)
+        return await generate_in_thread(self._prefill, request)
 
     @staticmethod
     def _count_reuse(loaded: _Pipeline, prompt: str) -> None:

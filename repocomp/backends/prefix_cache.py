@@ -99,15 +99,14 @@ class PrefixCache:
                     "reused_tokens": self.reused_tokens, "prefilled_tokens": self.prefilled_tokens,
                     "entries": len(self._entries), "tokens": self.tokens}
 
-    def take(self, key: str | None, ids: torch.Tensor) -> Reuse:
+    def take(self, key: str | None, ids: torch.Tensor, count: bool = True) -> Reuse:
         """A cache for prompt `ids` (1-D): holding its longest common prefix with an entry of `key`, cut down to a
         chunk boundary that the entry's aligned prefill reached and that leaves the prompt's last token to prefill
-        (it computes the next token's logits), or empty. Counts the request.
+        (it computes the next token's logits), or empty. Counts the request (not a prefill's piece: `count`).
         The entry itself is not changed (the new cache holds views of its tensors; the prefill makes new ones)."""
         n = ids.shape[0]
         best, reused, shared = None, 0, 0
         with self._lock:
-            self.requests += 1
             if key is not None and supports_reuse():
                 for entry in self._entries.values():
                     if entry.key == key:
@@ -119,9 +118,10 @@ class PrefixCache:
                 best, reused = None, 0
             else:
                 self._entries.move_to_end(id(best))
-                self.hits += 1
-            self.reused_tokens += reused
-            self.prefilled_tokens += n - reused
+            if count:
+                self.requests, self.hits = self.requests + 1, self.hits + (best is not None)
+                self.reused_tokens += reused
+                self.prefilled_tokens += n - reused
         return Reuse(cache=empty_cache() if best is None else cut(best.cache, reused), reused=reused, source=best,
                      shared=shared)
 
