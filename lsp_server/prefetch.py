@@ -7,7 +7,8 @@ The model is the requests' first: a request cancels the prefetch (the pieces com
 backend stops a prefill between two pieces when a generation waits for the model (repocomp.backends.openvino).
 One prefetch at a time: a newer one replaces it, and starts no sooner after the previous one ended than that one
 ran, so that prefetching takes at most half the time of a developer who keeps moving the cursor. A backend without
-a prefill (all but OpenVINO's: `PrefillingBackend`) computes nothing; the context is laid all the same.
+a prefill (`PrefillingBackend`: the in-process runtimes but llama.cpp have one) computes nothing; the context is laid
+all the same.
 """
 
 from __future__ import annotations
