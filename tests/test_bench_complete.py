@@ -80,3 +80,19 @@ def test_lines_writes_the_lines_below_one_after_another_and_keeps_the_code_below
     # the buffer: the lines written so far, the cursor's line, then the code below the N lines (never those)
     assert seen[0] == "def bill(price, qty):\n    \n    return total\n"
     assert seen[1] == "def bill(price, qty):\n    total = price * qty\n\n    \n    return total\n"
+
+
+def test_prefetch_asks_first_at_the_end_of_the_line_above_with_the_line_not_yet_written() -> None:
+    seen: list[tuple[str, bool]] = []
+
+    class Recording(ScriptedCompleter):
+        async def acomplete(self, path: str, text: str, line: int, col: int, options: CompletionOptions) -> _Answer:
+            seen.append((text, options.prefill))
+            return await super().acomplete(path, text, line, col, options)
+
+    completer, typed = Recording(["", "total = price * qty"]), _Typing()
+    first = asyncio.run(_type_lines(completer, "bill.py", FILE, 1, 1, 0, len, typed, prefetch=True))
+    # the developer rests at the end of line 0 while line 1 is not there yet; then line 1 is opened and asked at
+    assert completer.asked[0] == ("def bill(price, qty):", len("def bill(price, qty):"), "line")
+    assert seen[0] == ("def bill(price, qty):\n    return total\n", True) and seen[1][1] is False
+    assert first.text == "total = price * qty" and typed.right == [True] and len(typed.prefetches) == 1
