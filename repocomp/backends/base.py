@@ -140,6 +140,10 @@ class ModelTurns:
         finally:
             self.lock.release()
 
+    def prefill_stops(self, cancelled: threading.Event) -> bool:
+        """Whether a prefill stops before its next piece: it was cancelled, or a generation waits for the model."""
+        return cancelled.is_set() or self.waiting > 0
+
 
 @runtime_checkable
 class StreamingBackend(Backend, Protocol):

@@ -256,7 +256,7 @@ class TransformersBackend:
         input_ids = self.encode(request.prompt)["input_ids"].to(self.device)
         n, end = input_ids.shape[1], aligned_end(input_ids.shape[1], chunk)
         for piece_end in [*range(_PREFILL_CHUNKS * chunk, end, _PREFILL_CHUNKS * chunk), end]:
-            if cancelled.is_set() or loaded.turns.waiting:
+            if loaded.turns.prefill_stops(cancelled):
                 return False
             with loaded.turns.lock, torch.inference_mode():
                 reuse = cached.take(request.cache_key, input_ids[0], count=False)

@@ -209,7 +209,7 @@ class OpenVINOBackend:
         config = og.GenerationConfig()
         config.max_new_tokens, config.apply_chat_template, config.do_sample = 1, False, False
         for end in prefill_pieces(prompt):
-            if cancelled.is_set() or loaded.turns.waiting:
+            if loaded.turns.prefill_stops(cancelled):
                 return False
             with loaded.turns.lock:
                 start = time.monotonic()

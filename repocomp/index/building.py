@@ -167,7 +167,7 @@ def _summarize(index: Index, walked: WalkResult, phases: dict[str, float]) -> No
     s = index.summary
     s.files = len(index.files)
     s.fragments = index.fragments.n_alive()
-    s.nodes = int(index.graph.alive.sum())
+    s.nodes = index.graph.n_alive
     s.edges = index.graph.edge_counts()
     s.relation_nonzeros = index.upkeep.relation_count()
     s.phases_s = {k: round(v, 4) for k, v in phases.items()}
