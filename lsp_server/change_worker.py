@@ -22,8 +22,10 @@ from pathlib import Path
 
 from graph import maxproduct
 from lsp_server.folder_index import FolderIndex, FolderRegistry, StateCallback
+from lsp_server.foreground import FOREGROUND
 from lsp_server.options import ServerOptions
 from repocomp.index import heap
+from repocomp.index.yielding import yielding_to
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +259,8 @@ class ChangeWorker:
         retired: list[object] = []
         try:
             version = folder.version
-            with heap.uncollected():
+            # the editor first: the save waits between its slices while a request is answered
+            with heap.uncollected(), yielding_to(FOREGROUND.wait_quiet):
                 index.save(while_written=readers_in, retired=retired)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)

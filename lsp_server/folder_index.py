@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lsp_server.foreground import FOREGROUND
 from repocomp.config.schema import Config
 
 if TYPE_CHECKING:
@@ -182,7 +183,8 @@ class FolderIndex:
         self.lock.release_read()
         held[0] = False
         try:
-            yield
+            with FOREGROUND.waiting():  # a save may go on meanwhile (the model needs no interpreter)
+                yield
         except asyncio.CancelledError:
             raise
         except BaseException:

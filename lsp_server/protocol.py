@@ -41,6 +41,7 @@ from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from lsp_server.convert import document_key, utf8_size_over
+from lsp_server.foreground import FOREGROUND
 from lsp_server.framing import MAX_MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
@@ -99,7 +100,8 @@ class RepocompProtocol(LanguageServerProtocol):
     def handle_body(self, body: bytes) -> None:
         """Decode, check and dispatch one frame's body; never raises (one message must not end the server)."""
         try:
-            self._handle_body(body)
+            with FOREGROUND.busy():  # a save beside it waits (lsp_server.foreground)
+                self._handle_body(body)
         except BrokenPipeError:
             raise  # the client is gone: the transport ends the session
         except Exception:

@@ -40,6 +40,7 @@ from lsp_server import convert
 from lsp_server.buffers import BufferSyncs
 from lsp_server.engines import Engines
 from lsp_server.folder_index import FolderIndex
+from lsp_server.foreground import FOREGROUND
 from lsp_server.generations import Generations, Served, Site
 from lsp_server.messages import Messages
 from lsp_server.options import Options, parse_options
@@ -385,10 +386,11 @@ def _completion_features(server: RepocompServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: RepocompServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
         uri = params.text_document.uri
-        text, _ = await ls.complete(uri, params.position)
-        accept = types.Command(title="repocomp: completion accepted", command=ACCEPT_COMMAND,
-                               arguments=[uri, params.position.line, text])
-        return convert.to_inline_completion_list(text, params.position, accept)
+        with FOREGROUND.serving():
+            text, _ = await ls.complete(uri, params.position)
+            accept = types.Command(title="repocomp: completion accepted", command=ACCEPT_COMMAND,
+                                   arguments=[uri, params.position.line, text])
+            return convert.to_inline_completion_list(text, params.position, accept)
 
     @server.feature(PREFETCH_METHOD)
     def prefetch(ls: RepocompServer, params: object) -> None:
@@ -404,8 +406,9 @@ def _completion_features(server: RepocompServer) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " ", "\n"]))
     async def completion(ls: RepocompServer, params: types.CompletionParams) -> types.CompletionList:
-        text, line_text = await ls.complete(params.text_document.uri, params.position)
-        return convert.to_completion_list(text, line_text, params.position, ls.position_encoding())
+        with FOREGROUND.serving():
+            text, line_text = await ls.complete(params.text_document.uri, params.position)
+            return convert.to_completion_list(text, line_text, params.position, ls.position_encoding())
 
 
 def _document_features(server: RepocompServer) -> None:

@@ -607,3 +607,30 @@ def test_a_stored_transpose_of_f_that_is_not_fs_is_corrupt(repo):
     write_state(repo / ".repocomp", meta, tables)
     with pytest.raises(IndexCorruptError, match="transpose"):
         Index.load(repo, EXACT)
+
+
+def test_pages_of_an_index_file_read_are_given_back_except_where_they_are_kept(tmp_path):
+    """`page_out` gives the kernel back the pages of a map read; inside `pages_kept()` (a save beside the language
+    server's requests, which read them) it gives back nothing."""
+    import mmap
+
+    from lsp_server.stats import file_rss_bytes
+    from repocomp.index.store import page_out, pages_kept
+
+    path = tmp_path / "data.bin"
+    size = 64 << 20
+    path.write_bytes(np.arange(size // 8, dtype=np.int64).tobytes())
+    with path.open("rb") as fh:
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    view = np.frombuffer(mapped, np.int64)
+    before = file_rss_bytes()
+    assert int(view.sum()) == (size // 8) * (size // 8 - 1) // 2  # every page read
+    read = file_rss_bytes() - before
+    assert read >= 0.9 * size
+    with pages_kept():
+        page_out(mapped)
+    assert file_rss_bytes() - before >= 0.9 * read
+    page_out(mapped)
+    assert file_rss_bytes() - before <= 0.5 * read
+    del view
+    mapped.close()

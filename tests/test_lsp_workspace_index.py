@@ -338,3 +338,51 @@ def test_a_save_lets_requests_read_while_the_index_file_is_written(tmp_path: Pat
         assert "ledger/notes.py" in Index.load(root, Config()).files
     finally:
         indexes.close()
+
+
+
+def test_a_save_waits_at_its_checkpoints_while_a_request_is_answered(tmp_path: Path, monkeypatch) -> None:
+    """The change worker's save waits between its slices while the server answers a request
+    (`FOREGROUND.serving()`), goes on once it is answered, and writes the change."""
+    import shutil
+    import time
+
+    from lsp_server.foreground import FOREGROUND
+    from repocomp.index import Index
+
+    root = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", root)
+    indexes = WorkspaceIndexes(debounce_s=0.01, save_after_s=0.1)
+    inside, waited, answered_at = threading.Event(), [], []
+    original = FOREGROUND.wait_quiet
+
+    def request() -> None:
+        with FOREGROUND.serving():
+            inside.set()
+            time.sleep(0.4)
+            answered_at.append(time.monotonic())
+
+    def checkpoint_wait() -> None:
+        if not waited:  # the save's first checkpoint: a request comes, answered in 0.4 s
+            threading.Thread(target=request).start()
+            assert inside.wait(5)
+        began = time.monotonic()
+        original()
+        waited.append((began, time.monotonic()))
+
+    monkeypatch.setattr(FOREGROUND, "wait_quiet", checkpoint_wait)
+    try:
+        folder = indexes.add_folder(root, Config())
+        folder.index, folder.state = Index.build(root, Config()), "ready"
+        indexes.file_changed(root / "ledger" / "notes.py", "NOTE = 1\n")
+        assert indexes.wait_idle(10)
+        for _ in range(200):
+            if folder.saved_version == folder.version:
+                break
+            threading.Event().wait(0.05)
+        assert folder.saved_version == folder.version == 1 and len(waited) > 10
+        first_began, first_ended = waited[0]
+        assert answered_at and first_ended >= answered_at[0] and first_ended - first_began >= 0.3
+        assert "ledger/notes.py" in Index.load(root, Config()).files
+    finally:
+        indexes.close()

@@ -36,6 +36,7 @@ from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.store import Chunks, Stored, file_map, page_out
 from repocomp.index.stored_parse import StoredParses
 from repocomp.index.term_index import StateVersionError, TermIndex
+from repocomp.index.yielding import checkpoint, paced
 
 if TYPE_CHECKING:
     from repocomp.index.index import Index
@@ -58,8 +59,9 @@ def plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-_CODES_SLICE = 1 << 18  # values per C loop below: each holds the interpreter's lock (a language server's requests
-# wait meanwhile), a monorepo's millions at once 100-260 ms
+_SAVE_BLOCK_ROWS = 1 << 13  # a matrix's rows made at a time for the write (65,536 at a time: 100-440 ms of W's)
+_CODES_SLICE = 1 << 16  # values per C loop below: each holds the interpreter's lock (a language server's requests
+# wait meanwhile), a monorepo's millions at once 100-260 ms; a slice ~3 ms
 
 
 def _codes(values: Sequence[_H]) -> tuple[list[_H], np.ndarray]:
@@ -67,10 +69,12 @@ def _codes(values: Sequence[_H]) -> tuple[list[_H], np.ndarray]:
     slices = [values[i:i + _CODES_SLICE] for i in range(0, len(values), _CODES_SLICE)]
     first: dict[_H, None] = {}
     for part in slices:  # in order of first appearance; C loops, not a Python one per value
+        checkpoint()
         first.update(dict.fromkeys(part))
     code_of = {v: i for i, v in enumerate(first)}
     codes = np.empty(len(values), np.int32)
     for i, part in enumerate(slices):
+        checkpoint()
         codes[i * _CODES_SLICE:i * _CODES_SLICE + len(part)] = np.fromiter(map(code_of.__getitem__, part), np.int32,
                                                                            len(part))
     return list(first), codes
@@ -97,6 +101,7 @@ def _paged(chunks: Chunks, index: Index, every: int = 1 << 26) -> Chunks:
     def pieces() -> Iterator[bytes | np.ndarray]:
         since = 0
         for piece in chunks.pieces():
+            checkpoint()
             yield piece
             since += len(piece) if isinstance(piece, bytes) else piece.nbytes
             if since >= every:
@@ -116,13 +121,14 @@ def _csr_blocks(shape: tuple[int, int], dtype: Any, blocks: Callable[[], Iterato
     def indptr() -> np.ndarray:
         if not counted:
             ptr = np.zeros(shape[0] + 1, np.int64)
-            np.cumsum(np.concatenate([np.diff(b.indptr) for b in blocks()] or [np.zeros(0, np.int64)]),
+            np.cumsum(np.concatenate([np.diff(b.indptr) for b in paced(blocks(), 1)] or [np.zeros(0, np.int64)]),
                       out=ptr[1:])
             counted.append(ptr.astype(np.int32) if max(*shape, ptr[-1]) <= np.iinfo(np.int32).max else ptr)
         return counted[0]
 
     def parts(name: str) -> Iterator[np.ndarray]:
         for block in blocks():
+            checkpoint()
             yield getattr(block, name)
 
     def count() -> int:
@@ -143,6 +149,7 @@ def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
     starts = ends - lengths
     mapped, parts = file_map(blob), [np.zeros(0, np.int64)]
     for at in range(0, len(blob), _SCAN):
+        checkpoint()
         parts.append(np.flatnonzero(blob[at:at + _SCAN] == ord("\n")) + at)
         if at % (16 * _SCAN) == 15 * _SCAN:
             page_out(mapped)
@@ -168,8 +175,8 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     sources = [e.source for e in entries]
     arrays["text_len"] = lengths = _text_lengths(sources)
     arrays["text"] = _paged(Chunks(np.uint8, int(lengths.sum()), lambda: map(_encoded, sources)), index)
-    parsed = [e.parsed for e in entries]
-    kinds_table, arrays["node_kind"] = _codes([k for p in parsed for k in p.kinds])
+    parsed = [e.parsed for e in paced(entries)]  # each file's decoded from the file read: slices
+    kinds_table, arrays["node_kind"] = _codes([k for p in paced(parsed) for k in p.kinds])
     arrays["node_count"] = np.array([p.n_nodes for p in parsed], np.int64)
     arrays["line_count"] = np.array([p.n_lines for p in parsed], np.int64)
     for name in ("start_line", "end_line", "parent"):
@@ -177,26 +184,27 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     arrays["node_id"] = lambda: _cat([e.node_ids for e in entries], np.int64)
     arrays["line_owner"] = lambda: _cat([p.line_owner for p in parsed], np.int32)
     arrays["line_len"] = lambda: _cat([p.line_len for p in parsed], np.int32)
-    def_names, arrays["def_name"] = _codes([name for p in parsed for _, name, _ in p.defs])
-    arrays["def_node"] = np.array([n for p in parsed for n, _, _ in p.defs], np.int32)
-    arrays["def_class"] = np.array([c for p in parsed for _, _, c in p.defs], np.int32)
+    def_names, arrays["def_name"] = _codes([name for p in paced(parsed) for _, name, _ in p.defs])
+    arrays["def_node"] = np.array([n for p in paced(parsed) for n, _, _ in p.defs], np.int32)
+    arrays["def_class"] = np.array([c for p in paced(parsed) for _, _, c in p.defs], np.int32)
     arrays["def_count"] = np.array([len(p.defs) for p in parsed], np.int64)
-    call_parts, arrays["call_parts"] = _codes([parts for p in parsed for parts in p.call_parts])
+    call_parts, arrays["call_parts"] = _codes([parts for p in paced(parsed) for parts in p.call_parts])
     arrays["call_node"] = lambda: _cat([p.call_nodes for p in parsed], np.int32)
     arrays["call_count"] = np.array([len(p.call_parts) for p in parsed], np.int64)
-    facts = [f for p in parsed for f in p.facts]
+    facts = [f for p in paced(parsed) for f in p.facts]
     fact_strings, fact_codes = _codes([v for k, _, a, b in facts for v in (k, a, b)])
     arrays["fact_codes"] = fact_codes.reshape(-1, 3)  # kind, a, b of each fact
     arrays["fact_node"] = np.array([n for _, n, _, _ in facts], np.int32)
     arrays["fact_count"] = np.array([len(p.facts) for p in parsed], np.int64)
     del facts
-    imports = [(i.local, i.module, i.name) for p in parsed for i in p.imports]
+    imports = [(i.local, i.module, i.name) for p in paced(parsed) for i in p.imports]
     import_strings, arrays["import_codes"] = _codes([v for row in imports for v in row])  # name None: JSON's null
     arrays["import_count"] = np.array([len(p.imports) for p in parsed], np.int64)
     del imports
     arrays["window_frag"] = lambda: _cat([e.windows for e in entries], np.int64)
     arrays["window_count"] = np.array([len(e.windows) for e in entries], np.int64)
 
+    checkpoint()
     nodes = [graph.files[p] for p in paths]
     arrays["file_node"] = np.array([n.file_node for n in nodes], np.int64)
     arrays["syntax_edges"] = lambda: _cat([n.syntax_edges for n in nodes], np.int64, 2)
@@ -227,21 +235,25 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     # where retrieval reads it (FragRel on; otherwise it is made if ever read): it needs W's transpose, which a
     # save would hold beside W made whole (with a build's last batch, its peak)
     f, n, costs = index.upkeep.fragment_nodes, len(index.fragments), graph.cost_matrix()
-    matrices = [("frag_nodes", _csr_blocks(f.shape, f.dtype, f.row_blocks)),
-                ("node_frags", _csr_blocks(f.shape[::-1], f.dtype, lambda: index.upkeep.node_fragments.row_blocks())),
-                ("costs", _csr_blocks(costs.shape, costs.dtype, costs.row_blocks)),
-                ("rel", _csr_blocks((n, n), np.float32, index.upkeep.relation_blocks))]
+    rows = _SAVE_BLOCK_ROWS
+    matrices = [("frag_nodes", _csr_blocks(f.shape, f.dtype, lambda: f.row_blocks(rows))),
+                ("node_frags", _csr_blocks(f.shape[::-1], f.dtype,
+                                           lambda: index.upkeep.node_fragments.row_blocks(rows))),
+                ("costs", _csr_blocks(costs.shape, costs.dtype, lambda: costs.row_blocks(rows))),
+                ("rel", _csr_blocks((n, n), np.float32, lambda: index.upkeep.relation_blocks(rows)))]
     symmetric = index.config.retrieval.alpha != 0.0
     if symmetric:
-        matrices.append(("sym", _csr_blocks((n, n), np.float32, index.upkeep.symmetric_blocks)))
+        matrices.append(("sym", _csr_blocks((n, n), np.float32, lambda: index.upkeep.symmetric_blocks(rows))))
     for name, parts in matrices:
         arrays |= {f"{name}_{part}": _paged(v, index) if isinstance(v, Chunks) else v for part, v in parts.items()}
+    checkpoint()
 
     meta = {
         "schema": SCHEMA,
         "root": str(index.root),
         "config": plain(index.config.to_dict()),
-        "files": [{"path": e.path, "language": e.language, "has_errors": e.parsed.has_errors} for e in entries],
+        "files": [{"path": e.path, "language": e.language, "has_errors": p.has_errors}
+                  for e, p in zip(entries, parsed, strict=True)],
         "kinds": kinds_table, "def_names": def_names, "call_parts": [list(p) for p in call_parts],
         "fact_strings": fact_strings, "import_strings": import_strings,
         "graph": {"weights": graph.weights, "kinds": graph_kinds, "owners": owners,
@@ -356,16 +368,18 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray], read
     (a build's peak)."""
     entries = list(index.files.values())
     t = _file_arrays(a)  # per table, each file's slice of it
+    checkpoint()
     parses = StoredParses(meta, a)
+    checkpoint()
     texts = split(a["text"], a["text_len"])
 
     # per file, what it takes (looked up now: the switch below is assignments only)
     taken = [(entry, index.graph.files[entry.path], index.resolver.files[entry.path], parses.ref(i), source,
               t["windows"][i], t["id"][i], t["syntax"][i], t["calls"][i])
-             for i, (entry, source) in enumerate(zip(entries, texts))]
+             for i, (entry, source) in enumerate(paced(zip(entries, texts), 1024))]
 
     def take_files() -> None:
-        for entry, nodes, symbols, parse, source, windows, ids, syntax, calls in taken:
+        for entry, nodes, symbols, parse, source, windows, ids, syntax, calls in paced(taken, 1024):
             entry.source, entry.windows, entry.parse = source, windows, parse
             symbols.parse = parse
             entry.node_ids = nodes.node_ids = ids
@@ -376,9 +390,13 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray], read
         heap.trim(every_s=0)  # the texts just let go, and the copies the write was made from
     bounds = _line_bounds(a["text"], a["text_len"], a["line_count"])
     page_out(file_map(a["text"]))
+    checkpoint()
     stored = FragmentStore(stored=_stored_fragments(a, entries, bounds))
+    checkpoint()
     stored.keep_text_index(index.fragments)
+    checkpoint()
     matrices = _matrices(meta, a, len(stored), index.graph.n_ids)
+    checkpoint()
     # the vocabulary as written (the tokens added since a load among them), but for a build with batches to come:
     # it keeps the dict its next batch adds to (a dict's lookups are what tokenizing a batch costs)
     vocab = index.term_index.vocab
@@ -386,6 +404,7 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray], read
     term = {"version": TermIndex.STATE_VERSION} | ({"vocab": vocab} if batches_to_come else {})
     term_index = TermIndex.from_state(term | {k: a[f"term_{k}"] for k in TermIndex.STATE_ARRAYS})
     page_out(file_map(a["text"]))
+    checkpoint()
     if readers:  # the same values read from the new file: a request reading meanwhile sees a file's old views or
         take_files()  # its new ones, equal (26,799 files' assignments held a writer's lock for 30-60 ms)
 

@@ -26,7 +26,16 @@ from repocomp.errors import (
 from repocomp.index import codec as index_codec
 from repocomp.index import heap
 from repocomp.index import trust as index_trust
-from repocomp.index.store import INDEX_FILE, Stored, fallback_dir, file_map, page_out, read_state, write_mapped
+from repocomp.index.store import (
+    INDEX_FILE,
+    Stored,
+    fallback_dir,
+    file_map,
+    page_out,
+    pages_kept,
+    read_state,
+    write_mapped,
+)
 
 if TYPE_CHECKING:
     from repocomp.index.index import Index
@@ -65,12 +74,13 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
     if index.summary.pending_files == 0:
         index.refresh_relations()
     t = time.perf_counter()
-    with while_written() if while_written is not None else contextlib.nullcontext():
+    readers = while_written is not None  # they read the pages of the file read before, then of the new one
+    with while_written() if readers else contextlib.nullcontext(), pages_kept() if readers else contextlib.nullcontext():
         page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
         meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
         target, written = _write(index, meta, arrays)
         del arrays  # what the write still held (the large tables went as written) before reading
-        switch = index_codec.read_back(index, meta, written, readers=while_written is not None)
+        switch = index_codec.read_back(index, meta, written, readers=readers)
         page_out(index.mapped)  # the file read before: what readers read of it meanwhile (read again if needed)
     # from now on read in place from what was written: what building and updating held in memory goes
     switch()

@@ -345,13 +345,13 @@ class RelationUpkeep:
             self._symmetric = (w, w.nnz, w.shape, made)
         return made
 
-    def symmetric_blocks(self) -> Iterator[sp.csr_matrix]:
+    def symmetric_blocks(self, rows_per_block: int = 1 << 16) -> Iterator[sp.csr_matrix]:
         """`symmetric` as consecutive blocks of rows, made one at a time when it is not made already: a save writes
         it so (made whole, it held W's transpose, the blocks and their copy at once: 700 MB beside W in a
         7.6-million-line monorepo)."""
         w = self.relations
         made = self._made_symmetric(w)
-        yield from [made] if made is not None else _symmetric_blocks(w)
+        yield from [made] if made is not None else _symmetric_blocks(w, rows_per_block)
 
     def _made_symmetric(self, w: sp.csr_matrix) -> sp.csr_matrix | None:
         cached = self._symmetric

@@ -19,6 +19,7 @@ import numpy as np
 
 from graph.parsing import Import, ParsedFile
 from graph.stored_rows import NO_ROWS, CodedView, Rows, checked_table
+from repocomp.index.yielding import checkpoint
 
 KEPT = 1024  # files' parses kept once made (an update reads its files and their neighbours' a few times each)
 _COUNTS = ("node_count", "line_count", "def_count", "call_count", "fact_count", "import_count")
@@ -35,6 +36,7 @@ class StoredParses:
         counts = {name: a[name] for name in _COUNTS}
         self._ends = {name: np.cumsum(c) for name, c in counts.items()}  # arrays: a list of ints took 11 MB
         self._starts = {name: self._ends[name] - c for name, c in counts.items()}
+        checkpoint()
         self.kinds = checked_table([str(v) for v in meta["kinds"]], a["node_kind"])
         self.def_names = checked_table([str(v) for v in meta["def_names"]], a["def_name"])
         self.callees = checked_table([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"])
@@ -46,6 +48,7 @@ class StoredParses:
         # imports become objects when a file's parse is made (the resolver's bindings hold them); names interned
         self.import_strings = [None if v is None else intern(str(v)) for v in meta["import_strings"]]
         self.import_codes = a["import_codes"].reshape(-1, 3)
+        checkpoint()
         checked_table(self.import_strings, self.import_codes.ravel())
         if None in self.import_strings and (self.import_codes[:, :2] == self.import_strings.index(None)).any():
             raise ValueError("an import without a local name or module")
@@ -58,6 +61,7 @@ class StoredParses:
                             ("line_owner", "line_count"), ("line_len", "line_count"), ("def_node", "def_count"),
                             ("def_name", "def_count"), ("def_class", "def_count"), ("call_node", "call_count"),
                             ("call_parts", "call_count"), ("fact_node", "fact_count")):
+            checkpoint()  # (a save reads them back beside the language server's requests: each check a slice)
             if len(self.columns[name]) != int(counts[count].sum()) or (counts[count] < 0).any():
                 raise ValueError(f"{name}: lengths do not add up")
         if len(self.import_codes) != int(counts["import_count"].sum()) or len(self.fact_codes[0]) != int(
@@ -67,6 +71,7 @@ class StoredParses:
         for name, count, low in (("node_parent", "node_count", None), ("line_owner", "line_count", None),
                                  ("call_node", "call_count", 0), ("def_node", "def_count", 0),
                                  ("fact_node", "fact_count", 0)):
+            checkpoint()
             of_file = np.repeat(nodes, counts[count])  # each entry's file's node count
             values, has_nodes = self.columns[name], of_file > 0
             if (values[has_nodes] >= of_file[has_nodes]).any() or (low is not None and (values < low).any()):

@@ -1,0 +1,75 @@
+"""The server's foreground (`lsp_server.foreground`): a background checkpoint waits while a message is handled or a
+request answered, not while the request waits on the model, and never longer than its bound."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from lsp_server.foreground import Foreground
+
+
+def _hold(context, seconds: float, entered: threading.Event) -> threading.Thread:
+    def run() -> None:
+        with context():
+            entered.set()
+            time.sleep(seconds)
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert entered.wait(5)
+    return thread
+
+
+def test_a_checkpoint_goes_at_once_when_nothing_is_done_for_the_editor():
+    began = time.monotonic()
+    Foreground().wait_quiet(at_most_s=5)
+    assert time.monotonic() - began < 0.5
+
+
+def test_a_checkpoint_waits_until_the_request_or_message_is_done():
+    for kind in ("serving", "busy"):
+        fg = Foreground()
+        thread = _hold(getattr(fg, kind), 0.3, threading.Event())
+        began = time.monotonic()
+        fg.wait_quiet(at_most_s=5)
+        waited = time.monotonic() - began
+        thread.join(5)
+        assert 0.2 <= waited < 2.0, kind
+
+
+def test_a_checkpoint_waits_at_most_its_bound():
+    fg = Foreground()
+    thread = _hold(fg.serving, 1.5, threading.Event())
+    began = time.monotonic()
+    fg.wait_quiet(at_most_s=0.2)
+    assert 0.15 <= time.monotonic() - began < 1.0
+    thread.join(5)
+
+
+def test_a_request_waiting_on_the_model_holds_nothing_up_and_its_tasks_inherit_that():
+    fg = Foreground()
+    waited: list[float] = []
+
+    async def request() -> None:
+        with fg.serving():
+            async def generation() -> None:  # a task the request starts, as the generations are
+                with fg.waiting():
+                    began = time.monotonic()
+                    await asyncio.to_thread(fg.wait_quiet, 5)
+                    waited.append(time.monotonic() - began)
+            await asyncio.create_task(generation())
+
+    asyncio.run(request())
+    assert len(waited) == 1 and waited[0] < 0.5
+
+
+def test_waiting_outside_a_request_counts_nothing_out():
+    """A background task's wait on the model (a prefetch) does not let a save go past a request being answered."""
+    fg = Foreground()
+    thread = _hold(fg.serving, 0.3, threading.Event())
+    with fg.waiting():
+        began = time.monotonic()
+        fg.wait_quiet(at_most_s=5)
+        assert time.monotonic() - began >= 0.2
+    thread.join(5)
