@@ -74,14 +74,16 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
     if index.summary.pending_files == 0:
         index.refresh_relations()
     t = time.perf_counter()
-    readers = while_written is not None  # they read the pages of the file read before, then of the new one
-    with while_written() if readers else contextlib.nullcontext(), pages_kept() if readers else contextlib.nullcontext():
+    readers = while_written is not None
+    # beside readers no page is given back: they read those of the file read before, then of the new one
+    keeping = pages_kept() if readers else contextlib.nullcontext()
+    with while_written() if readers else contextlib.nullcontext(), keeping:
         page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
         meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
         target, written = _write(index, meta, arrays)
         del arrays  # what the write still held (the large tables went as written) before reading
         switch = index_codec.read_back(index, meta, written, readers=readers)
-        page_out(index.mapped)  # the file read before: what readers read of it meanwhile (read again if needed)
+        page_out(index.mapped)  # the file read before: what the encoding read of it
     # from now on read in place from what was written: what building and updating held in memory goes
     switch()
     if retired is not None:  # the last reference to the file read before: unmapped where the caller lets it go
