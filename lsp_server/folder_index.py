@@ -178,7 +178,8 @@ class FolderIndex:
         meanwhile reads nothing more: it does not wait for the lock again (a writer's batch may hold it)."""
         held = _HOLD.get()
         if held is None:  # `reading()` gave no index and holds nothing (a build's batch was being written)
-            yield
+            with FOREGROUND.waiting():
+                yield
             return
         self.lock.release_read()
         held[0] = False

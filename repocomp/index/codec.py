@@ -59,7 +59,8 @@ def plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-_SAVE_BLOCK_ROWS = 1 << 13  # a matrix's rows made at a time for the write (65,536 at a time: 100-440 ms of W's)
+BLOCK_ROWS = 1 << 16  # a matrix's rows made at a time for the write
+SLICE_ROWS = 1 << 13  # the same beside a language server's requests (65,536 at a time: 100-440 ms of W's)
 _CODES_SLICE = 1 << 16  # values per C loop below: each holds the interpreter's lock (a language server's requests
 # wait meanwhile), a monorepo's millions at once 100-260 ms; a slice ~3 ms
 
@@ -163,10 +164,10 @@ def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
 # ------------------------------------------------------------------------------------------------ encode
 
 
-def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
+def encode(index: Index, rows: int = BLOCK_ROWS) -> tuple[dict[str, Any], dict[str, Stored]]:
     """The index as the header's plain data and its named tables. The large tables are made as the write reaches
     them and let go after (see `store.Stored`), so that a save holds one at a time beside the index, with the
-    pages of the index file it read for each given back."""
+    pages of the index file it read for each given back; a matrix `rows` rows at a time."""
     entries = list(index.files.values())
     graph, arrays = index.graph, dict[str, Stored]()
     paths = [e.path for e in entries]
@@ -235,7 +236,6 @@ def encode(index: Index) -> tuple[dict[str, Any], dict[str, Stored]]:
     # where retrieval reads it (FragRel on; otherwise it is made if ever read): it needs W's transpose, which a
     # save would hold beside W made whole (with a build's last batch, its peak)
     f, n, costs = index.upkeep.fragment_nodes, len(index.fragments), graph.cost_matrix()
-    rows = _SAVE_BLOCK_ROWS
     matrices = [("frag_nodes", _csr_blocks(f.shape, f.dtype, lambda: f.row_blocks(rows))),
                 ("node_frags", _csr_blocks(f.shape[::-1], f.dtype,
                                            lambda: index.upkeep.node_fragments.row_blocks(rows))),

@@ -79,7 +79,8 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
     keeping = pages_kept() if readers else contextlib.nullcontext()
     with while_written() if readers else contextlib.nullcontext(), keeping:
         page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
-        meta, arrays = index_codec.encode(index)  # the large tables are made as the write reaches them
+        # the large tables are made as the write reaches them (beside readers in shorter slices)
+        meta, arrays = index_codec.encode(index, index_codec.SLICE_ROWS if readers else index_codec.BLOCK_ROWS)
         target, written = _write(index, meta, arrays)
         del arrays  # what the write still held (the large tables went as written) before reading
         switch = index_codec.read_back(index, meta, written, readers=readers)
