@@ -77,7 +77,7 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
     readers = while_written is not None
     # beside readers no page is given back: they read those of the file read before, then of the new one
     keeping = pages_kept() if readers else contextlib.nullcontext()
-    with while_written() if readers else contextlib.nullcontext(), keeping:
+    with while_written() if while_written is not None else contextlib.nullcontext(), keeping:
         page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
         # the large tables are made as the write reaches them (beside readers in shorter slices)
         meta, arrays = index_codec.encode(index, index_codec.SLICE_ROWS if readers else index_codec.BLOCK_ROWS)
