@@ -299,6 +299,20 @@ def test_rwlock_downgrade_lets_readers_in_and_keeps_writers_out() -> None:
     assert wrote.is_set()
 
 
+def _change_and_wait_for_the_save(indexes: WorkspaceIndexes, folder, root: Path) -> None:
+    """The folder's index built, one file changed, and the change worker's save of it waited for."""
+    from repocomp.index import Index
+
+    folder.index, folder.state = Index.build(root, Config()), "ready"
+    indexes.file_changed(root / "ledger" / "notes.py", "NOTE = 1\n")
+    assert indexes.wait_idle(10)
+    for _ in range(200):
+        if folder.saved_version == folder.version:
+            break
+        threading.Event().wait(0.05)
+    assert folder.saved_version == folder.version == 1
+
+
 def test_a_save_lets_requests_read_while_the_index_file_is_written(tmp_path: Path, monkeypatch) -> None:
     """The change worker's save makes what it writes under the write lock, then writes the file while requests
     read on (a read lock taken from another thread succeeds mid-write), then holds the write lock again."""
@@ -325,14 +339,8 @@ def test_a_save_lets_requests_read_while_the_index_file_is_written(tmp_path: Pat
     monkeypatch.setattr(persistence, "write_mapped", spying)
     try:
         folder = indexes.add_folder(root, Config())
-        folder.index, folder.state = Index.build(root, Config()), "ready"
-        indexes.file_changed(root / "ledger" / "notes.py", "NOTE = 1\n")
-        assert indexes.wait_idle(10)
-        for _ in range(200):
-            if folder.saved_version == folder.version:
-                break
-            threading.Event().wait(0.05)
-        assert folder.saved_version == folder.version == 1 and read_mid_write == [True]
+        _change_and_wait_for_the_save(indexes, folder, root)
+        assert read_mid_write == [True]
         assert folder.lock.try_acquire_read()  # nothing held after the save
         folder.lock.release_read()
         assert "ledger/notes.py" in Index.load(root, Config()).files
@@ -373,14 +381,8 @@ def test_a_save_waits_at_its_checkpoints_while_a_request_is_answered(tmp_path: P
     monkeypatch.setattr(FOREGROUND, "wait_quiet", checkpoint_wait)
     try:
         folder = indexes.add_folder(root, Config())
-        folder.index, folder.state = Index.build(root, Config()), "ready"
-        indexes.file_changed(root / "ledger" / "notes.py", "NOTE = 1\n")
-        assert indexes.wait_idle(10)
-        for _ in range(200):
-            if folder.saved_version == folder.version:
-                break
-            threading.Event().wait(0.05)
-        assert folder.saved_version == folder.version == 1 and len(waited) > 10
+        _change_and_wait_for_the_save(indexes, folder, root)
+        assert len(waited) > 10
         first_began, first_ended = waited[0]
         assert answered_at and first_ended >= answered_at[0] and first_ended - first_began >= 0.3
         assert "ledger/notes.py" in Index.load(root, Config()).files
