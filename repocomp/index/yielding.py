@@ -1,5 +1,6 @@
 """Where a long write of the index lets requests go first: `checkpoint()` between its slices waits for the wait
-that `yielding_to` set on this thread (the language server's: until no request reads the index).
+that `yielding_to` set on this thread (the language server's: until it handles no message and answers no request,
+`lsp_server.foreground`).
 
 A save beside the requests shares one interpreter lock with them: each time a request let go of it (a numpy or
 numba call, a read of the index file) the save took it for its next few milliseconds, and a monorepo's requests in
