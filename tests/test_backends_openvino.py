@@ -5,6 +5,9 @@ stops between tokens."""
 from __future__ import annotations
 
 import asyncio
+import mmap
+import os
+import re
 import threading
 from pathlib import Path
 
@@ -15,7 +18,7 @@ from gguf.quants import dequantize, quantize
 
 from repocomp.backends import GenerationRequest, make_backend
 from repocomp.backends.local_model import LocalModel
-from repocomp.backends.openvino import OpenVINOBackend, prefill_pieces
+from repocomp.backends.openvino import OpenVINOBackend, give_back_pages, prefill_pieces
 from repocomp.backends.openvino_weights import IR_MODEL, OPENVINO_DIR, requantize, write_openvino_model
 from repocomp.config.schema import BackendConfig
 from repocomp.errors import BackendError, RepocompError
@@ -124,6 +127,48 @@ async def test_prefix_reuse_answers_as_a_fresh_prompt_and_a_cancelled_request_st
     whole = backend._generate(_request(other), threading.Event())[0]  # noqa: SLF001 - the worker's own entry
     cut = backend._generate(_request(other, finished=cancel_after_first), cancelled)[0]  # noqa: SLF001
     assert len(seen) == 1 and len(cut) < len(whole)
+    await backend.aclose()
+
+
+def _resident_mb(path: Path) -> float:
+    """The resident MB of this process's maps of `path` (/proc/self/smaps)."""
+    target, kb, inside = " " + os.path.realpath(path), 0, False
+    with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                inside = line.rstrip("\n").endswith(target)
+            elif inside and line.startswith("Rss:"):
+                kb += int(line.split()[1])
+    return kb / 1024
+
+
+def test_giving_back_a_mapped_files_pages_empties_its_resident_part_and_keeps_its_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    data = np.random.default_rng(0).integers(0, 255, 32 << 20, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        assert mapped[::4096] == data[::4096]  # every page read: resident
+        assert _resident_mb(path) >= 31
+        assert give_back_pages(path) == len(data)
+        assert _resident_mb(path) < 2
+        assert mapped[:] == data  # read again from the file
+    assert give_back_pages(tmp_path / "not-mapped.bin") == 0
+
+
+@pytest.mark.local_model
+async def test_the_weights_files_pages_are_given_back_after_a_generation_and_not_read_again(
+        local_model: LocalModel) -> None:
+    backend = OpenVINOBackend(str(local_model.path))
+    prompt = _SOURCE[:2000] + "\n\ndef helper(x):\n    return x"
+    assert (await backend.agenerate(_request(prompt))).text
+    assert backend._loaded is not None  # noqa: SLF001 - the pipeline's weights file
+    weights = backend._loaded.weights  # noqa: SLF001
+    size_mb = weights.stat().st_size / 2**20
+    # the runtime keeps the weights in its own memory: it reads none of the file's pages again
+    assert _resident_mb(weights) < 0.1 * size_mb, (_resident_mb(weights), size_mb)
+    assert give_back_pages(weights) >= weights.stat().st_size  # its maps are found (all of the file)
+    assert (await backend.agenerate(_request(prompt + "\n\n\ndef other(y):\n"))).text
+    assert _resident_mb(weights) < 0.1 * size_mb
     await backend.aclose()
 
 
