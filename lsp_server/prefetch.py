@@ -9,6 +9,11 @@ One prefetch at a time: a newer one replaces it, and starts no sooner after the 
 ran, so that prefetching takes at most half the time of a developer who keeps moving the cursor. A backend without
 a prefill (`PrefillingBackend`: the in-process runtimes but llama.cpp have one) computes nothing; the context is laid
 all the same.
+
+An editor that sends no prefetch (Emacs with eglot, Helix, VS Code without an extension) says where the developer
+edits: once its changes have paused `EDIT_PAUSE_S` with no request meanwhile, the line where the last change ended
+is prefetched as if the cursor rested there (a developer who stops typing to think, then asks or types on). Once an
+editor sends `repocomp/prefetch` itself, its word is taken instead.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from lsprotocol import types
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["PREFETCH_METHOD", "Prefetcher", "prefetch_target"]
+__all__ = ["EDIT_PAUSE_S", "PREFETCH_METHOD", "Prefetcher", "edited_line", "prefetch_target"]
 
 # the custom notification: {"textDocument": {"uri": ...}, "position": {"line": ..., "character": ...}}
 PREFETCH_METHOD = "repocomp/prefetch"
+EDIT_PAUSE_S = 0.3  # the pause after an edit that stands for a cursor at rest (the Neovim snippet's rest too)
 
 
 def prefetch_target(params: object) -> tuple[str, int] | None:
@@ -39,11 +47,24 @@ def prefetch_target(params: object) -> tuple[str, int] | None:
     return uri, line
 
 
-class Prefetcher:
-    """At most one prefetch running; counts for `repocomp/stats`."""
+def edited_line(changes: list[Any]) -> int | None:
+    """The line where the last of a didChange's changes ends, as the document reads after it; None for a change of
+    the whole document (it says nothing of where the developer is)."""
+    last = changes[-1] if changes else None
+    if not isinstance(last, types.TextDocumentContentChangePartial):
+        return None
+    return last.range.start.line + last.text.count("\n")
 
-    def __init__(self) -> None:
+
+class Prefetcher:
+    """At most one prefetch running, or one waiting for the pause after an edit; counts for `repocomp/stats`."""
+
+    def __init__(self, pause_s: float = EDIT_PAUSE_S) -> None:
+        self.pause_s = pause_s
         self._task: asyncio.Task[None] | None = None
+        self._pause: asyncio.TimerHandle | None = None
+        self.client_sends = False  # the editor sends repocomp/prefetch: it knows where the cursor rests
+        self.after_edits = 0  # prefetches started by a pause after an edit
         self._free_at = 0.0  # time.monotonic() from which the next may start: the last one's end plus its length
         self.done = 0
         self.cancelled = 0
@@ -53,6 +74,23 @@ class Prefetcher:
         """Run `work()` (the engine's prefill request) in the background, in place of the one running."""
         self.cancel()
         self._task = asyncio.get_running_loop().create_task(self._run(work))
+
+    def after_pause(self, start: Callable[[], None]) -> None:
+        """An edit, in an editor that sends no prefetch: `start()` once `pause_s` pass with no other edit or
+        request (each puts the wait off or ends it)."""
+        self._stop_waiting()
+        if not self.client_sends:
+            self._pause = asyncio.get_running_loop().call_later(self.pause_s, self._paused, start)
+
+    def _paused(self, start: Callable[[], None]) -> None:
+        self._pause = None
+        self.after_edits += 1
+        start()
+
+    def _stop_waiting(self) -> None:
+        if self._pause is not None:
+            self._pause.cancel()
+            self._pause = None
 
     async def _run(self, work: Callable[[], Awaitable[Any]]) -> None:
         await asyncio.sleep(max(0.0, self._free_at - time.monotonic()))
@@ -69,7 +107,9 @@ class Prefetcher:
         self.done_ms.append((ended - started) * 1000)
 
     def cancel(self) -> None:
-        """A request wants the model: the prefetch running stops (what it computed stays cached)."""
+        """A request wants the model: the prefetch running stops (what it computed stays cached), and none starts
+        for the pause it ends."""
+        self._stop_waiting()
         if self._task is not None and not self._task.done():
             self._task.cancel()
             self.cancelled += 1
@@ -83,6 +123,6 @@ class Prefetcher:
                 await task
 
     def stats(self) -> dict[str, Any]:
-        return {"done": self.done, "cancelled": self.cancelled, "running": int(self._task is not None
+        return {"done": self.done, "cancelled": self.cancelled, "after_edits": self.after_edits, "running": int(self._task is not None
                                                                               and not self._task.done()),
                 "done_ms": list(self.done_ms)}

@@ -44,7 +44,7 @@ from lsp_server.foreground import FOREGROUND
 from lsp_server.generations import Generations, Served, Site
 from lsp_server.messages import Messages
 from lsp_server.options import Options, parse_options
-from lsp_server.prefetch import PREFETCH_METHOD, Prefetcher, prefetch_target
+from lsp_server.prefetch import PREFETCH_METHOD, Prefetcher, edited_line, prefetch_target
 from lsp_server.progress import IndexProgress
 from lsp_server.protocol import RepocompProtocol
 from lsp_server.request import CompletionRequest, DocumentRef, file_of, locate
@@ -210,9 +210,21 @@ class RepocompServer(LanguageServer):
             self.warn_once("prefetch", f"{PREFETCH_METHOD} wants {{textDocument: {{uri}}, position: {{line, "
                                        "character}}}; ignored")
             return
-        if not self.options.enable:
+        self.prefetches.client_sends = True
+        self._prefetch_at(*target)
+
+    def edited(self, uri: str, changes: list[Any]) -> None:
+        """A didChange: where an editor sends no prefetch, the line it ended on is prefetched once the developer
+        pauses (lsp_server.prefetch)."""
+        line = edited_line(changes)
+        if line is not None:
+            self.prefetches.after_pause(lambda: self._prefetch_at(uri, line, if_open=True))
+
+    def _prefetch_at(self, uri: str, line: int, if_open: bool = False) -> None:
+        """Prefetch the end of `line`; `if_open`: nothing (and nothing said) once the document was closed."""
+        if not self.options.enable or (if_open and self.open_document(convert.document_key(uri)) is None):
             return
-        request = self._request(target[0], types.Position(line=target[1], character=0))
+        request = self._request(uri, types.Position(line=line, character=0))
         if request is None:
             return
         cut = request.cut
@@ -431,6 +443,7 @@ def _document_features(server: RepocompServer) -> None:
         doc = DocumentRef.of(params.text_document.uri)
         ls.generations.rate.changed(doc.key, sum(len(change.text) for change in params.content_changes))
         ls.buffers.schedule(doc)  # the protocol applied the changes (and told the session) already
+        ls.edited(params.text_document.uri, params.content_changes)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: RepocompServer, params: types.DidCloseTextDocumentParams) -> None:

@@ -1,5 +1,5 @@
 """The prefetcher's rules (lsp_server.prefetch): the notification's shape, one prefetch at a time, a request's
-cancel, and at most half the time spent prefetching. The server's handling over LSP is in test_lsp_server.py."""
+cancel, at most half the time spent prefetching, and the pause after an edit standing for a cursor at rest. The server's handling over LSP is in test_lsp_server.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import asyncio
 import time
 from collections import namedtuple
 
-from lsp_server.prefetch import Prefetcher, prefetch_target
+from lsprotocol import types
+
+from lsp_server.prefetch import Prefetcher, edited_line, prefetch_target
 
 Document = namedtuple("Document", ["uri"])
 Position = namedtuple("Position", ["line", "character"])
@@ -46,3 +48,36 @@ async def test_a_newer_prefetch_replaces_the_running_one_and_waits_as_long_as_th
     prefetcher.start(lambda: work("fourth", 10))
     await prefetcher.close()  # shutdown: the running one stops
     assert prefetcher.cancelled == 2 and prefetcher.done == 2
+
+
+def _change(line: int, character: int, text: str) -> types.TextDocumentContentChangePartial:
+    at = types.Position(line=line, character=character)
+    return types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)
+
+
+def test_an_edit_ends_on_the_line_its_last_change_leaves_the_text_on() -> None:
+    assert edited_line([_change(4, 2, "x")]) == 4
+    assert edited_line([_change(9, 0, "y"), _change(4, 2, "a\n    b")]) == 5  # Enter typed: the line opened below
+    assert edited_line([types.TextDocumentContentChangeWholeDocument(text="whole\n")]) is None  # says no place
+    assert edited_line([]) is None
+
+
+async def test_a_pause_after_edits_starts_one_prefetch_unless_a_request_comes_or_the_editor_sends_its_own() -> None:
+    prefetcher, started = Prefetcher(pause_s=0.2), []
+    for n in range(3):  # typing: each edit puts the pause off
+        prefetcher.after_pause(lambda n=n: started.append(n))
+        await asyncio.sleep(0.05)
+    assert started == []
+    await asyncio.sleep(0.3)
+    assert started == [2] and prefetcher.stats()["after_edits"] == 1  # the last edit's line, once
+
+    prefetcher.after_pause(lambda: started.append(3))
+    await asyncio.sleep(0.05)
+    prefetcher.cancel()  # a request came during the pause: it has what a prefetch would lay
+    await asyncio.sleep(0.3)
+    assert started == [2]
+
+    prefetcher.client_sends = True  # the editor says where the cursor rests: edits start none
+    prefetcher.after_pause(lambda: started.append(4))
+    await asyncio.sleep(0.3)
+    assert started == [2] and prefetcher.after_edits == 1

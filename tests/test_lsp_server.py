@@ -622,6 +622,41 @@ async def test_typing_the_first_character_of_an_answer_at_an_empty_indented_line
         slow.stop()
 
 
+async def test_an_editor_that_sends_no_prefetch_gets_one_where_its_edits_paused(
+        client: LanguageClient, repo: Path) -> None:
+    """No `repocomp/prefetch` from the editor (eglot, Helix): once its edits pause, the line the last one ended on is
+    prefetched, and the request there shows that context without retrieving again; once the editor sends its own
+    prefetch, edits start none."""
+    await initialize(client, repo)
+    await wait_ready(client)
+    uri = open_doc(client, repo / "shop" / "again.py", "def report_again(order):\n    summary = describe_order(order)\n")
+
+    def type_at(line: int, character: int, text: str, version: int) -> None:
+        at = types.Position(line=line, character=character)
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)]))
+
+    type_at(2, 0, "    ", 2)
+    deadline = time.monotonic() + 30
+    while (await stats(client))["prefetches"]["done"] < 1:
+        assert time.monotonic() < deadline, "no prefetch after the edits paused"
+        await asyncio.sleep(0.05)
+    assert (await stats(client))["prefetches"]["after_edits"] == 1
+    await inline(client, uri, types.Position(line=2, character=4))
+    stages = (await stats(client))["completed_stages"][-1]
+    assert "prompt_1" in stages and "retrieve_1" not in stages, stages  # round 1: the prefetch's context again
+
+    client.protocol.notify("repocomp/prefetch", {"textDocument": {"uri": uri}, "position": {"line": 2, "character": 4}})
+    while (await stats(client))["prefetches"]["done"] < 2:
+        assert time.monotonic() < deadline, "the editor's prefetch never finished"
+        await asyncio.sleep(0.05)
+    type_at(2, 4, "total = 0", 3)
+    await asyncio.sleep(1.0)  # three pauses' length
+    prefetches = (await stats(client))["prefetches"]
+    assert prefetches["after_edits"] == 1 and prefetches["done"] == 2
+
+
 async def test_a_prefetch_lays_the_context_a_request_on_the_line_opened_below_shows(
         client: LanguageClient, repo: Path) -> None:
     """`repocomp/prefetch` where the cursor rests: the server lays that line's context in the background (with the
