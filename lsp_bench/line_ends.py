@@ -9,7 +9,8 @@ developer is about to type it, the code below stands), insert mode starts at its
 line is scored against the line that stood there; the line is put back before the next. `--rest-ms R` (with
 `--emptied`) first rests the cursor on the line above for R ms in normal mode, as a developer who looks before
 writing on below it: the snippet's prefetch (`repocomp/prefetch`, sent after 300 ms) prepares that line's
-completion meanwhile. `--config FILE` is the
+completion meanwhile; with `--no-editor-prefetch` the snippet sends none (as Emacs with eglot or Helix), and the
+server prefetches the line the emptying edit ended on once the edits pause. `--config FILE` is the
 user's settings file for the server (e.g. `[prompt] fim = "none"`). Figures: lines answered (any ghost text),
 answers right, the time from entering insert mode to the ghost text, and the server's RSS at the end (the model
 loaded, the repository open).
@@ -48,6 +49,7 @@ class LineEndsResult:
     server_file_rss_mb: float = 0.0
     prefetches: int = 0  # prefetches the server finished (`repocomp/stats`), and their time in all
     prefetch_s: float = 0.0
+    prefetches_after_edits: int = 0  # of them, started by the server at a pause after edits
 
 
 def pick_lines(text: str, n: int, seed: int) -> list[int]:
@@ -64,7 +66,8 @@ def _next_line(rows: list[str], line: int) -> str:
 
 
 def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: int = 120_000, *,
-                  emptied: bool = False, config_file: Path | None = None, rest_ms: int = 0) -> LineEndsResult:
+                  emptied: bool = False, config_file: Path | None = None, rest_ms: int = 0,
+                  editor_prefetch: bool = True) -> LineEndsResult:
     text = file.read_text(encoding="utf-8")
     rows = text.splitlines()
     lines = pick_lines(text, n, seed)
@@ -86,7 +89,7 @@ def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: 
             user.write_bytes(config_file.read_bytes())
         # Neovim runs with its own HOME: point the server at this user's local model
         run = run_plan(repo, file, lines[0], 0, steps, Path(work), env={"REPOCOMP_MODEL_DIR": str(default_model_dir())},
-                       limit_s=(LOAD_MS + len(lines) * (ghost_ms + 500)) / 1000)
+                       limit_s=(LOAD_MS + len(lines) * (ghost_ms + 500)) / 1000, prefetch=editor_prefetch)
     records = run.result.get("records", [])
     answers: list[str | None] = [r["text"] if r["ghost"] else None for r in records]
     latencies = [r["latency_ms"] for r in records if r["ghost"]]
@@ -101,7 +104,8 @@ def run_line_ends(repo: Path, file: Path, n: int = 30, seed: int = 0, ghost_ms: 
                           round(statistics.median(latencies), 1) if latencies else 0.0,
                           round(max(latencies), 1) if latencies else 0.0, answers, run.result.get("error"), emptied,
                           round(stats.get("rss_bytes", 0) / 2**20, 1), round(stats.get("file_rss_bytes", 0) / 2**20, 1),
-                          prefetched.get("done", 0), round(sum(prefetched.get("done_ms", [])) / 1000, 1))
+                          prefetched.get("done", 0), round(sum(prefetched.get("done_ms", [])) / 1000, 1),
+                          prefetched.get("after_edits", 0))
 
 
 def format_table(r: LineEndsResult) -> str:
@@ -112,7 +116,8 @@ def format_table(r: LineEndsResult) -> str:
             ("insert mode -> ghost text p50 / max", f"{r.latency_p50_ms:.0f} / {r.latency_max_ms:.0f} ms"),
             ("the server's RSS at the end (of it pages of files read in place)",
              f"{r.server_rss_mb:.0f} MB ({r.server_file_rss_mb:.0f} MB)"),
-            ("prefetches the server finished, their time in all", f"{r.prefetches}, {r.prefetch_s:.1f} s")]
+            ("prefetches the server finished, their time in all; started at a pause after edits",
+             f"{r.prefetches}, {r.prefetch_s:.1f} s; {r.prefetches_after_edits}")]
     rows += [("error", r.error)] if r.error else []
     width = max(len(a) for a, _ in rows)
     return "\n".join([f"repocomp bench line-ends {r.file} (Neovim 0.12)"] + [f"{a:<{width}}  {b}" for a, b in rows])
@@ -129,6 +134,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
                    help="empty each line and complete at its column 0 (the line the developer is about to type)")
     p.add_argument("--rest-ms", type=int, default=0, metavar="R",
                    help="with --emptied: rest the cursor on the line above for R ms first (default 0)")
+    p.add_argument("--no-editor-prefetch", dest="editor_prefetch", action="store_false",
+                   help="the snippet sends no repocomp/prefetch (as Emacs with eglot, Helix)")
     p.add_argument("--config", type=Path, metavar="FILE", help="the user's settings file for the server")
     p.add_argument("--json", type=Path, metavar="F", help="also write the figures and answers as JSON")
     p.set_defaults(run=_run)
@@ -141,5 +148,6 @@ def _run(args: argparse.Namespace) -> int:
     if not file.is_file():
         raise SystemExit(f"{file}: no such file")
     result = run_line_ends(args.repo.resolve(), file.resolve(), args.lines, args.seed, args.ghost_ms,
-                           emptied=args.emptied, config_file=args.config, rest_ms=args.rest_ms)
+                           emptied=args.emptied, config_file=args.config, rest_ms=args.rest_ms,
+                           editor_prefetch=args.editor_prefetch)
     return report(result, format_table(result), args.json)

@@ -50,11 +50,16 @@ class NvimRun:
     stderr: str
 
 
+# where the snippet's prefetch begins (it runs to the snippet's end)
+PREFETCH_PART = "-- Where the cursor rests"
+
+
 def run_plan(repo: Path, file: Path, line: int, col: int, steps: list[dict[str, Any]], work: Path, *,
              env: dict[str, str] | None = None, options: dict[str, Any] | None = None,
-             limit_s: float = 120.0) -> NvimRun:
+             limit_s: float = 120.0, prefetch: bool = True) -> NvimRun:
     """Open `file` (in `repo`) in Neovim configured with the documented snippet, set the buffer's `options` (after
-    the filetype plugin's), run `steps`, all bounded by `limit_s`."""
+    the filetype plugin's), run `steps`, all bounded by `limit_s`. `prefetch=False`: the snippet without its
+    prefetch (an editor that sends none, as Emacs with eglot or Helix)."""
     work.mkdir(parents=True, exist_ok=True)
     bin_dir, log = work / "bin", work / "server.log"
     bin_dir.mkdir(exist_ok=True)
@@ -63,7 +68,12 @@ def run_plan(repo: Path, file: Path, line: int, col: int, steps: list[dict[str, 
     shim.chmod(0o755)
     init = work / "init.lua"
     # headless Neovim loads no filetype plugins by itself; `vim.lsp.enable` attaches on the FileType event
-    init.write_text("vim.cmd('filetype plugin on')\n" + editor_snippet("neovim.lua"))
+    snippet = editor_snippet("neovim.lua")
+    if not prefetch:
+        if PREFETCH_PART not in snippet:
+            raise RepocompError(f"the Neovim snippet has no {PREFETCH_PART!r} part to leave out")
+        snippet = snippet[:snippet.index(PREFETCH_PART)]
+    init.write_text("vim.cmd('filetype plugin on')\n" + snippet)
     out = work / "nvim_result.json"
     plan = {"file": str(file), "line": line, "col": col, "steps": steps, "out": str(out), "options": options or {},
             "limit_ms": int(limit_s * 1000)}

@@ -257,10 +257,11 @@ class ChangeWorker:
                 held.append(time.monotonic())
 
         retired: list[object] = []
+        slices = None
         try:
             version = folder.version
             # the editor first: the save waits between its slices while a request is answered
-            with heap.uncollected(), yielding_to(FOREGROUND.wait_quiet):
+            with heap.uncollected(), FOREGROUND.slices() as slices, yielding_to(slices):
                 index.save(while_written=readers_in, retired=retired)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)
@@ -273,6 +274,7 @@ class ChangeWorker:
             acquired, shared_from, shared_to = held if len(held) == 3 else (held[0], ended, ended)
             folder.last_save = (began, ended)
             folder.last_save_held_ms = round(max(shared_from - acquired, ended - shared_to) * 1000, 1)
+            folder.last_save_overlap_ms = round(slices.longest_ms, 1) if slices is not None else None
             retired.clear()  # the file read before, unmapped with no lock held
             heap.trim(every_s=0)  # what the index let go of at the switch
 

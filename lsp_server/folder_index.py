@@ -96,6 +96,8 @@ class FolderIndex:
     last_save: tuple[float, float] | None = None
     # of that save: the longest time it held the write lock (ms), what a request may have waited for it
     last_save_held_ms: float | None = None
+    # and the longest a request ran beside one of its slices (ms): at most what the save delayed it
+    last_save_overlap_ms: float | None = None
     changed_at: float = 0.0  # time.monotonic() of the last applied batch
     read_at: float = 0.0  # time.monotonic() when a request last finished reading the index
     refreshed_at: float = 0.0  # time.monotonic() of the last slice of the background relation refresh

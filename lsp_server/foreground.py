@@ -4,13 +4,16 @@ being answered, but for a request's wait on the model, which needs no interprete
 
 The two share one interpreter lock. Each time a request let go of it (a numpy call, a read of the index file, the
 event loop's wait for the next message) a save beside it took it for up to the interpreter's switch interval: a
-monorepo's requests in the first seconds of a save took 150-270 ms against 60-120."""
+monorepo's requests in the first seconds of a save took 150-270 ms against 60-120. What a save can still cost a
+request is the rest of the slice it was in when the request came: `slices()` keeps the longest such overlap.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import threading
+import time
 from collections.abc import Iterator
 
 YIELD_AT_MOST_S = 1.0  # a background slice waits for the foreground at most this long (a stuck request stalls nothing)
@@ -19,16 +22,47 @@ YIELD_AT_MOST_S = 1.0  # a background slice waits for the foreground at most thi
 _SERVING: contextvars.ContextVar[bool] = contextvars.ContextVar("repocomp_serving", default=False)
 
 
+class Slices:
+    """A background write's checkpoints (its `yielding_to` wait): each waits for the foreground, and `longest_ms` is
+    the longest a request ran beside one slice, from the later of the slice's start and the moment the foreground
+    became busy to the slice's end: at most what the slice could delay it (the two share the interpreter)."""
+
+    def __init__(self, foreground: Foreground) -> None:
+        self._foreground = foreground
+        self._started = time.monotonic()
+        self.woke_at: float | None = None  # the foreground's first busy moment in this slice (set by it)
+        self.longest_ms = 0.0
+        self.count = 0
+
+    def __call__(self) -> None:
+        foreground, ended = self._foreground, time.monotonic()
+        with foreground._quiet:  # noqa: SLF001 - one module's two halves
+            woke, self.woke_at = self.woke_at, None
+        if woke is not None:
+            self.longest_ms = max(self.longest_ms, (ended - max(woke, self._started)) * 1000)
+        foreground.wait_quiet()
+        with foreground._quiet:  # noqa: SLF001 - still busy (the wait's bound passed): beside the next slice too
+            self.woke_at = time.monotonic() if foreground._count > 0 else None  # noqa: SLF001
+        self._started = time.monotonic()
+        self.count += 1
+
+
 class Foreground:
     def __init__(self) -> None:
         self._count = 0  # messages being handled and requests being answered, less those waiting on the model
         self._quiet = threading.Condition()
+        self._watching: list[Slices] = []
 
     def _add(self, delta: int) -> None:
         with self._quiet:
+            before = self._count
             self._count += delta
             if self._count <= 0:
                 self._quiet.notify_all()
+            elif before <= 0:
+                now = time.monotonic()
+                for slices in self._watching:
+                    slices.woke_at = slices.woke_at or now
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -61,6 +95,18 @@ class Foreground:
             yield
         finally:
             self._add(1)
+
+    @contextlib.contextmanager
+    def slices(self) -> Iterator[Slices]:
+        """A background write's checkpoints, which wait for the foreground and measure what they cost it."""
+        slices = Slices(self)
+        with self._quiet:
+            self._watching.append(slices)
+        try:
+            yield slices
+        finally:
+            with self._quiet:
+                self._watching.remove(slices)
 
     def wait_quiet(self, at_most_s: float = YIELD_AT_MOST_S) -> None:
         """Until nothing is done for the editor, at most `at_most_s` (a background slice's checkpoint)."""

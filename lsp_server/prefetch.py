@@ -34,7 +34,9 @@ __all__ = ["EDIT_PAUSE_S", "PREFETCH_METHOD", "Prefetcher", "edited_line", "pref
 
 # the custom notification: {"textDocument": {"uri": ...}, "position": {"line": ..., "character": ...}}
 PREFETCH_METHOD = "repocomp/prefetch"
-EDIT_PAUSE_S = 0.3  # the pause after an edit that stands for a cursor at rest (the Neovim snippet's rest too)
+# the pause after an edit that stands for a cursor at rest: longer than the Neovim snippet's rest (300 ms), so that an
+# editor that sends its own prefetch is heard before the server guesses
+EDIT_PAUSE_S = 0.5
 
 
 def prefetch_target(params: object) -> tuple[str, int] | None:

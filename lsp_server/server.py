@@ -323,7 +323,8 @@ class RepocompServer(LanguageServer):
     def stats_payload(self) -> dict[str, Any]:
         indexes = self.indexes
         folders = [{"root": str(f.root), "state": f.state, "version": f.version, "saved_version": f.saved_version,
-                    "last_save": f.last_save, "last_save_held_ms": f.last_save_held_ms, "error": f.error,
+                    "last_save": f.last_save, "last_save_held_ms": f.last_save_held_ms,
+                    "last_save_overlap_ms": f.last_save_overlap_ms, "error": f.error,
                     "ids": f.id_counts()}
                    for f in (indexes.folders.values() if indexes is not None else ())]
         return {"completed_ms": list(self.stats.completed_ms), "completed_stages": list(self.stats.completed_stages),

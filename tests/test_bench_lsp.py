@@ -27,6 +27,7 @@ def test_every_phase_is_measured_and_a_save_is_timed_against_the_requests_around
     # of the write lock measured, each request timed as overlapping it or not (this repository's save takes a
     # few ms: it may fall between two requests; the monorepo's overlapped 51-59 of them)
     assert result.index_save_s > 0 and 0 <= result.index_save_held_ms < 10_000, result
+    assert 0 <= result.index_save_overlap_ms < result.index_save_s * 1000, result  # the slices' longest overlap
     assert result.beside_save_p50_ms > 0 or result.during_save >= 1, result
     assert result.during_save == 0 or result.during_save_p50_ms <= result.during_save_p95_ms \
         <= result.during_save_max_ms < 10_000

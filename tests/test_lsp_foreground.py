@@ -1,5 +1,6 @@
 """The server's foreground (`lsp_server.foreground`): a background checkpoint waits while a message is handled or a
-request answered, not while the request waits on the model, and never longer than its bound."""
+request answered, not while the request waits on the model, and never longer than its bound; a save's slices keep
+the longest a request ran beside one."""
 
 from __future__ import annotations
 
@@ -73,3 +74,26 @@ def test_waiting_outside_a_request_counts_nothing_out():
         fg.wait_quiet(at_most_s=5)
         assert time.monotonic() - began >= 0.2
     thread.join(5)
+
+
+def test_the_slices_keep_the_longest_a_request_ran_beside_one_of_them():
+    fg = Foreground()
+    with fg.slices() as slices:
+        slices()  # the write's first checkpoint
+        time.sleep(0.05)  # a slice with nothing beside it
+        slices()
+        assert slices.longest_ms == 0 and slices.count == 2
+        time.sleep(0.1)  # a slice's first 100 ms alone, then a request comes for its last 50 ms
+        with fg.serving():
+            time.sleep(0.05)
+            began = time.monotonic()
+            waiter = threading.Thread(target=slices)  # the slice ends: its checkpoint waits for the request
+            waiter.start()
+            time.sleep(0.1)
+        waiter.join(5)
+        assert time.monotonic() - began >= 0.09  # it waited
+        assert 40 <= slices.longest_ms < 95, slices.longest_ms  # the 50 ms beside the slice, not the wait after
+        fg.wait_quiet()
+        slices()  # the next slice: nothing beside it
+        assert 40 <= slices.longest_ms < 95 and slices.count == 4
+    assert fg._watching == []  # noqa: SLF001 - the write's slices let go

@@ -652,7 +652,7 @@ async def test_an_editor_that_sends_no_prefetch_gets_one_where_its_edits_paused(
         assert time.monotonic() < deadline, "the editor's prefetch never finished"
         await asyncio.sleep(0.05)
     type_at(2, 4, "total = 0", 3)
-    await asyncio.sleep(1.0)  # three pauses' length
+    await asyncio.sleep(1.5)  # three pauses' length
     prefetches = (await stats(client))["prefetches"]
     assert prefetches["after_edits"] == 1 and prefetches["done"] == 2
 
