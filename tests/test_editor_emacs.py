@@ -1,6 +1,7 @@
 """A real editor nobody here wrote: Emacs (Debian's emacs-nox 28 with elpa-eglot) configured with the documented
 eglot snippet (lsp_bench/editors/eglot.el, shown in the docs); `completion-at-point` (eglot:
-`textDocument/completion`) at the cursor inserts the repository's completion. Never skipped: `bash .ci/setup` installs Emacs and eglot with apt.
+`textDocument/completion`) at the cursor inserts the repository's completion, and the edits before it, paused,
+had the server prefetch that line (eglot sends no prefetch of its own). Never skipped: `bash .ci/setup` installs Emacs and eglot with apt.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ def test_eglot_completion_at_point_inserts_the_repository_completion(tmp_path: P
     snippet = tmp_path / "snippet.el"
     snippet.write_text(editor_snippet("eglot.el"))
     bin_dir, log, out = tmp_path / "bin", tmp_path / "server.log", tmp_path / "line.txt"
+    prefetches = tmp_path / "prefetches.txt"
     bin_dir.mkdir()  # `repocomp` on PATH, as the snippet expects, logging for this test
     (bin_dir / "repocomp").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m repocomp "$@" --log-file "{log}"\n')
     (bin_dir / "repocomp").chmod(0o755)
     env = dict(os.environ, SNIPPET=str(snippet), FILE=str(file), LINE=str(CHECKOUT.count("\n") + 1), OUT=str(out),
-               HOME=str(tmp_path), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+               PREFETCHES=str(prefetches), HOME=str(tmp_path), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.run([emacs, "--batch", "-l", str(DRIVER)], env=env, cwd=repo, capture_output=True,
                           timeout=180)
     server_log = log.read_text(errors="replace") if log.exists() else "(no server log)"
     explain = f"{proc.stderr.decode(errors='replace')[-3000:]}\n--- server log ---\n{server_log[-3000:]}"
     assert out.exists(), explain
     assert out.read_text() == "    discounted_total = " + EXPECTED, explain
+    assert prefetches.read_text() == "1", explain  # the pause after the space typed and deleted
