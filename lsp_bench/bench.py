@@ -74,7 +74,7 @@ class LspBenchResult:
     beside_save_p95_ms: float = float("nan")
     beside_save_max_ms: float = float("nan")
     index_save_held_ms: float = float("nan")  # the longest the save held the write lock: what a request could wait
-    # the most CPU time the save spent in one slice while a request was handled: what the save could delay it
+    # the most user CPU time the save spent in one slice a request came in: at most what it delayed the request
     index_save_overlap_ms: float = float("nan")
     # the slowest tenth of the typing requests: each stage's median there (ms), "outside" the pipeline included
     # (the wait for the index's lock and the executor)
@@ -509,7 +509,7 @@ def format_table(r: LspBenchResult) -> str:
          f"{r.during_save_p50_ms:.0f} / {r.during_save_p95_ms:.0f} / {r.during_save_max_ms:.0f} ms",
          f"the others {r.beside_save_p50_ms:.0f} / {r.beside_save_p95_ms:.0f} / {r.beside_save_max_ms:.0f} ms"),
         ("  the longest the save held the write lock", f"{r.index_save_held_ms:.0f} ms", "<= 50 ms"),
-        ("  the save's most CPU in one slice beside a request", f"{r.index_save_overlap_ms:.0f} ms", "<= 50 ms"),
+        ("  the save's most user CPU in one slice a request came in", f"{r.index_save_overlap_ms:.0f} ms", "<= 50 ms"),
         ("server RSS with index", f"{r.rss_mb:.0f} MB", f"<= {TARGETS['rss_mb']:.0f} MB"),
         ("  of which pages of files read in place", f"{r.file_rss_mb:.0f} MB", ""),
     ]

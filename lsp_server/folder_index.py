@@ -96,7 +96,7 @@ class FolderIndex:
     last_save: tuple[float, float] | None = None
     # of that save: the longest time it held the write lock (ms), what a request may have waited for it
     last_save_held_ms: float | None = None
-    # and the most CPU time it spent in one slice beside a request (ms): at most what it delayed the request
+    # and the most user CPU time it spent in one slice a request came in (ms): at most what it delayed the request
     last_save_overlap_ms: float | None = None
     changed_at: float = 0.0  # time.monotonic() of the last applied batch
     read_at: float = 0.0  # time.monotonic() when a request last finished reading the index

@@ -5,17 +5,18 @@ being answered, but for a request's wait on the model, which needs no interprete
 The two share one interpreter lock. Each time a request let go of it (a numpy call, a read of the index file, the
 event loop's wait for the next message) a save beside it took it for up to the interpreter's switch interval: a
 monorepo's requests in the first seconds of a save took 150-270 ms against 60-120. What a save can still cost a
-request is the rest of the slice it was in when the request came: `slices()` keeps the longest such overlap, in the
-save's CPU time.
+request is the slice it was in when the request came: `slices()` keeps the longest such slice, in the save's user CPU
+time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import resource
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 YIELD_AT_MOST_S = 1.0  # a background slice waits for the foreground at most this long (a stuck request stalls nothing)
 
@@ -23,47 +24,38 @@ YIELD_AT_MOST_S = 1.0  # a background slice waits for the foreground at most thi
 _SERVING: contextvars.ContextVar[bool] = contextvars.ContextVar("repocomp_serving", default=False)
 
 
-def _cpu_clock() -> Callable[[], float]:
-    """The calling thread's CPU time, readable from any thread (Linux, BSDs); elsewhere the wall clock."""
+def _user_time() -> float:
+    """This thread's CPU time in user mode, where the interpreter's lock is held (Linux); elsewhere all its CPU
+    time. The kernel's time (a write's copy, an fsync: 120 ms of a monorepo's save) holds no lock."""
     try:
-        clock = time.pthread_getcpuclockid(threading.get_ident())
-        time.clock_gettime(clock)
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_utime
     except (AttributeError, OSError):
-        return time.monotonic
-    return lambda: time.clock_gettime(clock)
+        return time.thread_time()
 
 
 class Slices:
-    """A background write's checkpoints (its `yielding_to` wait), made on the writing thread: each waits for the
-    foreground, and `longest_ms` is the most CPU time the writer spent in one slice while a request was in the
-    foreground (from the later of the slice's start and the moment the foreground became busy to the slice's
-    end): at most what the slice could delay the request. Wall time would count the writer's waits on the disk
-    (a 1.8 GB file's fsync: 1 s), which hold nothing up."""
+    """A background write's checkpoints (its `yielding_to` wait), called on the writing thread: each waits for the
+    foreground, and `longest_ms` is the most user CPU time the writer spent in one slice during which a message or
+    request was handled: at most what the slice delayed it (the two share the interpreter's lock). Wall time
+    would count the writer's waits on the disk (a 1.8 GB file's fsync: 1 s), which hold nothing up."""
 
     def __init__(self, foreground: Foreground) -> None:
         self._foreground = foreground
-        self._cpu = _cpu_clock()
-        self._lock = threading.Lock()
-        self._started = self._cpu()
-        self._woke_at: float | None = None  # the writer's CPU clock when the foreground became busy in this slice
+        self._started = _user_time()
+        self._beside = False  # the foreground was busy in this slice
         self.longest_ms = 0.0
         self.count = 0
 
     def woke(self) -> None:
         """The foreground became busy (told by it)."""
-        with self._lock:
-            self._woke_at = self._woke_at or self._cpu()
+        self._beside = True
 
     def __call__(self) -> None:
-        ended = self._cpu()
-        with self._lock:
-            woke, self._woke_at = self._woke_at, None
-        if woke is not None:
-            self.longest_ms = max(self.longest_ms, (ended - max(woke, self._started)) * 1000)
+        if self._beside:
+            self.longest_ms = max(self.longest_ms, (_user_time() - self._started) * 1000)
         self._foreground.wait_quiet()
-        with self._lock:  # still busy (the wait's bound passed): beside the next slice from its start
-            self._woke_at = self._cpu() if self._foreground.is_busy() else None
-        self._started = self._cpu()
+        self._beside = self._foreground.is_busy()  # still busy (the wait's bound passed): beside the next slice
+        self._started = _user_time()
         self.count += 1
 
 

@@ -79,11 +79,12 @@ def test_waiting_outside_a_request_counts_nothing_out():
 def _spin(seconds: float) -> None:
     """CPU work for `seconds` of this thread's CPU time."""
     end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
+    while time.thread_time() < end:  # (the clock is a system call: read it seldom, so the CPU time is the user's)
+        for _ in range(20_000):
+            pass
 
 
-def test_the_slices_keep_the_most_cpu_a_write_spent_beside_a_request_in_one_of_them():
+def test_the_slices_keep_the_most_cpu_a_write_spent_in_one_a_request_came_in():
     fg = Foreground()
     with fg.slices() as slices:  # made on the writing thread, as the save's are
         slices()  # the write's first checkpoint
@@ -99,8 +100,8 @@ def test_the_slices_keep_the_most_cpu_a_write_spent_beside_a_request_in_one_of_t
         slices()  # the slice ends: its checkpoint waits for the request
         assert time.monotonic() - began >= 0.05
         request.join(5)
-        assert 30 <= slices.longest_ms < 80, slices.longest_ms  # the CPU beside the request, not the wait
+        assert 70 <= slices.longest_ms < 130, slices.longest_ms  # the slice's CPU, not its waits
         _spin(0.03)
         slices()  # the next slice: nothing beside it
-        assert 30 <= slices.longest_ms < 80 and slices.count == 4
+        assert 70 <= slices.longest_ms < 130 and slices.count == 4
     assert fg._watching == []  # noqa: SLF001 - the write's slices let go

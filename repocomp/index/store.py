@@ -133,11 +133,13 @@ def write_mapped(folder: Path, meta: dict[str, Any], arrays: dict[str, Stored]
             fh.flush()
             checkpoint()
             os.fsync(fh.fileno())
+            checkpoint()
             mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    checkpoint()
     return target, {name: _view(mapped, at, dtype, shape) for name, (at, dtype, shape) in placed.items()}
 
 

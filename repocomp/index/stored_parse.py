@@ -25,6 +25,20 @@ KEPT = 1024  # files' parses kept once made (an update reads its files and their
 _COUNTS = ("node_count", "line_count", "def_count", "call_count", "fact_count", "import_count")
 
 
+def _strings(values: list[Any], of: Callable[[Any], Any] = str, slice_len: int = 1 << 15) -> list[Any]:
+    """`of(v)` of each of `values` (strings, or tuples of them), a slice at a time (a monorepo's million definition
+    names at once: 50-100 ms of the interpreter)."""
+    out: list[Any] = []
+    for at in range(0, len(values), slice_len):
+        checkpoint()
+        out += map(of, values[at:at + slice_len])
+    return out
+
+
+def _str_tuple(value: Any) -> tuple[str, ...]:
+    return tuple(map(str, value))
+
+
 class StoredParses:
     """Every file's parse tables as stored (views of the index file), a file's made into its `ParsedFile` by
     `parsed(i)`; `ValueError` at construction when they do not fit together."""
@@ -38,11 +52,15 @@ class StoredParses:
         self._starts = {name: self._ends[name] - c for name, c in counts.items()}
         checkpoint()
         self.kinds = checked_table([str(v) for v in meta["kinds"]], a["node_kind"])
-        self.def_names = checked_table([str(v) for v in meta["def_names"]], a["def_name"])
-        self.callees = checked_table([tuple(map(str, p)) for p in meta["call_parts"]], a["call_parts"])
+        checkpoint()  # (each table checked is a slice beside the language server's requests)
+        self.def_names = checked_table(_strings(meta["def_names"]), a["def_name"])
+        checkpoint()
+        self.callees = checked_table(_strings(meta["call_parts"], _str_tuple), a["call_parts"])
+        checkpoint()
         fact_strings = [str(v) for v in meta["fact_strings"]]
         self.fact_codes = [np.ascontiguousarray(c) for c in a["fact_codes"].reshape(-1, 3).T]
         for codes in self.fact_codes:
+            checkpoint()
             checked_table(fact_strings, codes)
         self.fact_strings = fact_strings
         # imports become objects when a file's parse is made (the resolver's bindings hold them); names interned
@@ -73,8 +91,12 @@ class StoredParses:
                                  ("fact_node", "fact_count", 0)):
             checkpoint()
             of_file = np.repeat(nodes, counts[count])  # each entry's file's node count
+            checkpoint()  # (a monorepo's 7.8 million lines: each step here 20-30 ms)
             values, has_nodes = self.columns[name], of_file > 0
-            if (values[has_nodes] >= of_file[has_nodes]).any() or (low is not None and (values < low).any()):
+            if ((values >= of_file) & has_nodes).any():
+                raise ValueError(f"{name}: a node that is not its file's")
+            checkpoint()
+            if low is not None and (values < low).any():
                 raise ValueError(f"{name}: a node that is not its file's")
             if low is not None and len(values) and (~has_nodes).any():
                 raise ValueError(f"{name}: a node of a file without nodes")

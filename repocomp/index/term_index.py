@@ -28,6 +28,7 @@ from graph.csr_rows import replace_rows
 from repocomp.config.schema import SIMILARITIES
 from repocomp.index.store import Chunks
 from repocomp.index.vocabulary import StoredVocabulary, term_ids, vocabulary_arrays
+from repocomp.index.yielding import checkpoint
 from repocomp.tokenize import code_tokens
 
 __all__ = ["TermIndex", "StateVersionError"]
@@ -523,13 +524,17 @@ class TermIndex:
                  "post_counts": "f", "row_len": "f", "df": "i"}
         if any(np.asarray(d[k]).dtype.kind != kind or np.ndim(d[k]) != 1 for k, kind in kinds.items()):
             raise ValueError("term index tables of another type")
+        checkpoint()  # (a save's read-back beside the language server's requests: each check a slice)
         _check_pointers(d["indptr"], n, d["terms"], d["counts"], n_terms)
+        checkpoint()
         _check_pointers(d["post_indptr"], n_terms, d["post_rows"], d["post_counts"], n)
+        checkpoint()
         if len(d["row_len"]) != n or len(d["df"]) != n_terms or len(d["terms"]) != len(d["post_rows"]):
             raise ValueError("term index statistics of another size")
         idx._rows = sp.csr_matrix((d["counts"], d["terms"], d["indptr"]), shape=(n, n_terms))
         idx._base, idx._base_of = _Postings(d["post_indptr"], d["post_rows"], d["post_counts"]), idx._rows
         idx._delta, idx._stale = _Postings.empty(n_terms), np.zeros(n, bool)
+        checkpoint()
         idx._set_statistics(d["alive"], d["row_len"], d["df"])
         return idx
 
