@@ -315,8 +315,8 @@ async def _measure_during_save(session: Session, edited: Path, sites: list[tuple
     """A line added to `edited`'s buffer (never to the file), then requests one after another until the server has
     saved the index it changed (once the folder has been quiet for `server.saveAfterMs`): the round trips of those
     that overlapped the save (from when it waited for the write lock to when it let go), of the others, the
-    save's seconds, the longest time it held the write lock and the most CPU time it spent in one slice beside a
-    request (ms). Nothing when no save came in `timeout_s`."""
+    save's seconds, the longest time it held the write lock and the most user CPU time it spent in one slice a
+    request came in (ms). Nothing when no save came in `timeout_s`."""
     uri, text = edited.as_uri(), edited.read_text(encoding="utf-8", errors="replace")
     session.open(uri, text)
     session.replace(uri, text + "\nzq_bench_save_probe = 1\n")

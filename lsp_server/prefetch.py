@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from lsprotocol import types
@@ -49,7 +49,7 @@ def prefetch_target(params: object) -> tuple[str, int] | None:
     return uri, line
 
 
-def edited_line(changes: list[Any]) -> int | None:
+def edited_line(changes: Sequence[types.TextDocumentContentChangeEvent]) -> int | None:
     """The line where the last of a didChange's changes ends, as the document reads after it; None for a change of
     the whole document (it says nothing of where the developer is)."""
     last = changes[-1] if changes else None

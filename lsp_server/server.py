@@ -29,6 +29,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -213,7 +214,7 @@ class RepocompServer(LanguageServer):
         self.prefetches.client_sends = True
         self._prefetch_at(*target)
 
-    def edited(self, uri: str, changes: list[Any]) -> None:
+    def edited(self, uri: str, changes: Sequence[types.TextDocumentContentChangeEvent]) -> None:
         """A didChange: where an editor sends no prefetch, the line it ended on is prefetched once the developer
         pauses (lsp_server.prefetch)."""
         line = edited_line(changes)

@@ -72,7 +72,7 @@ def _codes(values: Sequence[_H]) -> tuple[list[_H], np.ndarray]:
     for part in slices:  # in order of first appearance; C loops, not a Python one per value
         checkpoint()
         first.update(dict.fromkeys(part))
-    table, code_of = list(first), {}
+    table, code_of = list(first), dict[_H, int]()
     for at in range(0, len(table), _CODES_SLICE):  # (a monorepo's million names at once: 80-110 ms)
         checkpoint()
         code_of.update(zip(table[at:at + _CODES_SLICE], range(at, at + _CODES_SLICE)))
@@ -359,7 +359,7 @@ def _file_arrays(a: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
     tables = {"id": (a["node_id"], a["node_count"]), "windows": (a["window_frag"], a["window_count"]),
               "syntax": (a["syntax_edges"].reshape(-1, 2), a["syntax_count"]),
               "calls": (a["call_edges"].reshape(-1, 2), a["call_edge_count"])}
-    out = {}
+    out: dict[str, list[np.ndarray]] = {}
     for name, (values, counts) in tables.items():  # a table's views of a monorepo's 26,799 files: ~70 ms
         checkpoint()
         out[name] = split(values, counts)
