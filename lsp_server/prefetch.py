@@ -6,7 +6,8 @@ its prompt computed up to the line, so only the rest is computed (docs/performan
 The model is the requests' first: a request cancels the prefetch (the pieces computed stay in the cache), and the
 backend stops a prefill between two pieces when a generation waits for the model (repocomp.backends.openvino).
 One prefetch at a time: a newer one replaces it, and starts no sooner after the previous one ended than that one
-ran, so that prefetching takes at most half the time of a developer who keeps moving the cursor. A backend without
+ran, so that prefetching takes at most half the time of a developer who keeps moving the cursor. One a request
+stopped is not counted so: the request reuses what it computed, and the next rest may prefetch at once. A backend without
 a prefill (`PrefillingBackend`: the in-process runtimes but llama.cpp have one) computes nothing; the context is laid
 all the same.
 
@@ -24,6 +25,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lsprotocol import types
@@ -58,12 +60,18 @@ def edited_line(changes: Sequence[types.TextDocumentContentChangeEvent]) -> int 
     return last.range.start.line + last.text.count("\n")
 
 
+@dataclass
+class _Run:
+    used_by_request: bool = False  # stopped by a request, which reuses what it computed
+
+
 class Prefetcher:
     """At most one prefetch running, or one waiting for the pause after an edit; counts for `repocomp/stats`."""
 
     def __init__(self, pause_s: float = EDIT_PAUSE_S) -> None:
         self.pause_s = pause_s
         self._task: asyncio.Task[None] | None = None
+        self._run_now = _Run()
         self._pause: asyncio.TimerHandle | None = None
         self.client_sends = False  # the editor sends repocomp/prefetch: it knows where the cursor rests
         self.after_edits = 0  # prefetches started by a pause after an edit
@@ -74,8 +82,9 @@ class Prefetcher:
 
     def start(self, work: Callable[[], Awaitable[Any]]) -> None:
         """Run `work()` (the engine's prefill request) in the background, in place of the one running."""
-        self.cancel()
-        self._task = asyncio.get_running_loop().create_task(self._run(work))
+        self._stop(by_request=False)
+        run = _Run()
+        self._run_now, self._task = run, asyncio.get_running_loop().create_task(self._run(work, run))
 
     def after_pause(self, start: Callable[[], None]) -> None:
         """An edit, in an editor that sends no prefetch: `start()` once `pause_s` pass with no other edit or
@@ -86,15 +95,16 @@ class Prefetcher:
 
     def _paused(self, start: Callable[[], None]) -> None:
         self._pause = None
-        self.after_edits += 1
-        start()
+        if not self.client_sends:  # (the editor's own may have come during the pause)
+            self.after_edits += 1
+            start()
 
     def _stop_waiting(self) -> None:
         if self._pause is not None:
             self._pause.cancel()
             self._pause = None
 
-    async def _run(self, work: Callable[[], Awaitable[Any]]) -> None:
+    async def _run(self, work: Callable[[], Awaitable[Any]], run: _Run) -> None:
         await asyncio.sleep(max(0.0, self._free_at - time.monotonic()))
         started = time.monotonic()
         try:
@@ -104,15 +114,19 @@ class Prefetcher:
             return
         finally:
             ended = time.monotonic()
-            self._free_at = 2 * ended - started
+            self._free_at = ended if run.used_by_request else 2 * ended - started
         self.done += 1
         self.done_ms.append((ended - started) * 1000)
 
     def cancel(self) -> None:
-        """A request wants the model: the prefetch running stops (what it computed stays cached), and none starts
-        for the pause it ends."""
+        """A request wants the model: the prefetch running stops (what it computed stays cached, the request's
+        now), and none starts for the pause it ends."""
         self._stop_waiting()
+        self._stop(by_request=True)
+
+    def _stop(self, by_request: bool) -> None:
         if self._task is not None and not self._task.done():
+            self._run_now.used_by_request = by_request
             self._task.cancel()
             self.cancelled += 1
         self._task = None
@@ -125,6 +139,5 @@ class Prefetcher:
                 await task
 
     def stats(self) -> dict[str, Any]:
-        return {"done": self.done, "cancelled": self.cancelled, "after_edits": self.after_edits, "running": int(self._task is not None
-                                                                              and not self._task.done()),
-                "done_ms": list(self.done_ms)}
+        return {"done": self.done, "cancelled": self.cancelled, "after_edits": self.after_edits,
+                "running": int(self._task is not None and not self._task.done()), "done_ms": list(self.done_ms)}

@@ -1,5 +1,5 @@
 """The prefetcher's rules (lsp_server.prefetch): the notification's shape, one prefetch at a time, a request's
-cancel, at most half the time spent prefetching, and the pause after an edit standing for a cursor at rest. The server's handling over LSP is in test_lsp_server.py."""
+cancel (no wait after it: the request reuses the work), at most half the time spent prefetching, and the pause after an edit standing for a cursor at rest. The server's handling over LSP is in test_lsp_server.py."""
 
 from __future__ import annotations
 
@@ -45,9 +45,19 @@ async def test_a_newer_prefetch_replaces_the_running_one_and_waits_as_long_as_th
     # the third started no sooner after the second ended than the second ran
     assert name == "third" and third_start - second_end >= second_end - second_start >= 0.3
     assert prefetcher.stats()["done"] == 2 and prefetcher.stats()["running"] == 0
-    prefetcher.start(lambda: work("fourth", 10))
+    prefetcher.start(lambda: work("fourth", 0.3))
+    await asyncio.sleep(0.5)  # it ran its 0.3 s: the next waits as long
+    prefetcher.start(lambda: work("fifth", 10))
+    await asyncio.sleep(0.5)  # running since about 0.2 s ago
+    prefetcher.cancel()  # a request: it reuses what the fifth computed, so the next starts at once
+    began = time.monotonic()
+    prefetcher.start(lambda: work("sixth", 0.0))
+    while prefetcher.done < 4:
+        await asyncio.sleep(0.02)
+    assert ran[-1][0] == "sixth" and ran[-1][1] - began < 0.15, ran[-1]
+    prefetcher.start(lambda: work("seventh", 10))
     await prefetcher.close()  # shutdown: the running one stops
-    assert prefetcher.cancelled == 2 and prefetcher.done == 2
+    assert prefetcher.cancelled == 3 and prefetcher.done == 4
 
 
 def _change(line: int, character: int, text: str) -> types.TextDocumentContentChangePartial:
@@ -77,7 +87,10 @@ async def test_a_pause_after_edits_starts_one_prefetch_unless_a_request_comes_or
     await asyncio.sleep(0.3)
     assert started == [2]
 
-    prefetcher.client_sends = True  # the editor says where the cursor rests: edits start none
     prefetcher.after_pause(lambda: started.append(4))
+    await asyncio.sleep(0.05)
+    prefetcher.client_sends = True  # during the pause, the editor says where the cursor rests: edits start none
+    await asyncio.sleep(0.3)
+    prefetcher.after_pause(lambda: started.append(5))
     await asyncio.sleep(0.3)
     assert started == [2] and prefetcher.after_edits == 1
