@@ -54,7 +54,9 @@ class Slices:
         if self._beside:
             self.longest_ms = max(self.longest_ms, (_user_time() - self._started) * 1000)
         self._foreground.wait_quiet()
-        self._beside = self._foreground.is_busy()  # still busy (the wait's bound passed): beside the next slice
+        self._beside = False  # then a request that comes (or is still there: the wait's bound passed) is beside it
+        if self._foreground.is_busy():
+            self._beside = True
         self._started = _user_time()
         self.count += 1
 

@@ -7,9 +7,9 @@ The model is the requests' first: a request cancels the prefetch (the pieces com
 backend stops a prefill between two pieces when a generation waits for the model (repocomp.backends.openvino).
 One prefetch at a time: a newer one replaces it, and starts no sooner after the previous one ended than that one
 ran, so that prefetching takes at most half the time of a developer who keeps moving the cursor. One a request
-stopped is not counted so: the request reuses what it computed, and the next rest may prefetch at once. A backend without
-a prefill (`PrefillingBackend`: the in-process runtimes but llama.cpp have one) computes nothing; the context is laid
-all the same.
+stopped is not counted so: the request reuses what it computed, and the next rest may prefetch at once. A backend
+without a prefill (`PrefillingBackend`: the in-process runtimes but llama.cpp have one) computes nothing; the
+context is laid all the same.
 
 An editor that sends no prefetch (Emacs with eglot, Helix, VS Code without an extension) says where the developer
 edits: once its changes have paused `EDIT_PAUSE_S` with no request meanwhile, the line where the last change ended
