@@ -40,7 +40,7 @@ from repocomp.context.paging import paged_definitions
 from repocomp.context.render import DefinitionRenderer
 from repocomp.context.retrieval import Hit, Retriever, round_query, session_relation
 from repocomp.context.retrieval_decision import RetrievalDecision, decide
-from repocomp.context.typed_line import LineContext, LineContexts
+from repocomp.context.typed_line import LineContext, LineContexts, RoundContext
 from repocomp.prompt.block_order import BlockOrders
 from repocomp.prompt.cursor import Cut
 from repocomp.prompt.layout import (
@@ -118,7 +118,7 @@ class Completer:
         self._finder: DefinitionFinder | None = None
         self._renderer = DefinitionRenderer(index, config.definitions) if index is not None else None
         self._orders = BlockOrders()  # (cache_key, round) -> the last prompt's block order
-        self._typed_lines = LineContexts(config.retrieval.keep_lines)  # cache_key -> the first round's context of its last request
+        self._typed_lines = LineContexts(config.retrieval.keep_lines)  # cache_key -> its last request's context, by round
         prompt = self.config.prompt  # a model that reads Qwen2.5-Coder's format ends its answer with one of its tokens
         self._stops = format_stops(prompt.fim, prompt.layout)
 
@@ -211,7 +211,7 @@ class Completer:
         with timings("sync"):
             if self.index is not None and req.mode != "infile" and self.sync_buffers:
                 self._sync_buffer(req.hole.path, cut.text)
-        # while the user types on in a line, its first request's context stands (context/typed_line.py)
+        # while the user types on in a line, its first request's context stands, every round's (context/typed_line.py)
         keeper = self.index if req.mode in ("vanilla", "repocoder") else None
         kept = self._typed_lines.get(req.cache_key, req.hole, keeper) if keeper is not None else None
         if kept is not None:
@@ -223,25 +223,29 @@ class Completer:
         anchor = None
         if req.explain and self.retriever is not None:
             anchor = self.retriever.covering(req.hole.path, max(0, cut.line - 1) if cut.col == 0 else cut.line)
-        for r in range(1, req.rounds + 1):
-            if r > 1 and time.monotonic() >= req.deadline:
+        # the rounds before the last one kept only drafted its query: they are not run again
+        first = min(len(kept.rounds), req.rounds) if kept is not None else 1
+        for r in range(first, req.rounds + 1):
+            if r > first and time.monotonic() >= req.deadline:
                 run.note(f"stopped after round {r - 1} of {req.rounds}: the completion's {req.timeout_s:.3g}s "
                          "deadline passed")
                 break
             layout = None
-            if r == 1 and kept is not None:
-                query, blocks, shown, layout = kept.query, kept.blocks, kept.block_sources, kept.layout
-                run.retrieval, run.ranked, run.def_sources = kept.retrieval, kept.ranked, kept.def_sources
+            if kept is not None and r <= len(kept.rounds):
+                rc = kept.rounds[r - 1]
+                query, blocks, shown, layout = rc.query, rc.blocks, rc.block_sources, rc.layout
+                run.retrieval, run.ranked, run.def_sources = rc.retrieval, rc.ranked, rc.def_sources
             else:
                 query, blocks, state = self._context(req, r, run, state, timings)
                 shown = self._block_sources(blocks)
             with timings(f"prompt_{r}"):
                 round_prompt = self._keep_order(req, r, self._prompt(req, shown, run.def_sources, run.memory,
                                                                      layout=layout))
-            if r == 1 and kept is None and keeper is not None:
-                self._typed_lines.put(req.cache_key, req.hole, keeper, LineContext(
-                    query, blocks, shown, round_prompt.layout, run.retrieval, state, run.ranked, run.def_sources,
-                    run.memory))
+            if keeper is not None and (kept is None or r > len(kept.rounds)):
+                made = RoundContext(query, blocks, shown, round_prompt.layout, run.retrieval, run.ranked,
+                                    run.def_sources)
+                kept = self._typed_lines.put(req.cache_key, req.hole, keeper, LineContext((made,), state, run.memory)) \
+                    if kept is None else self._typed_lines.extend(req.cache_key, req.hole, kept, made)
             if req.explain:
                 self._explain(blocks, anchor)
             with timings(f"generate_{r}"):
@@ -352,7 +356,7 @@ class Completer:
             paged = self._paged_definitions(req, run, state)
         if not paged:
             return
-        r = len(run.rounds) + 1
+        r = req.rounds + 1
         names = tuple(src.name for src in paged)
         shown = {(src.path, src.name) for src in paged}
         sources = paged + [src for src in run.def_sources if (src.path, src.name) not in shown]

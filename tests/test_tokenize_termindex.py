@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from repocomp.index import vocabulary
+from repocomp.index import term_index, vocabulary
 from repocomp.index.store import whole
 from repocomp.index.term_index import TermIndex
 from repocomp.index.vocabulary import StoredVocabulary, vocabulary_arrays
@@ -118,6 +118,27 @@ def test_updates_folded_into_the_rows_equal_a_fresh_build(monkeypatch) -> None:
         for m in ("jaccard", "bm25"):
             np.testing.assert_allclose(idx.score(q, m), fresh.score(q, m), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(idx.nonempty(), fresh.nonempty())
+
+
+def test_jaccard_counted_from_the_common_terms_flags_equals_the_postings_count(monkeypatch) -> None:
+    """The terms in a quarter of the rows or more are counted from rows of flags: the same scores, bit for bit, as
+    from their postings alone, before and after rows are replaced, cleared and grown past the base."""
+    texts: list[str | None] = list(_corpus(400, seed=7))
+    with_flags, plain = TermIndex.build(texts), TermIndex.build(texts)
+    monkeypatch.setattr(plain, "_base_flags", lambda: term_index._Flags(
+        np.full(len(plain._base.indptr) - 1, -1, np.int64), np.zeros((0, plain.n_rows), np.uint8)))
+    queries = [texts[9] or "", "self . name5 ( ) = name7", "return ( self , name1 : name2 )", "zzz"]
+    for q in queries:
+        np.testing.assert_array_equal(with_flags.score(q), plain.score(q))
+    flags = with_flags._base_flags()
+    df = np.diff(with_flags._base.indptr)
+    assert 0 < len(flags.flags) == int((df * 4 >= with_flags.n_rows).sum())  # "self", "(", ... are flagged
+    updates: list[str | None] = [None, "self ( self ) brand", *_corpus(3, seed=8)]
+    for idx in (with_flags, plain):
+        idx.set_rows([0, 5, 17, 399, 403], updates)
+    assert with_flags.n_rows == 404 > flags.flags.shape[1]
+    for q in queries + ["brand self"]:
+        np.testing.assert_array_equal(with_flags.score(q), plain.score(q))
 
 
 def test_take_equals_a_build_of_the_kept_rows_and_drops_unused_terms() -> None:

@@ -35,11 +35,12 @@ MAIN = "import lib\n\n\ndef main(path):\n    cfg = \n"
 
 
 def _counting(root: Path, **retrieval: object) -> tuple[Index, Completer, list[int]]:
-    """An index of lib.py and main.py under `root` and a completer over it whose retrievals are counted."""
+    """An index of lib.py and main.py under `root` and a completer over it whose retrievals are counted (one
+    round unless `iterations` is given)."""
     root.mkdir(exist_ok=True)
     (root / "lib.py").write_text(LIB)
     (root / "main.py").write_text(MAIN)
-    config = resolve_config(Config().replace("retrieval", iterations=1, **retrieval))
+    config = resolve_config(Config().replace("retrieval", **{"iterations": 1} | retrieval))
     index = Index.build(root, config)
     comp = Completer(index, config, ScriptedBackend(["load_config(path)"]))
     retrieved: list[int] = []
@@ -68,6 +69,26 @@ def test_typing_keeps_the_lines_context_until_another_file_changes(tmp_path: Pat
     assert len(retrieved) == 2
     ask("load")
     assert len(retrieved) == 2
+
+
+def test_typing_on_runs_only_the_last_round_with_the_context_it_had(tmp_path: Path) -> None:
+    """RepoCoder's rounds before the last only draft its query: while the line is typed on, the last round's
+    context stands and only that round is generated again, its prompt the previous one plus what was typed."""
+    index, comp, retrieved = _counting(tmp_path, iterations=2)
+    backend = comp.backend
+    assert isinstance(backend, ScriptedBackend)
+
+    def ask(typed: str) -> str:
+        text = MAIN.replace("    cfg = ", "    cfg = " + typed)
+        return comp.complete("main.py", text, 4, len("    cfg = " + typed), CompletionOptions(cache_key="main")).prompt
+
+    first = ask("")
+    assert (len(retrieved), len(backend.requests)) == (2, 2)
+    assert ask("lo") == first + "lo" and (len(retrieved), len(backend.requests)) == (2, 3)
+    assert backend.requests[2].prompt.startswith(backend.requests[1].prompt)  # round 2's, grown at its end
+    index.update_file("lib.py", LIB + "\n\ndef load_defaults():\n    return {}\n")  # another file changed: anew
+    ask("loa")
+    assert (len(retrieved), len(backend.requests)) == (4, 5)
 
 
 WRITTEN = ["    cfg = load_config(path)", "    cfg['debug'] = True", "    return cfg"]
