@@ -52,3 +52,15 @@ def test_a_save_reaches_a_checkpoint_every_few_files_and_writes_the_same_index(t
     assert len(waits) >= 40 + 8 * (len(index.files) // EVERY)
     assert sorted(plain.files) == sorted(index.files)
     assert [f.text for f in plain.fragments if f] == [f.text for f in index.fragments if f]
+
+
+def test_what_a_save_held_for_its_tables_is_let_go_a_slice_at_a_time():
+    from repocomp.index.codec import let_go
+
+    parses = list(range(1000))
+    held = [parses, list(range(10))]
+    sizes: list[int] = []
+    with yielding_to(lambda: sizes.append(len(parses))):
+        let_go(held, every=256)
+    assert held == [] and parses == []
+    assert sizes == [744, 488, 232, 0, 0]  # a wait after each slice freed

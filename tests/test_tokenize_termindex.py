@@ -126,7 +126,7 @@ def test_jaccard_counted_from_the_common_terms_flags_equals_the_postings_count(m
     texts: list[str | None] = list(_corpus(400, seed=7))
     with_flags, plain = TermIndex.build(texts), TermIndex.build(texts)
     monkeypatch.setattr(plain, "_base_flags", lambda: term_index._Flags(
-        np.full(len(plain._base.indptr) - 1, -1, np.int64), np.zeros((0, plain.n_rows), np.uint8)))
+        plain._base, np.full(len(plain._base.indptr) - 1, -1, np.int64), np.zeros((0, plain.n_rows), np.uint8)))
     queries = [texts[9] or "", "self . name5 ( ) = name7", "return ( self , name1 : name2 )", "zzz"]
     for q in queries:
         np.testing.assert_array_equal(with_flags.score(q), plain.score(q))

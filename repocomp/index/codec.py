@@ -170,10 +170,22 @@ def _line_bounds(blob: np.ndarray, lengths: np.ndarray, line_counts: np.ndarray
 # ------------------------------------------------------------------------------------------------ encode
 
 
-def encode(index: Index, rows: int = BLOCK_ROWS) -> tuple[dict[str, Any], dict[str, Stored]]:
+def let_go(held: list[list[Any]], every: int = 256) -> None:
+    """Empty `held`'s lists a slice at a time: a monorepo's 27k parses freed at once held the interpreter's lock
+    for 60 ms of a save."""
+    for items in held:
+        while items:
+            del items[-every:]
+            checkpoint()
+    held.clear()
+
+
+def encode(index: Index, rows: int = BLOCK_ROWS, held: list[list[Any]] | None = None,
+           ) -> tuple[dict[str, Any], dict[str, Stored]]:
     """The index as the header's plain data and its named tables. The large tables are made as the write reaches
     them and let go after (see `store.Stored`), so that a save holds one at a time beside the index, with the
-    pages of the index file it read for each given back; a matrix `rows` rows at a time."""
+    pages of the index file it read for each given back; a matrix `rows` rows at a time. `held` gets the list of
+    the parses decoded for the tables, for the caller to let go of in slices once they are written (`let_go`)."""
     entries = list(index.files.values())
     graph, arrays = index.graph, dict[str, Stored]()
     paths = [e.path for e in entries]
@@ -183,6 +195,8 @@ def encode(index: Index, rows: int = BLOCK_ROWS) -> tuple[dict[str, Any], dict[s
     arrays["text_len"] = lengths = _text_lengths(sources)
     arrays["text"] = _paged(Chunks(np.uint8, int(lengths.sum()), lambda: map(_encoded, sources)), index)
     parsed = [e.parsed for e in paced(entries)]  # each file's decoded from the file read: slices
+    if held is not None:
+        held.append(parsed)
     kinds_table, arrays["node_kind"] = _codes([k for p in paced(parsed) for k in p.kinds])
     arrays["node_count"] = np.array([p.n_nodes for p in parsed], np.int64)
     arrays["line_count"] = np.array([p.n_lines for p in parsed], np.int64)

@@ -80,9 +80,11 @@ def save_index(index: Index, while_written: Callable[[], AbstractContextManager[
     with while_written() if while_written is not None else contextlib.nullcontext(), keeping:
         page_out(index.mapped)  # what the updates read of the file read before (a build's batch: 300 MB of it)
         # the large tables are made as the write reaches them (beside readers in shorter slices)
-        meta, arrays = index_codec.encode(index, index_codec.SLICE_ROWS if readers else index_codec.BLOCK_ROWS)
+        held: list[list[Any]] = []
+        meta, arrays = index_codec.encode(index, index_codec.SLICE_ROWS if readers else index_codec.BLOCK_ROWS, held)
         target, written = _write(index, meta, arrays)
         del arrays  # what the write still held (the large tables went as written) before reading
+        index_codec.let_go(held)
         switch = index_codec.read_back(index, meta, written, readers=readers)
         page_out(index.mapped)  # the file read before: what the encoding read of it
     # from now on read in place from what was written: what building and updating held in memory goes

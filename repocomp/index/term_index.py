@@ -139,6 +139,7 @@ class _Flags:
     -line monorepo 86% of a query's 7.9 million postings are those of the 31 terms in a quarter of the rows or
     more. Added as rows of bytes the same count is a vectorized pass per term, a few times faster."""
 
+    postings: _Postings  # the base they flag
     slot: np.ndarray  # per term id of the base: its row of flags, -1 when counted from its postings
     flags: np.ndarray  # uint8 (terms flagged, rows)
 
@@ -152,13 +153,13 @@ class _Flags:
         flags = np.zeros((len(common), n_rows), np.uint8)
         for k, t in enumerate(common.tolist()):
             flags[k, postings.rows[postings.indptr[t]:postings.indptr[t + 1]]] = 1
-        return cls(slot, flags)
+        return cls(postings, slot, flags)
 
-    def count(self, postings: _Postings, terms: np.ndarray, out: np.ndarray) -> None:
+    def count(self, terms: np.ndarray, out: np.ndarray) -> None:
         """out[row] += the number of `terms` (ids within the table) that row holds."""
         slots = self.slot[terms]
         flagged = slots[slots >= 0]
-        _count_postings(postings.indptr, postings.rows, terms[slots < 0], out)
+        _count_postings(self.postings.indptr, self.postings.rows, terms[slots < 0], out)
         if len(flagged):
             acc = self.flags[flagged[0]].copy()
             for k in flagged[1:].tolist():  # at most _FLAG_ROWS_MAX, so a byte never overflows
@@ -199,7 +200,7 @@ class TermIndex:
         # a build's batch held them (100 MB for 64 MB of source) through its relations, which never read them
         self._delta_made = True
         self._making_delta = threading.Lock()  # queries run concurrently (the server's read lock): one makes it
-        self._flags: tuple[_Postings, _Flags] | None = None  # the base's common terms as flags, made on first use
+        self._flags: _Flags | None = None  # the base's common terms as flags, made on first use after it changes
         self._idf_cache: tuple[int, np.ndarray] | None = None
         self._version = 0  # bumps on every change; keys the idf cache
         # set while a save follows the changes at once (a build's batches): it writes the rows set since folded in,
@@ -370,7 +371,7 @@ class TermIndex:
         rows, base = self._folded()
         if rows is self._rows and base is self._base:
             return  # the postings are these rows' already
-        self._rows, self._base = rows, base
+        self._rows, self._base, self._flags = rows, base, None
         self._base_of = self._rows
         self._changed.clear()
         self._delta = _Postings.empty(len(self.vocab))
@@ -452,21 +453,19 @@ class TermIndex:
 
     def _base_flags(self) -> _Flags:
         """The base's `_Flags`, made once per base (a fold or a load makes a new one)."""
-        base, made = self._base, self._flags
-        if made is None or made[0] is not base:
+        if self._flags is None:
             with self._making_delta:
-                made = self._flags
-                if made is None or made[0] is not base:
-                    made = self._flags = (base, _Flags.of(base, self._rows.shape[0]))
-        return made[1]
+                if self._flags is None:
+                    self._flags = _Flags.of(self._base, self._rows.shape[0])
+        return self._flags
 
     def _sums(self, postings: _Postings, terms: np.ndarray, q_counts: np.ndarray, method: str) -> np.ndarray:
         """Per row, the query terms' postings summed: their number (Jaccard's intersection, int32) or BM25's terms."""
         if method == "jaccard":
             counts_of = np.zeros(self.n_rows, np.int32)
             known = terms[terms < len(postings.indptr) - 1]
-            if postings is self._base:
-                self._base_flags().count(postings, known, counts_of)
+            if postings is self._base and (flags := self._base_flags()).postings is postings:
+                flags.count(known, counts_of)
             else:
                 _count_postings(postings.indptr, postings.rows, known, counts_of)
             return counts_of
