@@ -391,7 +391,7 @@ class DefinitionFinder:
         self.window = window
         self.cutoff = cutoff
         self.max_reach = max_reach
-        self.lookup = SymbolLookup(index.resolver, index.file_lines)
+        self.lookup: SymbolLookup = getattr(index, "lookup", None) or SymbolLookup(index.resolver, index.file_lines)
 
     @staticmethod
     def supports(index: Any) -> bool:

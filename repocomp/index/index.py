@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graph.code_graph import EDGE_TYPES, CodeGraph
+from graph.lookup import SymbolLookup
 from graph.parse_pool import parsed_files
 from graph.parsing import ParsedFile
 from graph.resolve import Resolver, make_symbols
@@ -84,6 +85,16 @@ class Index:
         # what the user is told about how this index came to be (a stored one set aside, the cache used instead):
         # logged as warnings where they happen; the language server shows them too
         self.notices: list[str] = []
+        self._lookup: SymbolLookup | None = None
+
+    @property
+    def lookup(self) -> SymbolLookup:
+        """Names resolved against this index's symbols, one for every reader of it (the definitions of each
+        completer over it): its method-name table takes a pass over every file to make, 0.9-1.9 s on a
+        7.6-million-line monorepo, which a completer made anew (a setting changed) paid in its first request."""
+        if self._lookup is None or self._lookup.resolver is not self.resolver:
+            self._lookup = SymbolLookup(self.resolver, self.file_lines)
+        return self._lookup
 
     # -- paths ---------------------------------------------------------------------------------------------------
     @property

@@ -152,6 +152,7 @@ class _Flags:
         slot[common] = np.arange(len(common))
         flags = np.zeros((len(common), n_rows), np.uint8)
         for k, t in enumerate(common.tolist()):
+            checkpoint()  # (a save's read-back beside the language server's requests: a slice a term)
             flags[k, postings.rows[postings.indptr[t]:postings.indptr[t + 1]]] = 1
         return cls(postings, slot, flags)
 
@@ -596,6 +597,8 @@ class TermIndex:
         idx._delta, idx._stale = _Postings.empty(n_terms), np.zeros(n, bool)
         checkpoint()
         idx._set_statistics(d["alive"], d["row_len"], d["df"])
+        # made here, not in the first request after a load or a save (60-100 ms for a 7.6-million-line monorepo)
+        idx._flags = _Flags.of(idx._base, n)
         return idx
 
     def to_csr(self) -> sp.csr_matrix:
