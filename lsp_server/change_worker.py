@@ -263,6 +263,7 @@ class ChangeWorker:
             # the editor first: the save waits between its slices while a request is answered
             with heap.uncollected(), FOREGROUND.slices() as slices, yielding_to(slices):
                 index.save(while_written=readers_in, retired=retired)
+                index.term_index.prepare()  # what the first request after the switch would make (60-100 ms)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)
         except Exception as exc:  # a read-only disk: keep serving from memory, say it once per version

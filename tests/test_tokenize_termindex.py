@@ -130,6 +130,10 @@ def test_jaccard_counted_from_the_common_terms_flags_equals_the_postings_count(m
     queries = [texts[9] or "", "self . name5 ( ) = name7", "return ( self , name1 : name2 )", "zzz"]
     for q in queries:
         np.testing.assert_array_equal(with_flags.score(q), plain.score(q))
+    fresh = TermIndex.build(texts)
+    assert fresh._flags is None
+    fresh.prepare()  # what a server does once it loaded or saved the index: the first query finds them made
+    assert fresh._flags is not None and fresh._flags.postings is fresh._base
     flags = with_flags._base_flags()
     df = np.diff(with_flags._base.indptr)
     assert 0 < len(flags.flags) == int((df * 4 >= with_flags.n_rows).sum())  # "self", "(", ... are flagged

@@ -382,7 +382,7 @@ SOURCES: tuple[tuple[str, Callable[[BufferState, Any, DefinitionsConfig], None]]
 
 
 class DefinitionFinder:
-    """Finds and ranks definitions for a cursor in an `Index` (needs its resolver, files and graph)."""
+    """Finds and ranks definitions for a cursor in an `Index` (needs its resolver, files, graph and symbol lookup)."""
 
     def __init__(self, index: Index, config: DefinitionsConfig, window: int = 20,
                  cutoff: float = 0.1, max_reach: int = 256) -> None:
@@ -391,11 +391,11 @@ class DefinitionFinder:
         self.window = window
         self.cutoff = cutoff
         self.max_reach = max_reach
-        self.lookup: SymbolLookup = getattr(index, "lookup", None) or SymbolLookup(index.resolver, index.file_lines)
+        self.lookup: SymbolLookup = index.lookup  # the index's, shared by every finder over it
 
     @staticmethod
     def supports(index: Any) -> bool:
-        return all(hasattr(index, a) for a in ("resolver", "files", "graph"))
+        return all(hasattr(index, a) for a in ("resolver", "files", "graph", "lookup"))
 
     def buffer_state(self, path: str, lines: Sequence[str], cursor_line: int, col: int) -> BufferState:
         """Candidates from the buffer before (line, col); the index must already hold this buffer."""

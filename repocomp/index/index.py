@@ -349,10 +349,12 @@ class Index:
 
     def prepare(self) -> None:
         """Make now what a loaded index makes when first used: its table of fragment texts by hash (the first
-        update's; F's transpose and the graph's cost matrix are stored). It only reads the index (an update that
-        needs it meanwhile makes the same), all of the fragments' texts: those pages go back to the kernel after
-        (an update reads again the few it needs)."""
+        update's; F's transpose and the graph's cost matrix are stored) and the term index's flags of its common
+        terms (the first query's). It only reads the index (an update or a query that needs them meanwhile makes
+        the same), all of the fragments' texts: those pages go back to the kernel after (an update reads again the
+        few it needs)."""
         self.fragments.index_texts()
+        self.term_index.prepare()
         page_out(self.mapped)
 
     # -- relations (kept by `upkeep`) ----------------------------------------------------------------------------
