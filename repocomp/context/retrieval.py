@@ -217,8 +217,9 @@ class Retriever:
 
     def _top(self, s_ind: np.ndarray, s_env: np.ndarray, s_rel: np.ndarray, available: np.ndarray, k: int,
              path: str | None, prompt_start: int) -> list[Hit]:
-        ranked = np.where(available & (s_rel > 0), s_rel, -np.inf)
-        n_ok = int(np.isfinite(ranked).sum())
+        ok = available & (s_rel > 0)
+        ranked = np.where(ok, s_rel, -np.inf)
+        n_ok = int(np.count_nonzero(ok))
         family = family_for(path) if path is not None else None
         hits: list[Hit] = []
         pool = min(k, n_ok)

@@ -96,18 +96,20 @@ def fragrel_scores(s_ind: np.ndarray, w: sp.csr_matrix | None, alpha: float,
     """
     n = len(s_ind)
     s_raw = np.asarray(s_ind, np.float32)
-    s_ind = s_raw if available is None else np.where(_fit(available, n), s_raw, np.float32(0.0)).astype(np.float32)
+    avail = None if available is None else _fit(available, n)
+    # each pass over the scores is ~0.4 ms in a 748k-fragment monorepo: FragRel off (the default), s_rel is s_ind
+    s_ind = s_raw if avail is None else np.where(avail, s_raw, np.float32(0.0))
     if semantic is not None and w is None:
         w = sp.csr_matrix((n, n), dtype=np.float32)
     if w is None or alpha == 0.0 or (w.nnz == 0 and semantic is None):
-        s_env = np.zeros(n, np.float32)
+        s_env, s_rel = np.zeros(n, np.float32), s_ind
     else:  # environment_scores masks by `available` itself; lenders need their raw scores
-        s_env = _fit(environment_scores(w, s_raw, None if available is None else _fit(available, n),
-                                        drop_diagonal, lenders, semantic), n)
-    s_rel = s_ind + np.float32(alpha) * s_env
+        s_env = _fit(environment_scores(w, s_raw, avail, drop_diagonal, lenders, semantic), n)
+        if avail is not None:
+            s_env = np.where(avail, s_env, np.float32(0.0))
+        s_rel = s_ind + np.float32(alpha) * s_env
     if extra is not None:
         s_rel = s_rel + _fit(np.asarray(extra, np.float32), n)
-    if available is not None:
-        s_env = np.where(_fit(available, n), s_env, np.float32(0.0)).astype(np.float32)
-        s_rel = np.where(_fit(available, n), s_rel, np.float32(0.0)).astype(np.float32)
-    return FragRelScores(s_ind=s_ind, s_env=s_env, s_rel=s_rel.astype(np.float32))
+        if avail is not None:
+            s_rel = np.where(avail, s_rel, np.float32(0.0))
+    return FragRelScores(s_ind=s_ind, s_env=s_env, s_rel=s_rel.astype(np.float32, copy=False))
