@@ -263,7 +263,6 @@ class ChangeWorker:
             # the editor first: the save waits between its slices while a request is answered
             with heap.uncollected(), FOREGROUND.slices() as slices, yielding_to(slices):
                 index.save(while_written=readers_in, retired=retired)
-                index.term_index.prepare()  # what the first request after the switch would make (60-100 ms)
             folder.saved_version = version
             logger.info("index of %s saved", folder.root.name)
         except Exception as exc:  # a read-only disk: keep serving from memory, say it once per version
@@ -278,6 +277,10 @@ class ChangeWorker:
             folder.last_save_overlap_ms = round(slices.longest_ms, 1) if slices is not None else None
             retired.clear()  # the file read before, unmapped with no lock held
             heap.trim(every_s=0)  # what the index let go of at the switch
+        # what the first request after the switch would make (60-100 ms), made beside the requests; only this
+        # thread writes the index, so it needs no lock
+        with FOREGROUND.slices() as beside, yielding_to(beside):
+            index.term_index.prepare()
 
     def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> bool:
         """Whether the changes changed the index."""

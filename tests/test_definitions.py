@@ -168,6 +168,16 @@ def test_completers_over_one_index_share_its_symbol_lookup(index: Index) -> None
     assert DefinitionFinder(other, DefinitionsConfig()).lookup is not finder.lookup
 
 
+def test_a_loaded_index_prepared_has_its_method_table_made(index: Index) -> None:
+    """`Index.prepare` (the language server, once a folder is ready) makes the lookup's method-name table, which
+    the first request made before."""
+    Index.build(index.root, index.config).save()
+    loaded = Index.load(index.root, index.config)
+    assert loaded.lookup._seen_changes == -1
+    loaded.prepare()
+    assert loaded.lookup._seen_changes == loaded.resolver.changes and "forward" in loaded.lookup._methods
+
+
 def test_references_are_read_from_the_last_scan_chars_of_a_long_line(index: Index) -> None:
     # a minified file's one line: only its end before the cursor is scanned (the prompt shows no more of it)
     header = "\n".join(APP.split("\n")[:3])

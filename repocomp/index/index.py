@@ -349,12 +349,13 @@ class Index:
 
     def prepare(self) -> None:
         """Make now what a loaded index makes when first used: its table of fragment texts by hash (the first
-        update's; F's transpose and the graph's cost matrix are stored) and the term index's flags of its common
-        terms (the first query's). It only reads the index (an update or a query that needs them meanwhile makes
-        the same), all of the fragments' texts: those pages go back to the kernel after (an update reads again the
-        few it needs)."""
+        update's; F's transpose and the graph's cost matrix are stored), the term index's flags of its common
+        terms and the symbol lookup's method-name table (the first request's: 0.9-1.9 s on a 7.6-million-line
+        monorepo). It only reads the index (an update or a request that needs them meanwhile makes the same), all
+        of the fragments' texts: those pages go back to the kernel after (an update reads again the few it needs)."""
         self.fragments.index_texts()
         self.term_index.prepare()
+        self.lookup.refresh()
         page_out(self.mapped)
 
     # -- relations (kept by `upkeep`) ----------------------------------------------------------------------------
