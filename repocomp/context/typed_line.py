@@ -10,7 +10,7 @@ budget), while the requests stay on its line, or on one of the `[retrieval] keep
 before the cursor extends the one it was made for by at most `_TYPED_CHARS` (the user types on, presses Enter and
 goes on, or deletes what they typed since), and the index took in no change but to this file (the buffer itself,
 synced as it is typed). A request that types on runs only the last round kept: the rounds before it only drafted
-the query of the round after, whose context stands (on a 7.6-million-line monorepo a retrieval is ~20 ms a round:
+the query of the round after, whose context stands (on a 7.6-million-line monorepo a retrieval is 10-20 ms a round:
 `repocomp bench lsp`). A request further away, one after a deletion reaching back past that text or a paste, one
 after another file changed (a save: what was retrieved may be stale), or one after the index was compacted (its
 fragment ids renumbered) makes its own. Requests without a document key (the CLI, the evaluation) never keep one.
