@@ -277,7 +277,7 @@ class ChangeWorker:
             folder.last_save_overlap_ms = round(slices.longest_ms, 1) if slices is not None else None
             retired.clear()  # the file read before, unmapped with no lock held
             heap.trim(every_s=0)  # what the index let go of at the switch
-        # what the first request after the switch would make (60-100 ms), made beside the requests; only this
+        # what the first request after the switch would make (80-150 ms), made beside the requests; only this
         # thread writes the index, so it needs no lock
         with FOREGROUND.slices() as beside, yielding_to(beside):
             index.term_index.prepare()

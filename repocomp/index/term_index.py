@@ -204,6 +204,7 @@ class TermIndex:
         self._delta_made = True
         self._making_delta = threading.Lock()  # queries run concurrently (the server's read lock): one makes it
         self._flags: _Flags | None = None  # the base's common terms as flags, made on first use after it changes
+        self._making_flags = threading.Lock()  # held while one thread makes them: the others never wait for it
         self._idf_cache: tuple[int, np.ndarray] | None = None
         self._version = 0  # bumps on every change; keys the idf cache
         # set while a save follows the changes at once (a build's batches): it writes the rows set since folded in,
@@ -455,24 +456,28 @@ class TermIndex:
         return out
 
     def prepare(self) -> None:
-        """Make now what the first query makes (60-100 ms for a 7.6-million-line monorepo): a process that serves
+        """Make now what the first query makes (80-150 ms for a 7.6-million-line monorepo): a process that serves
         requests does it once it has loaded or saved the index, beside them."""
         self._base_flags()
 
-    def _base_flags(self) -> _Flags:
-        """The base's `_Flags`, made once per base (a fold or a load makes a new one)."""
-        if self._flags is None:
-            with self._making_delta:
-                if self._flags is None:
-                    self._flags = _Flags.of(self._base, self._rows.shape[0])
-        return self._flags
+    def _base_flags(self) -> _Flags | None:
+        """The base's `_Flags`, made here unless another thread is making them: then None, and a query counts
+        from the postings (the same counts) rather than wait, since the maker may be a save pausing for requests
+        between its slices."""
+        flags = self._flags
+        if (flags is None or flags.postings is not self._base) and self._making_flags.acquire(blocking=False):
+            try:
+                flags = self._flags = _Flags.of(self._base, self._rows.shape[0])
+            finally:
+                self._making_flags.release()
+        return flags if flags is not None and flags.postings is self._base else None
 
     def _sums(self, postings: _Postings, terms: np.ndarray, q_counts: np.ndarray, method: str) -> np.ndarray:
         """Per row, the query terms' postings summed: their number (Jaccard's intersection, int32) or BM25's terms."""
         if method == "jaccard":
             counts_of = np.zeros(self.n_rows, np.int32)
             known = terms[terms < len(postings.indptr) - 1]
-            if postings is self._base and (flags := self._base_flags()).postings is postings:
+            if postings is self._base and (flags := self._base_flags()) is not None:
                 flags.count(known, counts_of)
             else:
                 _count_postings(postings.indptr, postings.rows, known, counts_of)
