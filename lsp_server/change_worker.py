@@ -277,10 +277,6 @@ class ChangeWorker:
             folder.last_save_overlap_ms = round(slices.longest_ms, 1) if slices is not None else None
             retired.clear()  # the file read before, unmapped with no lock held
             heap.trim(every_s=0)  # what the index let go of at the switch
-        # what the first request after the switch would make (80-150 ms), made beside the requests; only this
-        # thread writes the index, so it needs no lock
-        with FOREGROUND.slices() as beside, yielding_to(beside):
-            index.term_index.prepare()
 
     def _apply_chunk(self, folder: FolderIndex, changes: dict[str, str | None]) -> bool:
         """Whether the changes changed the index."""

@@ -37,10 +37,9 @@ class Slices:
     """A background write's checkpoints (its `yielding_to` wait), called on the writing thread: each waits for the
     foreground, and `longest_ms` is the most user CPU time the writer spent in one slice during which a message or
     request was handled: at most what the slice delayed it (the two share the interpreter's lock). Wall time
-    would count the writer's waits on the disk (a 1.8 GB file's fsync: 1 s), which hold nothing up. Linux samples
-    a thread's user/system split at its scheduler tick and rescales it to the exact total, so a slice's user time
-    can carry earlier slices' (a save read 410-486 ms in one slice while the requests beside it took no longer
-    than the others): it is bounded by the thread's exact CPU time in the slice."""
+    would count the writer's waits on the disk (a 1.8 GB file's fsync: 1 s), which hold nothing up. Linux takes a
+    thread's user/system split from samples at its scheduler tick, rescaled to the exact total: a slice's user
+    time is bounded by the thread's exact CPU time in it."""
 
     def __init__(self, foreground: Foreground) -> None:
         self._foreground = foreground

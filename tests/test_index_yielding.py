@@ -64,3 +64,19 @@ def test_what_a_save_held_for_its_tables_is_let_go_a_slice_at_a_time():
         let_go(held, every=256)
     assert held == [] and parses == []
     assert sizes == [744, 488, 232, 0, 0]  # a wait after each slice freed
+
+
+def test_a_save_beside_readers_reads_back_a_term_index_ready_for_queries(tmp_path):
+    """The common terms' flags of the term index read back are made before the switch, beside the readers: not in
+    the first request after it (80-150 ms on a monorepo), nor in a build's saves (no readers)."""
+    import contextlib
+    import shutil
+
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURE, root)
+    index = Index.build(root, Config())
+    index.save()
+    assert index.term_index._flags is None
+    index.save(while_written=contextlib.nullcontext)
+    flags = index.term_index._flags
+    assert flags is not None and flags.postings is index.term_index._base and len(flags.flags) > 0

@@ -432,6 +432,7 @@ def read_back(index: Index, meta: dict[str, Any], a: dict[str, np.ndarray], read
     checkpoint()
     if readers:  # the same values read from the new file: a request reading meanwhile sees a file's old views or
         take_files()  # its new ones, equal (26,799 files' assignments held a writer's lock for 30-60 ms)
+        term_index.prepare()  # what the first request after the switch would make (80-150 ms), beside them
 
     def switch() -> None:
         index.fragments, index.term_index = stored, term_index
