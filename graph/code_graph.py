@@ -12,6 +12,7 @@ renumbers the live nodes when the owner (the index) decides dead ids dominate, a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -50,6 +51,9 @@ class CodeGraph:
         # nodes with an edge added or removed since `_csr` was made (both ends of an added edge): `cost_matrix`
         # patches their rows and their old neighbours' instead of rebuilding
         self._touched: set[int] = set()
+        # readers (the server's requests, its update worker settling) patch one at a time: a request that needs the
+        # matrix while another thread patches it waits for that patch instead of computing the same beside it
+        self._patching = threading.Lock()
         self.folds_deferred = False  # the patched rows stay beside the cost matrix (a build's batches: see csr_rows)
 
     # -- ids -----------------------------------------------------------------------------------------------------
@@ -231,9 +235,12 @@ class CodeGraph:
             csr = sp.csr_matrix((c, v, indptr), shape=(n, n))
             csr.has_sorted_indices = True  # `_costs` sorts by (u, v)
             self._csr = PatchedRows(csr)
+            self._touched.clear()
         elif self._touched or self._csr.shape[0] != self.n_ids:
-            self._csr = self._patched(self._csr)
-        self._touched.clear()
+            with self._patching:
+                if self._touched or self._csr.shape[0] != self.n_ids:  # not patched meanwhile
+                    self._csr = self._patched(self._csr)
+                    self._touched.clear()
         return self._csr
 
     def _costs(self, pairs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -261,22 +268,25 @@ class CodeGraph:
         # every current edge at a touched node is an edge of a touched node's file, a call from the file of an old
         # neighbour (a caller that is new is touched itself), or joins a touched folder to its files and folders
         near = np.union1d(touched, neighbours)
-        owners = {self.owner[i] for i in touched.tolist()} & self.files.keys()
-        callers = {self.owner[i] for i in neighbours.tolist() if self.kind[i] not in ("file", "directory")}
+        # (per node lookups vectorized: a folder's node has a neighbour for each of its files and folders)
+        owners = self.owner.values_at(touched) & self.files.keys()
+        callers = self.owner.values_at(neighbours[~self.kind.is_in(neighbours, ("file", "directory"))])
         touched_folders = {f for f, node in self.dirs.items() if node in self._touched}
-        folders = sorted(f for f in self.dirs if f in touched_folders or (f and self._folder(f) in touched_folders))
+        folders = sorted(f for f in self.dirs if f in touched_folders or (f and self._folder(f) in touched_folders)) \
+            if touched_folders else []
         pairs, types = self.edges(sorted(owners), folders)
         calls = [self.files[p].call_edges for p in sorted(callers - owners) if p in self.files]
         # a touched folder's files: its old neighbours and the new file nodes (the files are not scanned)
-        members = [(node, self.dirs[folder]) for node in near.tolist()
-                   if self.kind[node] == "file" and (folder := self._folder(self.owner[node])) in touched_folders
+        file_nodes = near[self.kind.is_in(near, ("file",))] if touched_folders else near[:0]
+        members = [(node, self.dirs[folder]) for node in file_nodes.tolist()
+                   if (folder := self._folder(self.owner[node])) in touched_folders
                    and self.owner[node] in self.files and self.files[self.owner[node]].file_node == node]
         extra = calls + [np.array(members, np.int64).reshape(-1, 2)]
         extra_types = [np.full(len(a), _TYPE_CODE["call"], np.int8) for a in calls] + \
             [np.full(len(members), _TYPE_CODE["directory"], np.int8)]
-        u, v, c = self._costs(np.concatenate([pairs, *extra]), np.concatenate([types, *extra_types]))
-        at_touched = is_touched[u] | is_touched[v]
-        u, v, c = u[at_touched], v[at_touched], c[at_touched]
+        pairs, types = np.concatenate([pairs, *extra]), np.concatenate([types, *extra_types])
+        at_touched = is_touched[pairs[:, 0]] | is_touched[pairs[:, 1]]  # the edges at a touched node, before sorting
+        u, v, c = self._costs(pairs[at_touched], types[at_touched])
         # the untouched neighbours keep their other entries
         kept = neighbours[~is_touched[neighbours]]
         rest = old.rows(kept).tocoo()

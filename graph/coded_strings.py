@@ -50,6 +50,14 @@ class CodedStrings:
         table = self.table
         return (table[c] for c in self.codes.tolist())
 
+    def values_at(self, ids: np.ndarray) -> set[str]:
+        """The distinct values of the items at `ids`."""
+        return {self.table[c] for c in np.unique(self.codes[ids]).tolist()}
+
+    def is_in(self, ids: np.ndarray, values: Iterable[str]) -> np.ndarray:
+        """Per item at `ids`: whether its value is one of `values`."""
+        return np.isin(self.codes[ids], [self._code_of[v] for v in values if v in self._code_of])
+
     def extend(self, values: Iterable[str]) -> None:
         self._append(np.array([self._code(v) for v in values], np.int32))
 

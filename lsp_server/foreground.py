@@ -67,14 +67,16 @@ class Slices:
 class Foreground:
     def __init__(self) -> None:
         self._count = 0  # messages being handled and requests being answered, less those waiting on the model
+        self._requests = 0  # requests being answered, those waiting on the model included
         self._quiet = threading.Condition()
         self._watching: list[Slices] = []
 
-    def _add(self, delta: int) -> None:
+    def _add(self, delta: int, requests: int = 0) -> None:
         with self._quiet:
             before = self._count
             self._count += delta
-            if self._count <= 0:
+            self._requests += requests
+            if self._count <= 0 or self._requests <= 0:
                 self._quiet.notify_all()
             elif before <= 0:
                 for slices in self._watching:
@@ -82,6 +84,10 @@ class Foreground:
 
     def is_busy(self) -> bool:
         return self._count > 0
+
+    def answering(self) -> bool:
+        """A request is being answered (waiting on the model or not)."""
+        return self._requests > 0
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -96,11 +102,11 @@ class Foreground:
     def serving(self) -> Iterator[None]:
         """A request being answered (the tasks it starts inherit it: their waits on the model count out)."""
         token = _SERVING.set(True)
-        self._add(1)
+        self._add(1, requests=1)
         try:
             yield
         finally:
-            self._add(-1)
+            self._add(-1, requests=-1)
             _SERVING.reset(token)
 
     @contextlib.contextmanager
@@ -131,6 +137,13 @@ class Foreground:
         """Until nothing is done for the editor, at most `at_most_s` (a background slice's checkpoint)."""
         with self._quiet:
             self._quiet.wait_for(lambda: self._count <= 0, timeout=at_most_s)
+
+
+    def wait_unserved(self, at_most_s: float) -> None:
+        """Until no request is being answered, its waits on the model included, at most `at_most_s`: an update of
+        the index takes the write lock, which a request holds while it reads and takes again after the model."""
+        with self._quiet:
+            self._quiet.wait_for(lambda: self._requests <= 0, timeout=at_most_s)
 
 
 FOREGROUND = Foreground()

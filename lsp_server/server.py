@@ -435,7 +435,9 @@ def _document_features(server: RepocompServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: RepocompServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = DocumentRef.of(params.text_document.uri)
-        ls.buffers.schedule(doc, 0.0)  # unsaved edits of an editor restored at start
+        # a buffer that differs from the file (unsaved edits an editor restored) is an edit: indexed once the editor
+        # is quiet, not beside the first keys typed into it
+        ls.buffers.schedule(doc)
         session = ls.session_of(doc)
         if session is not None:
             ls.sessions.opened(session[0], session[1], params.text_document.text)

@@ -18,10 +18,12 @@ def test_every_phase_is_measured_and_a_save_is_timed_against_the_requests_around
     repo = copy_repo(tmp_path)
     result = asyncio.run(run_bench(repo, requests=10, typing_sites=2, keys=2, cancel_rounds=2, save_rounds=2,
                                    ready_timeout=120, save_after_ms=500, save_wait_s=60))
-    assert result.requests == 10 + 2 * 2 and result.inline_p95_ms > 0 and result.cancel_p95_ms > 0
-    # the typing requests but the first at each of the 2 sites (2 keys each): the second key's at each
+    # 2 sites, 2 keys, a pause, 2 more keys each
+    assert result.requests == 10 + 2 * 2 * 2 and result.inline_p95_ms > 0 and result.cancel_p95_ms > 0
+    # the typing requests but the first at each site, and the first after each pause
     assert 0 < result.inline_typed_on_p50_ms <= result.inline_typed_on_p95_ms
-    assert "but the first key at each site" in format_table(result)
+    assert 0 < result.inline_resumed_p50_ms <= result.inline_resumed_max_ms
+    assert "but the first key at each site" in format_table(result) and "after a pause" in format_table(result)
     assert result.save_visible_p95_ms > 0 and result.rss_mb > 30
     # the server saved the changed index while requests ran one after another: the save found, its longest hold
     # of the write lock measured, each request timed as overlapping it or not (this repository's save takes a

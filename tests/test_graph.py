@@ -223,6 +223,38 @@ def test_the_cost_matrix_patched_after_each_update_equals_a_rebuild(tmp_path) ->
         assert np.array_equal(patched.data, rebuilt.data), step
 
 
+def test_threads_that_read_the_cost_matrix_after_an_update_patch_it_once_as_a_rebuild_would(tmp_path) -> None:
+    """The server's update worker settles the matrix while requests may ask for it: each gets the patched one."""
+    import threading
+    import time
+
+    root = tmp_path / "index_repo"
+    shutil.copytree(FIXTURE, root)
+    index = Index.build(root, Config())
+    path = sorted(index.files)[0]
+    # as the server's worker applies it: the relation rows later, so nothing has read the matrix yet
+    index.update_files({path: index.files[path].text + "\n\ndef added():\n    return 1\n"}, defer_relations=True)
+    graph = index.graph
+    assert graph._touched
+    patches = []
+    patched = graph._patched
+    # a slow patch: the other threads ask meanwhile
+    graph._patched = lambda old: patches.append(1) or time.sleep(0.1) or patched(old)  # type: ignore[method-assign]
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(graph.cost_matrix())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(seen) == 4 and len({id(m) for m in seen}) == 1 and patches == [1] and not graph._touched
+    matrix = seen[0].merged().copy()
+    graph._csr = None
+    rebuilt = graph.cost_matrix().merged()
+    matrix.sort_indices()
+    rebuilt.sort_indices()
+    assert (matrix != rebuilt).nnz == 0
+
+
 def test_coded_strings_read_as_the_list_they_stand_for_through_growth_and_compaction() -> None:
     from graph.coded_strings import CodedStrings
 
@@ -241,5 +273,9 @@ def test_coded_strings_read_as_the_list_they_stand_for_through_growth_and_compac
         coded[len(plain)]
     stored = CodedStrings(coded.table, coded.codes.copy())  # as a load reads it
     assert list(stored) == plain
+    ids = np.array([0, 5, 5, len(plain) - 1])
+    assert coded.values_at(ids) == {plain[i] for i in ids.tolist()}
+    wanted = {plain[0], "never seen"}
+    assert coded.is_in(ids, wanted).tolist() == [plain[i] in wanted for i in ids.tolist()]
     with pytest.raises(ValueError, match="code out of range"):
         CodedStrings(["a"], np.array([0, 1], np.int32))

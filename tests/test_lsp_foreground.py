@@ -1,6 +1,7 @@
 """The server's foreground (`lsp_server.foreground`): a background checkpoint waits while a message is handled or a
-request answered, not while the request waits on the model, and never longer than its bound; a save's slices keep
-the longest a request ran beside one."""
+request answered, not while the request waits on the model, and never longer than its bound; an update waits for
+the requests being answered, their waits on the model included; a save's slices keep the longest a request ran
+beside one."""
 
 from __future__ import annotations
 
@@ -105,3 +106,30 @@ def test_the_slices_keep_the_most_cpu_a_write_spent_in_one_a_request_came_in():
         slices()  # the next slice: nothing beside it
         assert 70 <= slices.longest_ms < 130 and slices.count == 4
     assert fg._watching == []  # noqa: SLF001 - the write's slices let go
+
+
+def test_an_update_waits_for_the_requests_being_answered_even_while_they_wait_on_the_model():
+    fg = Foreground()
+    assert not fg.answering()
+    began = time.monotonic()
+    fg.wait_unserved(at_most_s=5)  # nothing answered: at once
+    assert time.monotonic() - began < 0.5
+
+    def on_the_model() -> None:
+        with fg.serving(), fg.waiting():
+            entered.set()
+            time.sleep(0.3)
+
+    entered = threading.Event()
+    thread = threading.Thread(target=on_the_model)
+    thread.start()
+    assert entered.wait(5) and fg.answering() and not fg.is_busy()
+    began = time.monotonic()
+    fg.wait_unserved(at_most_s=5)
+    assert 0.2 <= time.monotonic() - began < 2.0 and not fg.answering()
+    thread.join(5)
+    thread = _hold(fg.serving, 1.5, threading.Event())  # and never longer than its bound
+    began = time.monotonic()
+    fg.wait_unserved(at_most_s=0.2)
+    assert 0.15 <= time.monotonic() - began < 1.0
+    thread.join(5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,6 +29,9 @@ class RecordingIndex:
 
     def apply_update(self, prepared: dict[str, str | None], defer_relations: bool = False) -> bool:
         return True
+
+    def settle(self) -> None:
+        self.settled = getattr(self, "settled", 0) + 1
 
     def save(self, while_written=None) -> None:
         self.saves += 1
@@ -59,7 +63,7 @@ def test_a_burst_of_500_changes_is_one_batch_in_chunks(tmp_path: Path) -> None:
         assert len(index.calls) == 11  # 501 paths in chunks of 50, one batch
         assert set(seen) == {f"pkg/m{i}.py" for i in range(500)} | {"gone.py"}
         assert seen["pkg/m0.py"] == "x = 1\n" and seen["gone.py"] is None and seen["pkg/m7.py"] is None
-        assert indexes.folders[tmp_path.resolve()].version == 11
+        assert indexes.folders[tmp_path.resolve()].version == 11 and index.settled == 11  # after each chunk
     finally:
         indexes.close()
 
@@ -386,5 +390,50 @@ def test_a_save_waits_at_its_checkpoints_while_a_request_is_answered(tmp_path: P
         first_began, first_ended = waited[0]
         assert answered_at and first_ended >= answered_at[0] and first_ended - first_began >= 0.3
         assert "ledger/notes.py" in Index.load(root, Config()).files
+    finally:
+        indexes.close()
+
+
+def test_an_update_goes_after_the_request_being_answered_and_settles_the_index_for_the_next(tmp_path: Path) -> None:
+    """The worker takes the write lock once the request in flight is answered (its wait on the model included),
+    and makes the graph's cost matrix current off the next request's path."""
+    import shutil
+
+    from lsp_server.foreground import FOREGROUND
+    from repocomp.index import Index
+
+    root = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", root)
+    config = Config()
+    indexes = WorkspaceIndexes(debounce_s=0.01, save_after_s=60)
+    try:
+        folder = indexes.add_folder(root, config)
+        folder.index, folder.state = Index.build(root, config), "ready"
+        index = folder.index
+        index.graph.cost_matrix()
+        text = (root / "ledger" / "refunds.py").read_text() + "\n\ndef added():\n    return 1\n"
+        answered = threading.Event()
+
+        def request() -> None:  # a request waiting on its model for 0.4 s, its read lock handed back
+            with FOREGROUND.serving(), FOREGROUND.waiting():
+                answered.set()
+                time.sleep(0.4)
+
+        thread = threading.Thread(target=request)
+        thread.start()
+        assert answered.wait(5)
+        began = time.monotonic()
+        indexes.file_changed(root / "ledger" / "refunds.py", text)
+        while folder.version == 0 and time.monotonic() - began < 10:
+            time.sleep(0.01)
+        applied_after = time.monotonic() - began
+        thread.join(5)
+        assert folder.version == 1 and 0.25 <= applied_after < 5, applied_after
+        assert indexes.wait_idle(10)
+        for _ in range(200):  # settled: the next request reads the matrix as it is
+            if not index.graph._touched:
+                break
+            time.sleep(0.02)
+        assert not index.graph._touched
     finally:
         indexes.close()

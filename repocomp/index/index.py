@@ -358,6 +358,12 @@ class Index:
         self.lookup.refresh()
         page_out(self.mapped)
 
+    def settle(self) -> None:
+        """Make now what the first request after an update would make: the graph's cost matrix with the rows the
+        update changed (the definitions' region strengths read it; 36 ms on a 7.6-million-line monorepo). It only
+        reads the index: requests may read beside it, and one that needs the matrix meanwhile makes the same."""
+        self.graph.cost_matrix()
+
     # -- relations (kept by `upkeep`) ----------------------------------------------------------------------------
     @property
     def relations(self) -> sp.csr_matrix:
