@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from lsp_server.folder_index import FolderRegistry, RWLock
+from lsp_server.folder_index import FolderIndex, FolderRegistry, RWLock
 from lsp_server.fs_watcher import FsWatcher
 from lsp_server.workspace_index import WorkspaceIndexes
 from repocomp.config.schema import Config
@@ -42,6 +42,20 @@ def _ready_folder(indexes: WorkspaceIndexes, root: Path) -> RecordingIndex:
     index = RecordingIndex()
     folder.index, folder.state = index, "ready"  # type: ignore[assignment]
     return index
+
+
+def _built_folder(tmp_path: Path, save_after_s: float) -> tuple[WorkspaceIndexes, FolderIndex, Path]:
+    """The content fixture copied and indexed for real, as the folder of a running worker."""
+    import shutil
+
+    from repocomp.index import Index
+
+    root = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", root)
+    indexes = WorkspaceIndexes(debounce_s=0.01, save_after_s=save_after_s)
+    folder = indexes.add_folder(root, Config())
+    folder.index, folder.state = Index.build(root, folder.config), "ready"
+    return indexes, folder, root
 
 
 def test_a_burst_of_500_changes_is_one_batch_in_chunks(tmp_path: Path) -> None:
@@ -250,17 +264,11 @@ def _relations_by_text(index) -> dict[tuple[str, str], float]:
 
 
 def test_stale_relations_are_refreshed_in_the_background_and_a_changed_index_is_saved(tmp_path: Path) -> None:
-    import shutil
-
     from repocomp.index import Index
 
-    root = tmp_path / "repo"
-    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", root)
-    config = Config()
-    indexes = WorkspaceIndexes(debounce_s=0.01, save_after_s=0.3)
+    indexes, folder, root = _built_folder(tmp_path, save_after_s=0.3)
+    config = folder.config
     try:
-        folder = indexes.add_folder(root, config)
-        folder.index, folder.state = Index.build(root, config), "ready"
         index = folder.index
         edited = (root / "ledger" / "refunds.py").read_text().replace("subtotal", "sub_total")
         index.update_file("ledger/refunds.py", text=edited)  # a request's buffer sync: rows left stale
@@ -397,18 +405,10 @@ def test_a_save_waits_at_its_checkpoints_while_a_request_is_answered(tmp_path: P
 def test_an_update_goes_after_the_request_being_answered_and_settles_the_index_for_the_next(tmp_path: Path) -> None:
     """The worker takes the write lock once the request in flight is answered (its wait on the model included),
     and makes the graph's cost matrix current off the next request's path."""
-    import shutil
-
     from lsp_server.foreground import FOREGROUND
-    from repocomp.index import Index
 
-    root = tmp_path / "repo"
-    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "content_repo", root)
-    config = Config()
-    indexes = WorkspaceIndexes(debounce_s=0.01, save_after_s=60)
+    indexes, folder, root = _built_folder(tmp_path, save_after_s=60)
     try:
-        folder = indexes.add_folder(root, config)
-        folder.index, folder.state = Index.build(root, config), "ready"
         index = folder.index
         index.graph.cost_matrix()
         text = (root / "ledger" / "refunds.py").read_text() + "\n\ndef added():\n    return 1\n"
