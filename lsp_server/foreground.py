@@ -78,7 +78,7 @@ class Foreground:
             self._requests += requests
             if self._count <= 0 or self._requests <= 0:
                 self._quiet.notify_all()
-            elif before <= 0:
+            if before <= 0 < self._count:
                 for slices in self._watching:
                     slices.woke()
 
@@ -137,7 +137,6 @@ class Foreground:
         """Until nothing is done for the editor, at most `at_most_s` (a background slice's checkpoint)."""
         with self._quiet:
             self._quiet.wait_for(lambda: self._count <= 0, timeout=at_most_s)
-
 
     def wait_unserved(self, at_most_s: float) -> None:
         """Until no request is being answered, its waits on the model included, at most `at_most_s`: an update of

@@ -133,3 +133,14 @@ def test_an_update_waits_for_the_requests_being_answered_even_while_they_wait_on
     fg.wait_unserved(at_most_s=0.2)
     assert 0.15 <= time.monotonic() - began < 1.0
     thread.join(5)
+
+
+def test_a_message_handled_beside_a_slice_counts_as_a_request_does():
+    fg = Foreground()
+    with fg.slices() as slices:
+        slices()
+        message = _hold(fg.busy, 0.3, threading.Event())  # a notification decoded and dispatched, no request
+        _spin(0.04)  # the slice's CPU beside it
+        slices()  # waits for the message
+        message.join(5)
+        assert 30 <= slices.longest_ms < 100, slices.longest_ms

@@ -361,7 +361,7 @@ class Index:
     def settle(self) -> None:
         """Make now what the first request after an update would make: the graph's cost matrix with the rows the
         update changed (the definitions' region strengths read it; 36 ms on a 7.6-million-line monorepo). It only
-        reads the index: requests may read beside it, and one that needs the matrix meanwhile makes the same."""
+        reads the index: requests may read beside it, and one that needs the matrix meanwhile waits for this patch."""
         self.graph.cost_matrix()
 
     # -- relations (kept by `upkeep`) ----------------------------------------------------------------------------
