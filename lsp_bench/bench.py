@@ -538,7 +538,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("lsp", help="language server latency, cancellation, save visibility and RSS")
     p.add_argument("path", type=Path, help="repository to serve (copied to a temporary directory first)")
     p.add_argument("--requests", type=int, default=200, help="timed inline completions (default 200)")
-    p.add_argument("--typing-sites", type=int, default=20, help="sites typed into, 5 keystrokes, a pause, 5 more each (default 20)")
+    p.add_argument("--typing-sites", type=int, default=20,
+                   help="sites typed into, 5 keystrokes, a pause, 5 more each (default 20)")
     p.add_argument("--rounds", type=int, default=20, help="cancellation and save rounds (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--in-place", action="store_true",
