@@ -158,6 +158,25 @@ def test_a_query_never_waits_for_the_flags_another_thread_is_making() -> None:
     assert np.array_equal(meanwhile, idx.score(query)) and idx._flags is not None  # made by the query, once free
 
 
+def test_flags_another_thread_made_while_a_query_looked_are_not_made_again() -> None:
+    from repocomp.index.term_index import _Flags
+
+    idx = TermIndex.build(_corpus(400, seed=7))
+    made = _Flags.of(idx._base, idx._rows.shape[0])
+
+    class FinishedMeanwhile:  # the other thread made them between this one's look and its lock
+        def acquire(self, blocking: bool = True) -> bool:
+            idx._flags = made
+            return True
+
+        def release(self) -> None:
+            pass
+
+    idx._making_flags = FinishedMeanwhile()  # type: ignore[assignment]
+    idx.score("self . name5 ( ) = name7")
+    assert idx._flags is made
+
+
 def test_take_equals_a_build_of_the_kept_rows_and_drops_unused_terms() -> None:
     texts: list[str | None] = list(_corpus(200, seed=3))
     idx = TermIndex.build(texts)

@@ -464,13 +464,18 @@ class TermIndex:
         """The base's `_Flags`, made here unless another thread is making them: then None, and a query counts
         from the postings (the same counts) rather than wait, since the maker may be a save pausing for requests
         between its slices."""
+        def current(flags: _Flags | None) -> bool:
+            return flags is not None and flags.postings is self._base
+
         flags = self._flags
-        if (flags is None or flags.postings is not self._base) and self._making_flags.acquire(blocking=False):
+        if not current(flags) and self._making_flags.acquire(blocking=False):
             try:
-                flags = self._flags = _Flags.of(self._base, self._rows.shape[0])
+                flags = self._flags  # another thread may have made them since this one looked
+                if not current(flags):
+                    flags = self._flags = _Flags.of(self._base, self._rows.shape[0])
             finally:
                 self._making_flags.release()
-        return flags if flags is not None and flags.postings is self._base else None
+        return flags if current(flags) else None
 
     def _sums(self, postings: _Postings, terms: np.ndarray, q_counts: np.ndarray, method: str) -> np.ndarray:
         """Per row, the query terms' postings summed: their number (Jaccard's intersection, int32) or BM25's terms."""
