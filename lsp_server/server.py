@@ -344,6 +344,7 @@ class RepocompServer(LanguageServer):
     async def shutdown_all(self) -> None:
         await self.close_engines()
         await asyncio.get_running_loop().run_in_executor(None, self.sessions.save_all)
+        self.buffers.flush()
         if self.indexes is not None:
             indexes, self.indexes = self.indexes, None
             await asyncio.get_running_loop().run_in_executor(None, indexes.close)

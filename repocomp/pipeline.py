@@ -158,7 +158,12 @@ class Completer:
         loc = hit.location
         start, end = loc.start_line, loc.end_line
         text = None
-        if shift > 0:
+        if shift > 0 and (loc.path != hole_path or end + shift <= max(prompt_start, end)):
+            # the lines shown are most often the next window: its fragment holds them
+            text = self.index.window_text(loc.path, start + shift, end + shift)
+            if text is not None:
+                start, end = start + shift, end + shift
+        if shift > 0 and text is None:
             if loc.path not in file_cache:  # file_lines may split the whole file: once per file per request
                 file_cache[loc.path] = self.index.file_lines(loc.path)
             lines = file_cache[loc.path]

@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,66 @@ def test_round_trip(repo):
     assert loaded.file_lines("app.py") == (repo / "app.py").read_text().split("\n")
     assert isinstance(loaded.term_index.vocab, StoredVocabulary) and len(loaded.term_index.vocab) == len(
         built.term_index.vocab)
+
+
+def test_a_windows_lines_are_read_from_its_fragment_built_loaded_and_edited(repo):
+    from repocomp.index.fragments import window_spans
+
+    built = Index.build(repo, EXACT)
+    built.save()
+    loaded = Index.load(repo, EXACT)
+    loaded.update_file("app.py", text=(repo / "app.py").read_text() + "\nextra = 1\n" * 12)
+    fc = EXACT.fragments
+    for index in (built, loaded):
+        checked = 0
+        for path in index.files:
+            lines = index.file_lines(path)
+            spans = window_spans(len(lines), fc.window, fc.stride)
+            for start, end in spans:
+                assert index.window_text(path, start, end) == "\n".join(lines[start:end])
+                checked += 1
+            # lines that are no window: read from the file by the caller
+            assert index.window_text(path, 1, 1 + fc.window) is None
+            if spans[-1][1] - spans[-1][0] < fc.window:  # the last window, cut at the file's end
+                assert index.window_text(path, spans[-1][0], spans[-1][0] + fc.window) is None
+        assert checked >= 10
+    assert loaded.window_text("missing.py", 0, fc.window) is None
+
+
+def _cached_share(path: Path) -> float:
+    """The share of `path`'s pages in the kernel's page cache (mincore on a map of it)."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:  # (never written)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+        vec = ctypes.create_string_buffer(pages)
+        start = ctypes.c_char.from_buffer(mapped)
+        assert libc.mincore(ctypes.addressof(start), size, vec) == 0, ctypes.get_errno()
+        del start  # (the map closes only once nothing points into it)
+    return sum(b & 1 for b in vec.raw) / pages
+
+
+def test_prepare_leaves_the_index_file_in_the_kernels_cache(repo):
+    Index.build(repo, EXACT).save()
+    loaded = Index.load(repo, EXACT)
+    stored = loaded.index_dir / INDEX_FILE
+    fd = os.open(stored, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the pages the load left mapped stay
+    finally:
+        os.close(fd)
+    before = _cached_share(stored)
+    if before > 0.5:
+        pytest.skip(f"this file system keeps {before:.0%} of the file cached whatever it is told (tmpfs?)")
+    loaded.prepare()
+    deadline = time.monotonic() + 10  # the kernel reads it asynchronously
+    while _cached_share(stored) < 0.95 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _cached_share(stored) >= 0.95
 
 
 def test_loaded_and_saved_files_read_their_parsed_tables_from_the_file_as_parsed(repo):

@@ -72,6 +72,11 @@ class FakeIndex:
     def file_lines(self, path: str) -> list[str] | None:
         return self._files.get(path)
 
+    def window_text(self, path: str, start: int, end: int) -> str | None:
+        lines, fc = self._files.get(path), self.config.fragments
+        spans = window_spans(len(lines), fc.window, fc.stride) if lines is not None else []
+        return "\n".join(lines[start:end]) if lines is not None and (start, end) in spans else None
+
     def alive_mask(self) -> np.ndarray:
         return np.array([f is not None for f in self.fragments], bool)
 
