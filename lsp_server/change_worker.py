@@ -38,13 +38,14 @@ CHUNK = 50  # files per write-lock hold (one relation update each), so completio
 # A slice waits for a gap in the requests (typing sends one per keystroke) that it fits in, even at 20 keys a
 # second, but for no longer than a second: stale rows are caught up in the pauses instead of delaying keystrokes.
 _REFRESH_ROWS = 16
-_REFRESH_AFTER_READ_S = 0.03
+_REQUEST_GAP_S = 0.03  # a gap in the requests that an update or a slice waits for (keys typed in a burst come closer)
 _REFRESH_MAX_DEFER_S = 1.0
 _SLICE_GAP_S = 0.005
 _UPKEEP_POLL_S = 0.25
-# An update waits for the requests being answered before it takes the write lock, at most this long each time: a
-# request reads under the read lock and takes it again after its model round, so an update taken beside it (a
-# buffer just opened, applied with its first request) held that request 30-90 ms on a 7.6-million-line monorepo
+# An update waits for the requests being answered and a gap after them before it takes the write lock, at most
+# this long each time: a request reads under the read lock and takes it again after its model round, so an update
+# taken beside it (a buffer just opened, applied with its first request) held that request 30-90 ms on a
+# 7.6-million-line monorepo, and one taken between two keys of a burst held the second as long
 _UPDATE_YIELDS_S = 0.25
 SAVE_AFTER_S = ServerOptions.save_after_ms / 1000  # the server option's default (`server.saveAfterMs`)
 
@@ -189,7 +190,7 @@ class ChangeWorker:
             items = sorted(changes.items())
             for i in range(0, len(items), CHUNK):
                 chunk = dict(items[i : i + CHUNK])
-                FOREGROUND.wait_unserved(_UPDATE_YIELDS_S)
+                FOREGROUND.wait_unserved(_UPDATE_YIELDS_S, _REQUEST_GAP_S)
                 folder.lock.acquire_write()
                 applied = False
                 try:
@@ -230,7 +231,7 @@ class ChangeWorker:
                 continue
             if index.relations_stale:
                 now = time.monotonic()
-                if (now - folder.read_at < _REFRESH_AFTER_READ_S or FOREGROUND.answering()) \
+                if (now - folder.read_at < _REQUEST_GAP_S or FOREGROUND.answering()) \
                         and now - folder.refreshed_at < _REFRESH_MAX_DEFER_S:
                     return True  # a request runs or just ran: another may follow at once; come back after the gap
                 folder.lock.acquire_write()
@@ -301,7 +302,7 @@ class ChangeWorker:
             # relation rows follow in `_upkeep` slices: a short hold
             with folder.shared():
                 prepared = index.prepare_update(changes)
-                FOREGROUND.wait_unserved(_UPDATE_YIELDS_S)
+                FOREGROUND.wait_unserved(_UPDATE_YIELDS_S, _REQUEST_GAP_S)
             return prepared is not None and index.apply_update(prepared, defer_relations=True)
         except Exception as exc:  # find the bad file(s); apply the rest one by one
             logger.warning("batch update of %d file(s) failed (%s); retrying file by file", len(changes), exc)

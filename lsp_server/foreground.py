@@ -68,6 +68,7 @@ class Foreground:
     def __init__(self) -> None:
         self._count = 0  # messages being handled and requests being answered, less those waiting on the model
         self._requests = 0  # requests being answered, those waiting on the model included
+        self._answered_at = 0.0  # time.monotonic() when the last request being answered was answered
         self._quiet = threading.Condition()
         self._watching: list[Slices] = []
 
@@ -76,6 +77,8 @@ class Foreground:
             before = self._count
             self._count += delta
             self._requests += requests
+            if requests < 0 and self._requests <= 0:
+                self._answered_at = time.monotonic()
             if self._count <= 0 or self._requests <= 0:
                 self._quiet.notify_all()
             if before <= 0 < self._count:
@@ -138,11 +141,19 @@ class Foreground:
         with self._quiet:
             self._quiet.wait_for(lambda: self._count <= 0, timeout=at_most_s)
 
-    def wait_unserved(self, at_most_s: float) -> None:
-        """Until no request is being answered, its waits on the model included, at most `at_most_s`: an update of
-        the index takes the write lock, which a request holds while it reads and takes again after the model."""
+    def wait_unserved(self, at_most_s: float, gap_s: float = 0.0) -> None:
+        """Until no request is being answered, its waits on the model included, nor was for `gap_s`, at most
+        `at_most_s`: an update of the index takes the write lock, which a request holds while it reads and takes
+        again after the model, and keys typed in a burst come one as the one before is answered."""
+        deadline = time.monotonic() + at_most_s
         with self._quiet:
-            self._quiet.wait_for(lambda: self._requests <= 0, timeout=at_most_s)
+            while (now := time.monotonic()) < deadline:
+                if self._requests > 0:
+                    self._quiet.wait(deadline - now)  # told when the last is answered
+                elif (quiet_s := now - self._answered_at) < gap_s:
+                    self._quiet.wait(min(gap_s - quiet_s, deadline - now))
+                else:
+                    return
 
 
 FOREGROUND = Foreground()

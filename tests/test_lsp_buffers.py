@@ -1,4 +1,5 @@
-"""When edited and closed buffers reach the index: once the editor (any document) has been quiet."""
+"""When edited and closed buffers reach the index: once the editor (any document) has been quiet, a closed one's
+file after a longer rest."""
 
 from __future__ import annotations
 
@@ -19,49 +20,57 @@ class QueuedChanges:
         self.changes.append((path, text))
 
 
-def _syncs(tmp_path: Path) -> tuple[BufferSyncs, QueuedChanges, dict[str, str], DocumentRef, DocumentRef]:
+def _syncs(tmp_path: Path, delay_s: float, revert_delay_s: float
+           ) -> tuple[BufferSyncs, QueuedChanges, dict[str, str], DocumentRef, DocumentRef]:
     queued, texts = QueuedChanges(), {}
-    syncs = BufferSyncs(lambda: queued, texts.get)  # type: ignore[arg-type, return-value]
+    syncs = BufferSyncs(lambda: queued, texts.get, delay_s, revert_delay_s)  # type: ignore[arg-type, return-value]
     a, b = DocumentRef.of((tmp_path / "a.py").as_uri()), DocumentRef.of((tmp_path / "b.py").as_uri())
     return syncs, queued, texts, a, b
 
 
 async def test_a_key_in_any_document_delays_every_waiting_buffer(tmp_path: Path) -> None:
-    syncs, queued, texts, a, b = _syncs(tmp_path)
+    syncs, queued, texts, a, b = _syncs(tmp_path, 0.2, 0.2)
     texts[a.key], texts[b.key] = "x = 1\n", "y = 2\n"
-    syncs.schedule(a, delay_s=0.2)
+    syncs.schedule(a)
     for _ in range(12):  # typing in b for longer than the pause, a key every 20 ms: a's buffer waits too
         await asyncio.sleep(0.02)
-        syncs.schedule(b, delay_s=0.2)
+        syncs.schedule(b)
         assert queued.changes == [] and syncs.pending() == 2
     await asyncio.sleep(0.4)
     assert sorted(queued.changes) == sorted([(a.path, "x = 1\n"), (b.path, "y = 2\n")])
     assert syncs.pending() == 0
 
 
-async def test_a_closed_buffer_goes_back_to_the_file_at_the_pause(tmp_path: Path) -> None:
-    syncs, queued, texts, a, b = _syncs(tmp_path)
+async def test_a_closed_buffer_goes_back_to_the_file_after_a_longer_rest(tmp_path: Path) -> None:
+    syncs, queued, texts, a, b = _syncs(tmp_path, 0.05, 0.4)
     texts[b.key] = "y = 2\n"
-    syncs.drop(a)  # closed (not open: no text) while b is typed in
-    syncs.schedule(b, delay_s=0.05)
-    assert queued.changes == []
-    await asyncio.sleep(0.1)
-    assert sorted(queued.changes, key=str) == sorted([(a.path, None), (b.path, "y = 2\n")], key=str)
+    syncs.drop(a)  # closed (no text any more), then b typed in
+    syncs.schedule(b)
+    await asyncio.sleep(0.2)
+    assert queued.changes == [(b.path, "y = 2\n")] and syncs.pending() == 1  # b at the pause, a not yet
+    syncs.schedule(b)  # a key restarts a's rest too
+    await asyncio.sleep(0.3)
+    assert queued.changes == [(b.path, "y = 2\n")] * 2
+    await asyncio.sleep(0.4)
+    assert queued.changes == [(b.path, "y = 2\n")] * 2 + [(a.path, None)] and syncs.pending() == 0
 
 
-async def test_a_buffer_reopened_before_the_pause_is_indexed_as_open(tmp_path: Path) -> None:
-    syncs, queued, texts, a, _ = _syncs(tmp_path)
+async def test_a_buffer_reopened_before_the_rest_is_indexed_as_open(tmp_path: Path) -> None:
+    syncs, queued, texts, a, _ = _syncs(tmp_path, 0.02, 5.0)
     syncs.drop(a)
     texts[a.key] = "z = 3\n"  # opened again with new text
-    syncs.schedule(a, delay_s=0.02)
-    await asyncio.sleep(0.08)
-    assert queued.changes == [(a.path, "z = 3\n")]
+    syncs.schedule(a)
+    await asyncio.sleep(0.1)
+    assert queued.changes == [(a.path, "z = 3\n")] and syncs.pending() == 0
 
 
 async def test_flush_queues_what_waits_at_once(tmp_path: Path) -> None:
-    syncs, queued, texts, a, _ = _syncs(tmp_path)
+    syncs, queued, texts, a, b = _syncs(tmp_path, 0.05, 5.0)
+    texts[b.key] = "y = 2\n"
     syncs.drop(a)
+    syncs.schedule(b)
     syncs.flush()
-    assert queued.changes == [(a.path, None)] and syncs.pending() == 0
-    await asyncio.sleep(0.4)  # the cancelled timer never queues it again
-    assert queued.changes == [(a.path, None)]
+    assert sorted(queued.changes, key=str) == sorted([(a.path, None), (b.path, "y = 2\n")], key=str)
+    assert syncs.pending() == 0
+    await asyncio.sleep(0.2)  # the cancelled timer never queues them again
+    assert len(queued.changes) == 2

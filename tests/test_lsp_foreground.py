@@ -140,3 +140,33 @@ def test_a_message_handled_beside_a_slice_counts_as_a_request_does():
         slices()  # waits for the message
         message.join(5)
         assert 30 <= slices.longest_ms < 100, slices.longest_ms
+
+
+def test_an_update_waits_for_a_gap_after_a_burst_of_requests_and_at_most_its_bound():
+    fg = Foreground()
+    burst_over = threading.Event()
+
+    def burst() -> None:  # keys typed as fast as each is answered: 10 requests 50 ms apart
+        for _ in range(10):
+            with fg.serving():
+                time.sleep(0.01)
+            time.sleep(0.04)
+        burst_over.set()
+
+    thread = threading.Thread(target=burst)
+    began = time.monotonic()
+    thread.start()
+    time.sleep(0.02)
+    fg.wait_unserved(at_most_s=5, gap_s=0.15)  # a gap longer than those between the keys: after the last
+    assert burst_over.is_set() and 0.45 <= time.monotonic() - began < 2.0
+    thread.join(5)
+
+    waited = time.monotonic()
+    fg.wait_unserved(at_most_s=5, gap_s=0.15)  # the last request answered long enough ago: at once
+    assert time.monotonic() - waited < 0.1
+
+    with fg.serving():
+        pass
+    waited = time.monotonic()
+    fg.wait_unserved(at_most_s=0.05, gap_s=1.0)  # a gap longer than the bound: the bound
+    assert 0.03 <= time.monotonic() - waited < 0.5
