@@ -370,7 +370,7 @@ def test_crash_mid_write_leaves_previous_index_loadable(repo, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk died mid-write")
 
-    monkeypatch.setattr(numpy.lib.format, "write_array", crash)
+    monkeypatch.setattr(numpy.lib.format, "write_array_header_1_0", crash)
     index.update_file("app.py", text="x = 1\n")
     with pytest.raises(RepocompError, match="disk died"):
         index.save()
@@ -695,3 +695,19 @@ def test_pages_of_an_index_file_read_are_given_back_except_where_they_are_kept(t
     assert file_rss_bytes() - before <= 0.5 * read
     del view
     mapped.close()
+
+
+def test_a_write_lets_requests_go_first_every_few_megabytes_of_a_table(tmp_path):
+    from repocomp.index.yielding import yielding_to
+
+    big = np.arange(3 << 20, dtype=np.int64)  # 24 MB
+    arrays = {"whole": big.reshape(-1, 4), "pieces": Chunks(np.int32, len(big), lambda: [big[:5], big[5:]]),
+              "bytes": Chunks(np.uint8, 9 << 20, lambda: [bytes(9 << 20)])}
+    waits: list[int] = []
+    with yielding_to(lambda: waits.append(1)):
+        write_state(tmp_path, {"v": 1}, arrays)
+    # 24 MB, 12 MB as int32 and 9 MB at 4 MB a time: 5 + 2 + 2 checkpoints inside the tables, one before each
+    assert len(waits) >= 9 + 3
+    _, back = read_state(tmp_path)
+    assert np.array_equal(back["whole"], big.reshape(-1, 4)) and np.array_equal(back["pieces"], big.astype(np.int32))
+    assert len(back["bytes"]) == 9 << 20 and not back["bytes"].any()

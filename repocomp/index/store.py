@@ -174,14 +174,38 @@ def _write_array(fh: Any, value: Stored) -> tuple[int, np.dtype, tuple[int, ...]
                                         "shape": (value.length,)})
         start = fh.tell()
         for piece in value.pieces():
-            fh.write(piece if isinstance(piece, bytes) else np.ascontiguousarray(piece, value.dtype).data)
+            _write_data(fh, piece, value.dtype)
         if fh.tell() - start != value.length * value.dtype.itemsize:  # a schema bug: the pieces do not add up
             raise ValueError(f"pieces of {value.length} x {value.dtype} expected, {fh.tell() - start} bytes written")
         return start, value.dtype, (value.length,)
     arr = np.ascontiguousarray(value() if callable(value) else value)
     _check_storable(arr.dtype)
-    npy.write_array(fh, arr, allow_pickle=False)
-    return fh.tell() - arr.nbytes, arr.dtype, arr.shape
+    npy.write_array_header_1_0(fh, npy.header_data_from_array_1_0(arr))
+    start = fh.tell()
+    _write_data(fh, arr, arr.dtype)
+    return start, arr.dtype, arr.shape
+
+
+_WRITE_BYTES = 4 << 20  # written this much at a time, a checkpoint between
+
+
+def _write_data(fh: Any, data: np.ndarray | bytes, dtype: np.dtype) -> None:
+    """`data` (an array, or bytes of `dtype`) as `dtype`, `_WRITE_BYTES` at a time with a checkpoint between: a
+    save beside the language server's requests wrote a table's piece of up to 64 MB between two checkpoints (a
+    slice of 80-330 ms of CPU, mostly the kernel's, with the page cache cold)."""
+    if isinstance(data, bytes):
+        view = memoryview(data)
+        for at in range(0, len(view), _WRITE_BYTES):
+            if at:
+                checkpoint()
+            fh.write(view[at:at + _WRITE_BYTES])
+        return
+    flat = np.asarray(data).reshape(-1)
+    step = max(1, _WRITE_BYTES // dtype.itemsize)
+    for at in range(0, len(flat), step):
+        if at:
+            checkpoint()
+        fh.write(np.ascontiguousarray(flat[at:at + step], dtype).data)
 
 
 def _check_storable(dtype: np.dtype) -> None:
