@@ -242,13 +242,15 @@ class Index:
             files, size = files + 1, size + len(text)
         return changed
 
-    def _text_size(self) -> int:
+    def _text_size(self, give_back: bool = True) -> int:
         """The files' text in characters: counted once (reading every text: a loaded index's file pages are given
-        back after), then kept as files come and go (counting at every new file read 276 MB in a monorepo)."""
+        back after, unless the caller gives them back itself), then kept as files come and go (counting at every
+        new file read 276 MB in a monorepo)."""
         if self._text_chars is None:
             self._text_chars = sum(len(e.source) if isinstance(e.source, str) else _chars(e.source)
                                    for e in self.files.values())
-            page_out(self.mapped)
+            if give_back:
+                page_out(self.mapped)
         return self._text_chars
 
     def update_files(self, changes: dict[str, str | None], removed: bool = False,
@@ -358,7 +360,7 @@ class Index:
         self.fragments.index_texts()
         self.term_index.prepare()
         self.lookup.refresh()
-        self._text_size()
+        self._text_size(give_back=False)  # (given back below with the rest)
         page_out(self.mapped)
         read_ahead(self.mapped)
 

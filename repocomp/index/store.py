@@ -193,14 +193,7 @@ def _write_data(fh: Any, data: np.ndarray | bytes, dtype: np.dtype) -> None:
     """`data` (an array, or bytes of `dtype`) as `dtype`, `_WRITE_BYTES` at a time with a checkpoint between: a
     save beside the language server's requests wrote a table's piece of up to 64 MB between two checkpoints (a
     slice of 80-330 ms of CPU, mostly the kernel's, with the page cache cold)."""
-    if isinstance(data, bytes):
-        view = memoryview(data)
-        for at in range(0, len(view), _WRITE_BYTES):
-            if at:
-                checkpoint()
-            fh.write(view[at:at + _WRITE_BYTES])
-        return
-    flat = np.asarray(data).reshape(-1)
+    flat = np.frombuffer(data, dtype) if isinstance(data, bytes) else np.asarray(data).reshape(-1)
     step = max(1, _WRITE_BYTES // dtype.itemsize)
     for at in range(0, len(flat), step):
         if at:
