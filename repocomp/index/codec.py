@@ -35,7 +35,7 @@ from repocomp.index.fragment_store import FragmentStore, StoredFragments
 from repocomp.index.records import FileEntry, IndexSummary
 from repocomp.index.store import Chunks, Stored, file_map, page_out
 from repocomp.index.stored_parse import StoredParses
-from repocomp.index.term_index import StateVersionError, TermIndex
+from repocomp.index.term_index import StateVersionError, TermIndex, check_compressed
 from repocomp.index.yielding import checkpoint, paced
 
 if TYPE_CHECKING:
@@ -521,8 +521,11 @@ def _csr(a: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> sp.csr_
     """The matrix stored as `name`_data/_indices/_indptr, checked whole (ids in range, pointers rising)."""
     if a[f"{name}_data"].dtype.kind != "f":
         raise ValueError(f"{name}: values of another type")
-    m = sp.csr_matrix((a[f"{name}_data"], a[f"{name}_indices"], a[f"{name}_indptr"]), shape=shape)
-    m.check_format(full_check=True)
+    data, indices, indptr = a[f"{name}_data"], a[f"{name}_indices"], a[f"{name}_indptr"]
+    if data.ndim != 1 or len(data) != len(indices) or not check_compressed(indptr, shape[0], indices, shape[1]):
+        raise ValueError(f"{name}: the stored matrix is inconsistent")
+    m = sp.csr_matrix((data, indices, indptr), shape=shape)
+    m.check_format(full_check=False)  # its index types (the ids and pointers checked above, a span at a time)
     page_out(file_map(m.data))  # what the check read
     return m
 
