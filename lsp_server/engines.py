@@ -46,6 +46,7 @@ class Engines:
         self._warn = warn
         self._options = Options()
         self._folder_configs: dict[Path, Config] = {}  # each folder's own, as read from its files
+        self._user_config: Config | None = None  # the user's file alone: files outside any folder, or before it
         self._configs: dict[Path | None, Config] = {}  # with the client's options applied
         self._resolved: dict[Path | None, Config] = {}  # and resolved: what backends and completers are made of
         self._backends: dict[BackendConfig, Backend] = {}
@@ -64,15 +65,18 @@ class Engines:
     def load_folder(self, root: Path) -> Config:
         """Read the folder's own configuration (again; defaults when it is broken, said once) and return it with
         the client's options applied."""
-        try:
-            config = load_config(root)
-        except RepocompError as exc:
-            self._warn("config", f"{exc}; using defaults")
-            config = Config()
-        self._folder_configs[root] = config
+        self._folder_configs[root] = self._read_config(root)
         self._configs.pop(root, None)
         self._resolved.pop(root, None)
         return self.config_for(root)
+
+    def _read_config(self, root: Path | None) -> Config:
+        """The user's file overlaid with the folder's own (`root`: none); the defaults when it is broken, said once."""
+        try:
+            return load_config(root)
+        except RepocompError as exc:
+            self._warn("config", f"{exc}; using defaults")
+            return Config()
 
     def forget_folder(self, root: Path) -> None:
         """The folder left the workspace: its completers (and the index they hold) are dropped."""
@@ -84,7 +88,11 @@ class Engines:
         config = self._configs.get(root)
         if config is None:
             base = self._folder_configs.get(root) if root is not None else None
-            config, errors = apply_options(base or Config(), self._options)
+            if base is None:  # the user's settings still hold (a second backend of other settings is a second model)
+                if self._user_config is None:
+                    self._user_config = self._read_config(None)
+                base = self._user_config
+            config, errors = apply_options(base, self._options)
             for message in errors:
                 self._warn(f"option:{message}", message)
             self._configs[root] = config
