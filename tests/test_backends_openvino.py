@@ -173,6 +173,22 @@ async def test_the_weights_files_pages_are_given_back_after_a_generation_and_not
 
 
 @pytest.mark.local_model
+async def test_backends_of_one_precision_share_a_pipeline_and_each_precision_loads_its_own(
+        local_model: LocalModel) -> None:
+    """`[backend.openvino] precision`: one pipeline per model file and precision (a pipeline holds the weights in
+    its own layout: a second one of the same settings would hold them twice)."""
+    f32, again, bf16 = (OpenVINOBackend(str(local_model.path), precision=p) for p in ("f32", "f32", "bf16"))
+    for backend in (f32, again, bf16):
+        await backend.aload()
+    assert f32._loaded is again._loaded and bf16._loaded is not f32._loaded  # noqa: SLF001 - the pipelines
+    for backend in (f32, bf16):
+        answer = await backend.agenerate(_request("def add(a, b):\n    return"))
+        assert answer.text.strip().startswith("a + b")
+        await backend.aclose()
+    await again.aclose()
+
+
+@pytest.mark.local_model
 async def test_a_cancelled_await_frees_the_model_for_the_next_request(local_model: LocalModel) -> None:
     backend = OpenVINOBackend(str(local_model.path))
     await backend.aload()

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from lsp_server.engines import Engines
 from lsp_server.options import apply_options, parse_options
+from lsp_server.sessions import Sessions
 from repocomp.backends import make_backend
 from repocomp.config.loading import load_config
 from repocomp.config.schema import Config
@@ -69,3 +71,29 @@ def test_editor_options_set_a_backends_keys_over_the_folders() -> None:
     bad, _ = parse_options({"backend": {"vllm": {"retries": 1000}}})
     config, errs = apply_options(folder, bad)
     assert config.backend.vllm.retries == 4 and len(errs) == 1 and "retries must be in 0..100" in errs[0], errs
+
+
+def test_the_openvino_section_sets_the_precision_its_backend_loads_with(tmp_path: Path) -> None:
+    own = tmp_path / "mine.toml"
+    own.write_text('[backend]\nname = "openvino"\nfallback = ""\n[backend.openvino]\nprecision = "bf16"\n')
+    backend = make_backend(load_config(config_file=own).backend)
+    assert backend.name == "openvino" and backend.precision == "bf16"
+    own.write_text('[backend.openvino]\nprecision = "f16"\n')
+    with pytest.raises(ConfigError, match=r"backend\.openvino.*precision must be 'f32' or 'bf16'"):
+        load_config(config_file=own)
+
+
+def test_the_language_servers_files_outside_a_folder_follow_the_users_settings(user_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    """Before a folder's settings are read, and for files outside any, the user's file holds: with the defaults
+    there, a user's other backend settings loaded a second model (two pipelines: 2.9 GB in Neovim)."""
+    (user_dir / "config.toml").write_text('[backend.openvino]\nprecision = "bf16"\n[retrieval]\ntop_k = 3\n')
+    warned: list[str] = []
+    engines = Engines(Sessions(), lambda key, message: warned.append(message))
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    for root in (None, folder):  # the folder's settings not read yet, then read (it has none of its own)
+        assert engines.config_for(root).backend.openvino.precision == "bf16"
+        assert engines.config_for(root).retrieval.top_k == 3
+        engines.load_folder(folder)
+    assert warned == []

@@ -6,9 +6,9 @@ keeps the keys and values of earlier prompts in blocks and reuses the longest ca
 caching), which is what a keystroke's request needs: the same prompt up to the cursor. docs/performance.md, The
 local model, has its figures beside the other runtimes'.
 
-A pipeline is loaded once per process and shared by every backend naming the same file. Generation runs in a
-worker thread, one at a time (the pipeline serves one request here); the streamer callback sees the text after
-every token and stops the generation when the request is cancelled, its text is finished (the stop sequences, the
+A pipeline is loaded once per process and shared by every backend naming the same file and precision. Generation
+runs in a worker thread, one at a time (the pipeline serves one request here); the streamer callback sees the text
+after every token and stops the generation when the request is cancelled, its text is finished (the stop sequences, the
 request's `finished`) or its time is up. After its first generation the runtime holds the weights in its own
 layout, and the pages of the weights file it read are given back (about 0.5 GB of the process's RSS with the 0.5B
 model; docs/performance.md). `aprefill` computes a prompt ahead of its request (the language server's
@@ -109,7 +109,7 @@ _LOAD_LOCK = threading.Lock()
 _LOADED: weakref.WeakValueDictionary[str, _Pipeline] = weakref.WeakValueDictionary()
 
 
-def _load(path: Path) -> _Pipeline:
+def _load(path: Path, precision: str) -> _Pipeline:
     try:
         import openvino_genai as og
     except ImportError:
@@ -118,7 +118,9 @@ def _load(path: Path) -> _Pipeline:
     scheduler.enable_prefix_caching = True
     scheduler.cache_size, scheduler.num_kv_blocks = 0, KV_BLOCKS  # a size of 0: the blocks' number counts
     try:
-        pipeline = og.LLMPipeline(str(path), "CPU", scheduler_config=scheduler)
+        # `[backend.openvino] precision`: "bf16" is the runtime's own choice (bf16 where the CPU has it, else f32)
+        hint = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "f32" else {}
+        pipeline = og.LLMPipeline(str(path), "CPU", scheduler_config=scheduler, **hint)
     except RuntimeError as exc:
         raise BackendError(f"openvino: cannot load {path}: {str(exc).splitlines()[0] if str(exc) else exc}; "
                            "run `repocomp model prepare --force` to write it again") from None
@@ -175,22 +177,24 @@ class OpenVINOBackend:
         return config.device == "cpu" and prepared_openvino_model(folder) is not None \
             and importlib.util.find_spec("openvino_genai") is not None
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, precision: str = "f32") -> None:
         self.model_name = model
+        self.precision = precision
         self._loaded: _Pipeline | None = None
 
     @classmethod
     def from_config(cls, config: BackendConfig) -> OpenVINOBackend:
-        return cls(model=config.model)
+        return cls(model=config.model, precision=config.openvino.precision)
 
     def _load_once(self) -> None:
         path = openvino_model(self.model_name)
         with _LOAD_LOCK:
-            loaded = _LOADED.get(str(path))
+            key = f"{path}:{self.precision}"
+            loaded = _LOADED.get(key)
             if loaded is None:
                 start = time.monotonic()
-                loaded = _load(path)
-                _LOADED[str(path)] = loaded
+                loaded = _load(path, self.precision)
+                _LOADED[key] = loaded
                 log.info("loaded %s through OpenVINO GenAI in %.1f s", path, time.monotonic() - start)
             self._loaded = loaded
 

@@ -344,6 +344,20 @@ class TransformersConfig:
 
 
 @dataclass(frozen=True)
+class OpenVINOConfig:
+    """`[backend.openvino]`: the in-process OpenVINO GenAI backend."""
+
+    # what the runtime computes in, its weights still 8-bit: "f32", or "bf16" (the runtime's own choice where the
+    # CPU has bf16; ignored where it has not). On a 2-core Xeon with AMX f32 decodes a token a fifth sooner and
+    # computes a new prompt about a third slower: typing is answered sooner, a new place unprefetched later
+    # (docs/performance.md, Decisions)
+    precision: str = "f32"
+
+    def validate(self) -> None:
+        check_setting(self.precision in ("f32", "bf16"), "precision must be 'f32' or 'bf16'")
+
+
+@dataclass(frozen=True)
 class BackendConfig:
     # "auto": the local model in process when one is prepared (`repocomp model prepare`), else "extractive"
     name: str = "auto"  # "auto" or a backend's name (BACKEND_NAMES: repocomp.backends.registry.BACKENDS)
@@ -360,6 +374,7 @@ class BackendConfig:
     # each backend's own settings, a section of its own
     vllm: VllmConfig = field(default_factory=VllmConfig)
     transformers: TransformersConfig = field(default_factory=TransformersConfig)
+    openvino: OpenVINOConfig = field(default_factory=OpenVINOConfig)
     # keys that were [backend]'s own before the backends had sections: named in the error that a file using one gets
     MOVED: ClassVar[dict[str, str]] = {"endpoints": "vllm", "connect_timeout_s": "vllm", "retries": "vllm",
                                        "dtype": "transformers", "fast_output_head": "transformers"}
