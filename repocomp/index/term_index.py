@@ -31,7 +31,7 @@ from repocomp.index.vocabulary import StoredVocabulary, term_ids, vocabulary_arr
 from repocomp.index.yielding import checkpoint, spans
 from repocomp.tokenize import code_tokens
 
-__all__ = ["TermIndex", "StateVersionError"]
+__all__ = ["TermIndex", "StateVersionError", "check_compressed"]
 
 log = logging.getLogger(__name__)
 
