@@ -48,7 +48,7 @@ from repocomp.errors import (
     IndexUnusableError,
     RepocompError,
 )
-from repocomp.index.yielding import checkpoint
+from repocomp.index.yielding import checkpoint, spans
 
 MAGIC = b"repocomp-index\n"
 FORMAT_VERSION = 3
@@ -194,11 +194,8 @@ def _write_data(fh: Any, data: np.ndarray | bytes, dtype: np.dtype) -> None:
     save beside the language server's requests wrote a table's piece of up to 64 MB between two checkpoints (a
     slice of 80-330 ms of CPU, mostly the kernel's, with the page cache cold)."""
     flat = np.frombuffer(data, dtype) if isinstance(data, bytes) else np.asarray(data).reshape(-1)
-    step = max(1, _WRITE_BYTES // dtype.itemsize)
-    for at in range(0, len(flat), step):
-        if at:
-            checkpoint()
-        fh.write(np.ascontiguousarray(flat[at:at + step], dtype).data)
+    for part in spans(len(flat), max(1, _WRITE_BYTES // dtype.itemsize)):
+        fh.write(np.ascontiguousarray(flat[part], dtype).data)
 
 
 def _check_storable(dtype: np.dtype) -> None:
